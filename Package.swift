@@ -1,0 +1,40 @@
+// swift-tools-version:6.0
+import PackageDescription
+
+/// Compiler settings shared by every Swift target: Swift 6 language mode (strict concurrency) is the
+/// package default; `ExistentialAny` makes every protocol-typed value say `any`.
+let strictSettings: [SwiftSetting] = [
+    .enableUpcomingFeature("ExistentialAny"),
+]
+
+let package = Package(
+    name: "kumapush-relay",
+    products: [
+        .executable(name: "kumapush-relay", targets: ["KumaPushRelay"]),
+    ],
+    targets: [
+        // C libraries from Debian, one system-library module each: module map + shim header, nothing else.
+        .systemLibrary(name: "CSQLite", pkgConfig: "sqlite3", providers: [.apt(["libsqlite3-dev"])]),
+        .systemLibrary(name: "COpenSSL", pkgConfig: "openssl", providers: [.apt(["libssl-dev"])]),
+        .systemLibrary(name: "CMicroHTTPD", pkgConfig: "libmicrohttpd", providers: [.apt(["libmicrohttpd-dev"])]),
+        .systemLibrary(name: "CNGHTTP2", pkgConfig: "libnghttp2", providers: [.apt(["libnghttp2-dev"])]),
+
+        // The spine: exe → Ingest/Deliver → Queue → Common.
+        .target(name: "Common", dependencies: ["COpenSSL"], swiftSettings: strictSettings),
+        .target(name: "Queue", dependencies: ["Common", "CSQLite"], swiftSettings: strictSettings),
+        .target(name: "Ingest", dependencies: ["Common", "Queue", "CMicroHTTPD"], swiftSettings: strictSettings),
+        .target(name: "Deliver", dependencies: ["Common", "Queue", "CNGHTTP2", "COpenSSL"], swiftSettings: strictSettings),
+        .executableTarget(
+            name: "KumaPushRelay",
+            dependencies: ["Common", "Queue", "Ingest", "Deliver"],
+            swiftSettings: strictSettings
+        ),
+
+        // Tests. QueueProbe is a helper process the queue tests start, kill and race against each other.
+        .executableTarget(name: "QueueProbe", dependencies: ["Common", "Queue"], path: "Tests/QueueProbe",
+                          swiftSettings: strictSettings),
+        .testTarget(name: "CommonTests", dependencies: ["Common"], swiftSettings: strictSettings),
+        .testTarget(name: "QueueTests", dependencies: ["Common", "Queue"], swiftSettings: strictSettings),
+    ],
+    swiftLanguageModes: [.v6]
+)

@@ -1,0 +1,10 @@
+#ifndef CSQLITE_SHIM_H
+#define CSQLITE_SHIM_H
+#include <sqlite3.h>
+
+/// SQLITE_TRANSIENT is a macro casting -1 to a function pointer, which Swift cannot import.
+/// It tells SQLite to copy a bound value before the bind call returns.
+/// https://www.sqlite.org/c3ref/c_static.html — delete when Swift imports such casts.
+static inline sqlite3_destructor_type CSQLite_transient(void) { return SQLITE_TRANSIENT; }
+
+#endif

@@ -1,0 +1,82 @@
+/// Every setting of the relay (SPEC §6) in one value. Defaults live here; reading the environment and the
+/// command line lives in `Settings+Environment.swift`, which also documents each variable.
+public struct Settings: Sendable, Equatable {
+    public enum APNsEnvironment: String, Sendable, CaseIterable { case production, sandbox }
+    public enum SyncMode: String, Sendable, CaseIterable { case normal, full }
+    public enum LogFormat: String, Sendable, CaseIterable { case text, json }
+
+    // Ingest listener
+    public var port: UInt16 = 4321
+    public var host = "0.0.0.0"
+    /// Prefix every route is mounted under, normalised to `""` or `/something` without a trailing slash.
+    public var basePath = ""
+
+    // Storage
+    public var databasePath = "./data/kumapush.db"
+    /// SQLite `synchronous`: `normal` survives any process crash; `full` also survives power loss.
+    public var sync = SyncMode.normal
+
+    // APNs
+    public var apnsAuthKeyPath: String?
+    public var apnsKeyID: String?
+    public var apnsTeamID: String?
+    public var appBundleIdentifier: String?
+    public var apnsEnvironment = APNsEnvironment.production
+    /// Explicit APNs base URL (e.g. the simulator); nil means the one for `apnsEnvironment`.
+    public var apnsURL: String?
+    public var apnsCAFile: String?
+    public var apnsConnections = 2
+    public var deliverConcurrency = 1000
+
+    // Delivery semantics
+    public var jobTTL: Duration = .seconds(24 * 3600)
+    public var retryBase: Duration = .seconds(1)
+    public var retryMax: Duration = .seconds(300)
+    public var leaseTimeout: Duration = .seconds(60)
+    public var deadLetterRetention: Duration = .seconds(7 * 86_400)
+    public var tombstoneRetention: Duration = .seconds(30 * 86_400)
+    public var queueMax = 1_000_000
+    public var testWait: Duration = .seconds(5)
+    public var lateNotice: Duration = .seconds(120)
+    public var shutdownGrace: Duration = .seconds(10)
+    /// Pushes per device per minute before waiting alerts merge into a digest; nil disables digests.
+    public var deviceBurst: Int? = 10
+
+    // Abuse limits
+    public var rateLimitRegister = [RateLimitRule(limit: 5, window: .seconds(60)),
+                                    RateLimitRule(limit: 30, window: .seconds(3600))]
+    public var rateLimitWebhook = [RateLimitRule(limit: 600, window: .seconds(60))]
+    public var rateLimitWebhookFailed = [RateLimitRule(limit: 10, window: .seconds(60))]
+    public var behindProxy = false
+    public var proxyHeader = "X-Forwarded-For"
+    /// Proxies whose forwarding header is believed, in addition to 127.0.0.1 and ::1.
+    public var trustedProxies: [IPNetwork] = []
+
+    // Observability
+    /// Prometheus listener; nil when `off`.
+    public var metricsAddress: ListenAddress? = ListenAddress(host: "127.0.0.1", port: 9464)
+    public var logLevel = LogLevel.info
+    public var logFormat = LogFormat.text
+
+    public init() {}
+
+    /// The APNs base URL deliveries go to.
+    public var apnsBaseURL: String {
+        if let apnsURL { return apnsURL }
+        switch apnsEnvironment {
+        case .production: return "https://api.push.apple.com"
+        case .sandbox: return "https://api.sandbox.push.apple.com"
+        }
+    }
+
+    /// Checks that the settings a delivering process needs are present (SPEC §6: required for deliver/serve).
+    public func validateForDelivery() throws(ConfigurationError) {
+        let required: [(String, String?)] = [
+            ("APNS_AUTH_KEY_PATH", apnsAuthKeyPath), ("APNS_KEY_ID", apnsKeyID),
+            ("APNS_TEAM_ID", apnsTeamID), ("APP_BUNDLE_IDENTIFIER", appBundleIdentifier),
+        ]
+        for (name, value) in required where (value ?? "").isEmpty {
+            throw ConfigurationError(variable: name, message: "is required to deliver pushes")
+        }
+    }
+}

@@ -1,0 +1,51 @@
+import Common
+import Foundation
+import Queue
+
+enum ReplayCommand: Command {
+    static let name = "replay"
+    static let summary = "put dead letters back in the queue"
+    static let help = """
+        Usage: kumapush-relay replay [--reason R] [--device ID] [--since DURATION] [--dry-run]
+
+          --reason R          only dead letters with this APNs reason (e.g. BadDeviceToken, Expired)
+          --device ID         only this device's
+          --since DURATION    only those dead-lettered within the last DURATION (e.g. 2h, 7d)
+          --dry-run           count what would be replayed, change nothing
+
+        Replayed jobs get a fresh JOB_TTL and keep per-device order behind what is already queued.
+        """
+
+    /// Rows per transaction: small enough that ingest and deliver never wait long for the write lock.
+    static let batchSize = 500
+
+    static func run(settings: Settings, arguments: [String]) throws -> Int32 {
+        var options = OptionParser(arguments)
+        let clock = SystemClock()
+        var filter = DeadLetterFilter(reason: try options.value("--reason"), deviceID: try options.value("--device"))
+        if let since = try options.value("--since") {
+            guard let window = DurationSyntax.parse(since) else { throw UsageError("--since takes a duration such as 2h or 7d") }
+            filter.since = clock.nowMillis() - window.wholeMilliseconds
+        }
+        let dryRun = options.flag("--dry-run")
+        try options.finish()
+
+        let store = try openStore(settings, clock: clock)
+        let total = try store.countDeadLetters(filter)
+        if dryRun {
+            print("\(total) dead letter\(total == 1 ? "" : "s") would be replayed")
+            return ExitCode.ok
+        }
+        let progress = ProgressBar(total: total, label: "replaying")
+        var replayed = 0
+        while replayed < total {
+            let count = try store.replayDeadLetters(filter, limit: batchSize, now: clock.nowMillis(), ttl: settings.jobTTL)
+            if count == 0 { break }
+            replayed += count
+            progress.update(replayed)
+        }
+        progress.finish()
+        print("replayed \(replayed) dead letter\(replayed == 1 ? "" : "s")")
+        return ExitCode.ok
+    }
+}

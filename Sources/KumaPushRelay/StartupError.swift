@@ -1,0 +1,21 @@
+import Queue
+
+/// A failure while opening what a command needs, with the exit code it deserves: 2 for something the operator must
+/// fix in the configuration or the files (a foreign or newer database), 1 for a runtime condition.
+struct StartupError: Error, CustomStringConvertible {
+    let description: String
+    let exitCode: Int32
+}
+
+extension StartupError {
+    /// Maps a failure to open the database named by DATABASE_PATH.
+    static func openingDatabase(_ path: String, _ error: StoreError) -> StartupError {
+        switch error.code {
+        case .notADatabase, .newerSchema:
+            return StartupError(description: "configuration error: DATABASE_PATH (\(path)): \(error.message)", exitCode: ExitCode.usage)
+        default:
+            return StartupError(description: "cannot open the database at DATABASE_PATH (\(path)): \(error.message)",
+                                exitCode: ExitCode.runtimeError)
+        }
+    }
+}

@@ -1,0 +1,25 @@
+import Common
+import Deliver
+import Ingest
+import Queue
+
+/// The relay's version; bumped with each release in CHANGELOG.md.
+let relayVersion = "0.1.0-dev"
+
+enum VersionCommand: Command {
+    static let name = "version"
+    static let summary = "print the version and the linked C library versions"
+    static let help = "Usage: kumapush-relay version"
+
+    static func run(settings: Settings, arguments: [String]) throws -> Int32 {
+        try OptionParser(arguments).finish()
+        print("""
+            kumapush-relay \(relayVersion) (database schema \(SQLiteStore.schemaVersion))
+              SQLite        \(SQLiteStore.libraryVersion)
+              OpenSSL       \(Crypto.openSSLVersion)
+              libmicrohttpd \(HTTPServerLibrary.version)
+              libnghttp2    \(HTTP2Library.version)
+            """)
+        return ExitCode.ok
+    }
+}

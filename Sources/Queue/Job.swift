@@ -1,0 +1,103 @@
+/// The states of a push job, with River's names plus `pending`.
+///
+/// Per device exactly one live job is the *head* (`available`, `running` or `retryable`); the device's later jobs
+/// wait as `pending` and the oldest is promoted when the head completes or is dead-lettered. A unique partial index
+/// enforces "one head per device", which is what keeps a device's pushes in acceptance order across any number of
+/// workers and processes.
+public enum JobState: String, Sendable, CaseIterable {
+    /// Waiting behind an earlier job of the same device.
+    case pending
+    /// The device's head job, due at `scheduled_at`.
+    case available
+    /// Leased by a worker until `lease_expires_at`.
+    case running
+    /// The head job, waiting to be retried at `scheduled_at`.
+    case retryable
+    /// Dead-lettered with a reason; kept for `replay` until `DEAD_LETTER_RETENTION` passes.
+    case discarded
+}
+
+/// A job to enqueue.
+public struct NewJob: Sendable {
+    public var deviceID: String
+    /// Public id (a UUID): answered in the 202, and sent as `apns-id` on every attempt.
+    public var publicID: String
+    /// What the deliverer needs to build the push at send time (opaque to the queue).
+    public var payload: [UInt8]
+
+    public init(deviceID: String, publicID: String, payload: [UInt8]) {
+        self.deviceID = deviceID
+        self.publicID = publicID
+        self.payload = payload
+    }
+}
+
+/// What happened to one job of an enqueue batch.
+public enum EnqueueResult: Sendable, Equatable {
+    case queued
+    /// The device was deleted between the lookup and the commit; nothing was stored.
+    case deviceGone
+}
+
+/// A job leased to a worker, with what is needed to send it.
+public struct ClaimedJob: Sendable, Equatable {
+    public var id: Int64
+    public var publicID: String
+    public var deviceID: String
+    public var deviceToken: String
+    public var downNotificationLevel: Device.DownNotificationLevel
+    public var payload: [UInt8]
+    /// 1 on the first attempt.
+    public var attempt: Int
+    public var createdAt: Int64
+    public var expiresAt: Int64
+}
+
+/// The result of one attempt, applied with `JobQueue.finish`. Each names the job and the attempt it answers, so a
+/// late answer for a lease that expired and was taken over changes nothing.
+public struct JobOutcome: Sendable, Equatable {
+    public enum Kind: Sendable, Equatable {
+        /// APNs accepted it: delete the job, record the device's success.
+        case delivered
+        /// Try again at `at` (milliseconds since 1970), remembering `error`.
+        case retry(at: Int64, error: String)
+        /// Give up: keep the job as a dead letter with `reason`, record it on the device.
+        case deadLetter(reason: String)
+        /// APNs says the token is gone: delete the device and its jobs, leave a tombstone with `reason`.
+        case removeDevice(reason: String)
+    }
+
+    public var jobID: Int64
+    public var attempt: Int
+    public var kind: Kind
+
+    public init(jobID: Int64, attempt: Int, kind: Kind) {
+        self.jobID = jobID
+        self.attempt = attempt
+        self.kind = kind
+    }
+}
+
+/// Which dead letters `replay` takes.
+public struct DeadLetterFilter: Sendable, Equatable {
+    public var reason: String?
+    public var deviceID: String?
+    /// Only those dead-lettered at or after this time (milliseconds since 1970).
+    public var since: Int64?
+
+    public init(reason: String? = nil, deviceID: String? = nil, since: Int64? = nil) {
+        self.reason = reason
+        self.deviceID = deviceID
+        self.since = since
+    }
+}
+
+/// A snapshot for `stats`.
+public struct QueueStats: Sendable, Equatable {
+    public var devices: Int
+    public var tombstones: Int
+    public var jobsByState: [JobState: Int]
+    public var deadLettersByReason: [String: Int]
+    /// Acceptance time of the oldest job not yet finished (dead letters excluded), if any.
+    public var oldestJobCreatedAt: Int64?
+}

@@ -1,0 +1,93 @@
+/// The schema, as numbered, append-only migrations. Never edit a shipped migration: add the next number.
+/// Each applied version is recorded in `schema_migrations`; a database holding a version this list does not know
+/// was migrated by a newer binary and is refused.
+enum Migrations {
+    struct Migration {
+        let version: Int
+        let name: String
+        let sql: String
+    }
+
+    static let all: [Migration] = [
+        Migration(version: 1, name: "devices, tombstones and jobs", sql: """
+            CREATE TABLE devices (
+                id TEXT PRIMARY KEY NOT NULL,
+                device_token TEXT NOT NULL UNIQUE,
+                auth_token_hash TEXT NOT NULL DEFAULT '',
+                date_added INTEGER NOT NULL,
+                last_successful_notification INTEGER,
+                last_delivery_error TEXT NOT NULL DEFAULT '',
+                down_notification_level TEXT NOT NULL DEFAULT 'normal'
+                    CHECK (down_notification_level IN ('normal', 'time-sensitive'))
+            );
+
+            CREATE TABLE tombstones (
+                device_id TEXT PRIMARY KEY NOT NULL,
+                reason TEXT NOT NULL,
+                removed_at INTEGER NOT NULL
+            );
+            CREATE INDEX tombstones_by_age ON tombstones (removed_at);
+
+            -- Times are milliseconds since 1970. id order is acceptance order.
+            CREATE TABLE jobs (
+                id INTEGER PRIMARY KEY,
+                public_id TEXT NOT NULL UNIQUE,
+                device_id TEXT NOT NULL REFERENCES devices (id) ON DELETE CASCADE,
+                state TEXT NOT NULL CHECK (state IN ('pending', 'available', 'running', 'retryable', 'discarded')),
+                payload BLOB NOT NULL,
+                attempt INTEGER NOT NULL DEFAULT 0 CHECK (attempt >= 0),
+                created_at INTEGER NOT NULL,
+                scheduled_at INTEGER NOT NULL,
+                expires_at INTEGER NOT NULL,
+                attempted_at INTEGER,
+                attempted_by TEXT,
+                lease_expires_at INTEGER,
+                last_error TEXT NOT NULL DEFAULT '',
+                finalized_at INTEGER,
+                CHECK ((state = 'running') = (attempted_by IS NOT NULL AND lease_expires_at IS NOT NULL)),
+                CHECK ((state = 'discarded') = (finalized_at IS NOT NULL))
+            );
+            -- At most one head (available, running or retryable) per device: per-device order, enforced by SQLite.
+            CREATE UNIQUE INDEX jobs_one_head_per_device ON jobs (device_id)
+                WHERE state IN ('available', 'running', 'retryable');
+            CREATE INDEX jobs_by_device ON jobs (device_id, id);
+            CREATE INDEX jobs_due ON jobs (scheduled_at) WHERE state IN ('available', 'retryable');
+            CREATE INDEX jobs_leased ON jobs (lease_expires_at) WHERE state = 'running';
+            CREATE INDEX jobs_dead ON jobs (finalized_at) WHERE state = 'discarded';
+            """),
+    ]
+
+    static var latestVersion: Int { all.map(\.version).max() ?? 0 }
+
+    /// Brings the database up to `latestVersion`, applying each missing migration in its own transaction.
+    static func apply(on connection: SQLiteConnection, now: Int64) throws {
+        try connection.writeTransaction {
+            let tables = try connection.statement("SELECT name FROM sqlite_master WHERE type = 'table'").rows { $0.text(0) }
+            if !tables.isEmpty && !tables.contains("schema_migrations") {
+                throw StoreError(.notADatabase, "the database holds tables but no schema_migrations: it is not a KumaPush relay database")
+            }
+            try connection.execute("""
+                CREATE TABLE IF NOT EXISTS schema_migrations (
+                    version INTEGER PRIMARY KEY NOT NULL,
+                    name TEXT NOT NULL,
+                    applied_at INTEGER NOT NULL
+                )
+                """)
+        }
+        let applied = Set(try connection.statement("SELECT version FROM schema_migrations").rows { $0.int(0) })
+        if let newest = applied.max(), newest > latestVersion {
+            throw StoreError(.newerSchema, "the database is at schema version \(newest) but this binary knows only up to \(latestVersion): run a newer kumapush-relay")
+        }
+        for migration in all where !applied.contains(migration.version) {
+            try connection.writeTransaction {
+                // Re-check inside the write lock: another process may have applied it since we looked.
+                let done = try connection.statement("SELECT count(*) FROM schema_migrations WHERE version = ?")
+                    .rows([.integer(Int64(migration.version))]) { $0.int(0) }.first ?? 0
+                guard done == 0 else { return }
+                try connection.execute(migration.sql)
+                try connection.statement("INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)")
+                    .run([.integer(Int64(migration.version)), .text(migration.name), .integer(now)])
+            }
+        }
+    }
+}

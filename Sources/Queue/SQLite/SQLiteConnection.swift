@@ -1,0 +1,86 @@
+import Foundation
+internal import CSQLite
+
+/// One SQLite connection. Owns its `sqlite3*` (closed in `deinit`) and a cache of prepared statements.
+///
+/// Opened in multi-thread mode (`SQLITE_OPEN_NOMUTEX`): SQLite does no locking of its own, so a connection must be
+/// used by one thread at a time. `SQLiteStore` guarantees that by keeping it inside a `Mutex`.
+final class SQLiteConnection {
+    struct Options {
+        var busyTimeoutMillis: Int32 = 5_000
+        var synchronousFull = false
+    }
+
+    private let handle: OpaquePointer
+    private var statements: [String: SQLiteStatement] = [:]
+
+    init(path: String, options: Options) throws {
+        let directory = URL(fileURLWithPath: path).deletingLastPathComponent().path
+        try? FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        var db: OpaquePointer?
+        let flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX
+        let code = sqlite3_open_v2(path, &db, flags, nil)
+        guard code == SQLITE_OK, let db else {
+            // "Whether or not an error occurs when it is opened, resources associated with the database connection
+            // handle should be released by passing it to sqlite3_close() when it is no longer required."
+            // https://www.sqlite.org/c3ref/open.html
+            let message = db.map { String(cString: sqlite3_errmsg($0)) } ?? "out of memory"
+            sqlite3_close_v2(db)
+            throw SQLiteError(code: code, message: "cannot open \(path): \(message)", sql: nil)
+        }
+        handle = db
+        sqlite3_extended_result_codes(db, 1)
+        sqlite3_busy_timeout(db, options.busyTimeoutMillis)
+        // journal_mode=WAL first: it reads the file header, so a file that is not a database fails here, clearly.
+        try execute("PRAGMA journal_mode = WAL")
+        try execute("PRAGMA foreign_keys = ON")
+        // Deleted rows (finished jobs hold notification content) are overwritten on disk, not just unlinked.
+        try execute("PRAGMA secure_delete = ON")
+        try execute("PRAGMA synchronous = \(options.synchronousFull ? "FULL" : "NORMAL")")
+    }
+
+    deinit {
+        statements.removeAll()
+        sqlite3_close_v2(handle)
+    }
+
+    /// Runs one or more SQL statements that take no parameters (schema, pragmas, transaction control).
+    func execute(_ sql: String) throws {
+        var errorMessage: UnsafeMutablePointer<CChar>?
+        let code = sqlite3_exec(handle, sql, nil, nil, &errorMessage)
+        guard code == SQLITE_OK else {
+            let message = errorMessage.map { String(cString: $0) } ?? String(cString: sqlite3_errmsg(handle))
+            sqlite3_free(errorMessage)
+            throw SQLiteError(code: sqlite3_extended_errcode(handle), message: message, sql: sql)
+        }
+    }
+
+    /// The cached prepared statement for `sql`, prepared on first use.
+    func statement(_ sql: String) throws -> SQLiteStatement {
+        if let cached = statements[sql] { return cached }
+        let statement = try SQLiteStatement(connection: handle, sql: sql)
+        statements[sql] = statement
+        return statement
+    }
+
+    /// Runs `body` inside `BEGIN IMMEDIATE … COMMIT`, rolling back if it throws. IMMEDIATE takes the write lock up
+    /// front, so two processes never deadlock upgrading read locks; a busy database waits up to the busy timeout.
+    func writeTransaction<T>(_ body: () throws -> T) throws -> T {
+        try execute("BEGIN IMMEDIATE")
+        do {
+            let result = try body()
+            try execute("COMMIT")
+            return result
+        } catch {
+            try? execute("ROLLBACK")
+            throw error
+        }
+    }
+
+    /// The value of a single-valued pragma, e.g. `secure_delete` → "1".
+    func pragma(_ name: String) throws -> String {
+        try statement("PRAGMA \(name)").rows { $0.text(0) }.first ?? ""
+    }
+
+    static var libraryVersion: String { String(cString: sqlite3_libversion()) }
+}

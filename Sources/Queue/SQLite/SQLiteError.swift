@@ -1,0 +1,27 @@
+internal import CSQLite
+
+/// A failed SQLite call: the extended result code, SQLite's message and the SQL text. Bound values are never part
+/// of it (they hold device tokens and notification content).
+struct SQLiteError: Error, CustomStringConvertible {
+    let code: Int32
+    let message: String
+    let sql: String?
+
+    var primaryCode: Int32 { code & 0xff }
+    var description: String {
+        "SQLite error \(code) (\(String(cString: sqlite3_errstr(code)))): \(message)" + (sql.map { " in: \($0)" } ?? "")
+    }
+
+    var isConstraintViolation: Bool { primaryCode == SQLITE_CONSTRAINT }
+
+    /// Failures of the environment rather than of the statement: the database is locked by someone else for longer
+    /// than the busy timeout, the disk is full or failing, or the file is not writable. Callers answer these with
+    /// "try again later" instead of treating them as bugs.
+    var isEnvironmental: Bool {
+        [SQLITE_BUSY, SQLITE_LOCKED, SQLITE_FULL, SQLITE_IOERR, SQLITE_READONLY, SQLITE_CANTOPEN, SQLITE_NOMEM,
+         SQLITE_PROTOCOL].contains(primaryCode)
+    }
+
+    /// The file is not a database at all, or a damaged one.
+    var isCorruption: Bool { primaryCode == SQLITE_NOTADB || primaryCode == SQLITE_CORRUPT }
+}

@@ -1,0 +1,96 @@
+internal import CSQLite
+
+/// One prepared statement. Owns its `sqlite3_stmt`, finalized in `deinit`; used only by the connection that made
+/// it, which is itself confined to one thread at a time.
+final class SQLiteStatement {
+    let sql: String
+    private let handle: OpaquePointer
+    private let connection: OpaquePointer
+
+    init(connection: OpaquePointer, sql: String) throws {
+        var statement: OpaquePointer?
+        // SQLITE_PREPARE_PERSISTENT: these statements are cached and reused for the life of the connection.
+        let code = sqlite3_prepare_v3(connection, sql, -1, UInt32(SQLITE_PREPARE_PERSISTENT), &statement, nil)
+        guard code == SQLITE_OK, let statement else {
+            throw SQLiteError(code: sqlite3_extended_errcode(connection), message: String(cString: sqlite3_errmsg(connection)), sql: sql)
+        }
+        self.sql = sql
+        self.handle = statement
+        self.connection = connection
+    }
+
+    deinit { sqlite3_finalize(handle) }
+
+    /// Runs the statement with `values` and returns each result row mapped by `map`.
+    func rows<T>(_ values: [SQLiteValue] = [], _ map: (SQLiteRow) throws -> T) throws -> [T] {
+        try bind(values)
+        defer { sqlite3_reset(handle) }
+        var results: [T] = []
+        while try step() { results.append(try map(SQLiteRow(handle: handle))) }
+        return results
+    }
+
+    /// Runs the statement with `values` to completion and returns how many rows it changed.
+    @discardableResult
+    func run(_ values: [SQLiteValue] = []) throws -> Int {
+        try bind(values)
+        defer { sqlite3_reset(handle) }
+        while try step() {}
+        return Int(sqlite3_changes(connection))
+    }
+
+    private func bind(_ values: [SQLiteValue]) throws {
+        sqlite3_clear_bindings(handle)
+        for (offset, value) in values.enumerated() {
+            let index = Int32(offset + 1)
+            let code: Int32
+            switch value {
+            case .integer(let number): code = sqlite3_bind_int64(handle, index, number)
+            case .text(let text): code = sqlite3_bind_text(handle, index, text, -1, CSQLite_transient())
+            case .blob(let bytes):
+                code = bytes.withUnsafeBytes { raw in
+                    // A zero-length blob must still be a blob, not NULL: SQLite needs a non-nil pointer for that.
+                    sqlite3_bind_blob(handle, index, raw.baseAddress ?? UnsafeRawPointer(bitPattern: 1), Int32(raw.count), CSQLite_transient())
+                }
+            case .null: code = sqlite3_bind_null(handle, index)
+            }
+            guard code == SQLITE_OK else { throw failure(code) }
+        }
+    }
+
+    private func step() throws -> Bool {
+        switch sqlite3_step(handle) {
+        case SQLITE_ROW: return true
+        case SQLITE_DONE: return false
+        case let code: throw failure(code)
+        }
+    }
+
+    private func failure(_ code: Int32) -> SQLiteError {
+        SQLiteError(code: sqlite3_extended_errcode(connection), message: String(cString: sqlite3_errmsg(connection)), sql: sql)
+    }
+}
+
+/// The current row of a stepping statement; valid only inside the `rows` callback.
+struct SQLiteRow {
+    fileprivate let handle: OpaquePointer
+
+    func int64(_ column: Int32) -> Int64 { sqlite3_column_int64(handle, column) }
+    func int(_ column: Int32) -> Int { Int(sqlite3_column_int64(handle, column)) }
+    func isNull(_ column: Int32) -> Bool { sqlite3_column_type(handle, column) == SQLITE_NULL }
+    func optionalInt64(_ column: Int32) -> Int64? { isNull(column) ? nil : int64(column) }
+
+    func text(_ column: Int32) -> String {
+        guard let pointer = sqlite3_column_text(handle, column) else { return "" }
+        let count = Int(sqlite3_column_bytes(handle, column))
+        return String(decoding: UnsafeBufferPointer(start: pointer, count: count), as: UTF8.self)
+    }
+
+    func optionalText(_ column: Int32) -> String? { isNull(column) ? nil : text(column) }
+
+    func blob(_ column: Int32) -> [UInt8] {
+        let count = Int(sqlite3_column_bytes(handle, column))
+        guard count > 0, let pointer = sqlite3_column_blob(handle, column) else { return [] }
+        return Array(UnsafeRawBufferPointer(start: pointer, count: count))
+    }
+}

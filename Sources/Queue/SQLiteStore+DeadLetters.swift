@@ -1,0 +1,46 @@
+import Common
+
+extension SQLiteStore {
+    /// `WHERE` terms and values for a dead-letter filter; `?` placeholders in order.
+    private static func conditions(_ filter: DeadLetterFilter) -> (String, [SQLiteValue]) {
+        var terms = ["state = 'discarded'"]
+        var values: [SQLiteValue] = []
+        if let reason = filter.reason { terms.append("last_error = ?"); values.append(.text(reason)) }
+        if let device = filter.deviceID { terms.append("device_id = ?"); values.append(.text(device)) }
+        if let since = filter.since { terms.append("finalized_at >= ?"); values.append(.integer(since)) }
+        return (terms.joined(separator: " AND "), values)
+    }
+
+    public func countDeadLetters(_ filter: DeadLetterFilter) throws(StoreError) -> Int {
+        let (whereClause, values) = Self.conditions(filter)
+        return try withConnection { db in
+            try db.statement("SELECT count(*) FROM jobs WHERE \(whereClause)").rows(values) { $0.int(0) }.first ?? 0
+        }
+    }
+
+    public func replayDeadLetters(_ filter: DeadLetterFilter, limit: Int, now: Int64, ttl: Duration) throws(StoreError) -> Int {
+        let (whereClause, values) = Self.conditions(filter)
+        return try write { db in
+            let ids = try db.statement("SELECT id FROM jobs WHERE \(whereClause) ORDER BY id LIMIT ?")
+                .rows(values + [.integer(Int64(limit))]) { $0.int64(0) }
+            // One row at a time: whether a replayed job becomes its device's head depends on the rows before it.
+            let requeue = try db.statement("""
+                UPDATE jobs SET
+                    state = CASE WHEN EXISTS (SELECT 1 FROM jobs h WHERE h.device_id = jobs.device_id
+                                              AND h.state IN ('available', 'running', 'retryable'))
+                                 THEN 'pending' ELSE 'available' END,
+                    attempt = 0, scheduled_at = ?1, expires_at = ?2, finalized_at = NULL, last_error = ''
+                WHERE id = ?3 AND state = 'discarded'
+                """)
+            var count = 0
+            for id in ids { count += try requeue.run([.integer(now), .integer(now + ttl.wholeMilliseconds), .integer(id)]) }
+            return count
+        }
+    }
+
+    public func purgeDeadLetters(before: Int64) throws(StoreError) -> Int {
+        try write { db in
+            try db.statement("DELETE FROM jobs WHERE state = 'discarded' AND finalized_at < ?").run([.integer(before)])
+        }
+    }
+}

@@ -1,0 +1,76 @@
+import Common
+
+extension SQLiteStore {
+    private static let deviceColumns =
+        "id, device_token, auth_token_hash, date_added, last_successful_notification, last_delivery_error, down_notification_level"
+
+    private static func device(_ row: SQLiteRow) -> Device {
+        Device(id: row.text(0), token: row.text(1), authTokenHash: row.text(2), dateAdded: row.int64(3),
+               lastSuccessfulNotification: row.optionalInt64(4), lastDeliveryError: row.text(5),
+               downNotificationLevel: Device.DownNotificationLevel(rawValue: row.text(6)) ?? .normal)
+    }
+
+    public func registerDevice(token: String, authTokenHash: String, now: Int64,
+                               newID: () throws -> String) throws(StoreError) -> Registration {
+        // A fresh id collides with an existing one with probability ~n/2^84; retry a few times all the same.
+        var lastError: StoreError?
+        for _ in 0..<5 {
+            let candidate: String
+            do { candidate = try newID() } catch { throw StoreError(.failed, "cannot generate a device id: \(error)") }
+            do {
+                return try write { db in
+                    let rows = try db.statement("""
+                        INSERT INTO devices (id, device_token, auth_token_hash, date_added) VALUES (?1, ?2, ?3, ?4)
+                        ON CONFLICT (device_token) DO UPDATE SET auth_token_hash = excluded.auth_token_hash
+                        RETURNING \(Self.deviceColumns)
+                        """).rows([.text(candidate), .text(token), .text(authTokenHash), .integer(now)], Self.device)
+                    guard let device = rows.first else { throw StoreError(.failed, "register returned no row") }
+                    return Registration(device: device, created: device.id == candidate)
+                }
+            } catch where error.message.contains("UNIQUE constraint failed: devices.id") {
+                lastError = error
+            }
+        }
+        throw lastError ?? StoreError(.failed, "cannot register")
+    }
+
+    public func device(id: String) throws(StoreError) -> Device? {
+        try withConnection { db in
+            try db.statement("SELECT \(Self.deviceColumns) FROM devices WHERE id = ?").rows([.text(id)], Self.device).first
+        }
+    }
+
+    public func updateDevice(id: String, token: String?, level: Device.DownNotificationLevel?) throws(StoreError) -> Device? {
+        do {
+            return try write { db in
+                // A new token is a new phone or a reinstall: the old token's delivery error no longer applies.
+                try db.statement("""
+                    UPDATE devices SET
+                        last_delivery_error = CASE WHEN ?1 IS NOT NULL AND ?1 != device_token THEN '' ELSE last_delivery_error END,
+                        device_token = coalesce(?1, device_token),
+                        down_notification_level = coalesce(?2, down_notification_level)
+                    WHERE id = ?3
+                    RETURNING \(Self.deviceColumns)
+                    """).rows([.optional(token), .optional(level?.rawValue), .text(id)], Self.device).first
+            }
+        } catch where error.message.contains("UNIQUE constraint failed: devices.device_token") {
+            throw StoreError(.tokenConflict, "device token already registered")
+        }
+    }
+
+    public func deleteDevice(id: String) throws(StoreError) -> Bool {
+        // Foreign keys cascade: the device's jobs, pending and dead, go with it.
+        try write { db in try db.statement("DELETE FROM devices WHERE id = ?").run([.text(id)]) > 0 }
+    }
+
+    public func tombstone(deviceID: String) throws(StoreError) -> Tombstone? {
+        try withConnection { db in
+            try db.statement("SELECT device_id, reason, removed_at FROM tombstones WHERE device_id = ?")
+                .rows([.text(deviceID)]) { Tombstone(deviceID: $0.text(0), reason: $0.text(1), removedAt: $0.int64(2)) }.first
+        }
+    }
+
+    public func purgeTombstones(before: Int64) throws(StoreError) -> Int {
+        try write { db in try db.statement("DELETE FROM tombstones WHERE removed_at < ?").run([.integer(before)]) }
+    }
+}

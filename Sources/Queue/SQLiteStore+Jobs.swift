@@ -1,0 +1,151 @@
+import Common
+
+extension SQLiteStore {
+    /// A new job is the device's head when the device has no live head yet, otherwise it waits as `pending`.
+    private static let insertJob = """
+        INSERT INTO jobs (public_id, device_id, state, payload, created_at, scheduled_at, expires_at)
+        SELECT ?1, d.id,
+               CASE WHEN EXISTS (SELECT 1 FROM jobs h WHERE h.device_id = d.id
+                                 AND h.state IN ('available', 'running', 'retryable'))
+                    THEN 'pending' ELSE 'available' END,
+               ?2, ?3, ?3, ?4
+        FROM devices d WHERE d.id = ?5
+        """
+
+    /// Promotes a device's oldest pending job to head after its head left (completed, dead-lettered).
+    private static let promoteNext = """
+        UPDATE jobs SET state = 'available'
+        WHERE id = (SELECT id FROM jobs WHERE device_id = ?1 AND state = 'pending' ORDER BY id LIMIT 1)
+        """
+
+    /// The lease guard every completion carries: still running, leased by this worker, at this attempt.
+    private static let leaseGuard = "id = ? AND state = 'running' AND attempted_by = ? AND attempt = ?"
+
+    public func enqueue(_ jobs: some Sequence<NewJob>, now: Int64, ttl: Duration) throws(StoreError) -> [EnqueueResult] {
+        let expiresAt = now + ttl.wholeMilliseconds
+        return try write { db in
+            let insert = try db.statement(Self.insertJob)
+            var results: [EnqueueResult] = []
+            for job in jobs {
+                let changed = try insert.run([.text(job.publicID), .blob(job.payload), .integer(now), .integer(expiresAt),
+                                              .text(job.deviceID)])
+                results.append(changed == 1 ? .queued : .deviceGone)
+            }
+            return results
+        }
+    }
+
+    public func claim(worker: String, limit: Int, now: Int64, lease: Duration) throws(StoreError) -> [ClaimedJob] {
+        guard limit > 0 else { return [] }
+        return try write { db in
+            let leased = try db.statement("""
+                UPDATE jobs SET state = 'running', attempt = attempt + 1, attempted_at = ?1, attempted_by = ?2,
+                                lease_expires_at = ?3
+                WHERE id IN (SELECT id FROM jobs WHERE state IN ('available', 'retryable') AND scheduled_at <= ?1
+                             ORDER BY scheduled_at LIMIT ?4)
+                RETURNING id, public_id, device_id, payload, attempt, created_at, expires_at
+                """).rows([.integer(now), .text(worker), .integer(now + lease.wholeMilliseconds), .integer(Int64(limit))]) {
+                ($0.int64(0), $0.text(1), $0.text(2), $0.blob(3), $0.int(4), $0.int64(5), $0.int64(6))
+            }
+            let lookup = try db.statement("SELECT device_token, down_notification_level FROM devices WHERE id = ?")
+            var claimed: [ClaimedJob] = []
+            claimed.reserveCapacity(leased.count)
+            for (id, publicID, deviceID, payload, attempt, createdAt, expiresAt) in leased {
+                // The foreign key guarantees the device exists while its job does.
+                guard let (token, level) = try lookup.rows([.text(deviceID)], { ($0.text(0), $0.text(1)) }).first else { continue }
+                claimed.append(ClaimedJob(id: id, publicID: publicID, deviceID: deviceID, deviceToken: token,
+                                          downNotificationLevel: Device.DownNotificationLevel(rawValue: level) ?? .normal,
+                                          payload: payload, attempt: attempt, createdAt: createdAt, expiresAt: expiresAt))
+            }
+            // Acceptance order, which is what callers log and send in.
+            return claimed.sorted { $0.id < $1.id }
+        }
+    }
+
+    public func finish(_ outcomes: [JobOutcome], worker: String, now: Int64) throws(StoreError) -> [Bool] {
+        guard !outcomes.isEmpty else { return [] }
+        return try write { db in
+            let promote = try db.statement(Self.promoteNext)
+            var applied: [Bool] = []
+            applied.reserveCapacity(outcomes.count)
+            for outcome in outcomes {
+                let guardValues: [SQLiteValue] = [.integer(outcome.jobID), .text(worker), .integer(Int64(outcome.attempt))]
+                switch outcome.kind {
+                case .delivered:
+                    let devices = try db.statement("DELETE FROM jobs WHERE \(Self.leaseGuard) RETURNING device_id")
+                        .rows(guardValues) { $0.text(0) }
+                    for device in devices {
+                        try db.statement("""
+                            UPDATE devices SET last_successful_notification = ?1, last_delivery_error = '' WHERE id = ?2
+                            """).run([.integer(now), .text(device)])
+                        try promote.run([.text(device)])
+                    }
+                    applied.append(!devices.isEmpty)
+                case .retry(let at, let error):
+                    let changed = try db.statement("""
+                        UPDATE jobs SET state = 'retryable', scheduled_at = ?4, last_error = ?5,
+                                        attempted_by = NULL, lease_expires_at = NULL
+                        WHERE id = ?1 AND state = 'running' AND attempted_by = ?2 AND attempt = ?3
+                        """).run(guardValues + [.integer(at), .text(error)])
+                    applied.append(changed == 1)
+                case .deadLetter(let reason):
+                    let devices = try db.statement("""
+                        UPDATE jobs SET state = 'discarded', finalized_at = ?4, last_error = ?5,
+                                        attempted_by = NULL, lease_expires_at = NULL
+                        WHERE id = ?1 AND state = 'running' AND attempted_by = ?2 AND attempt = ?3
+                        RETURNING device_id
+                        """).rows(guardValues + [.integer(now), .text(reason)]) { $0.text(0) }
+                    for device in devices {
+                        try db.statement("UPDATE devices SET last_delivery_error = ?1 WHERE id = ?2").run([.text(reason), .text(device)])
+                        try promote.run([.text(device)])
+                    }
+                    applied.append(!devices.isEmpty)
+                case .removeDevice(let reason):
+                    let devices = try db.statement("SELECT device_id FROM jobs WHERE \(Self.leaseGuard)").rows(guardValues) { $0.text(0) }
+                    for device in devices {
+                        try db.statement("INSERT OR REPLACE INTO tombstones (device_id, reason, removed_at) VALUES (?, ?, ?)")
+                            .run([.text(device), .text(reason), .integer(now)])
+                        try db.statement("DELETE FROM devices WHERE id = ?").run([.text(device)])
+                    }
+                    applied.append(!devices.isEmpty)
+                }
+            }
+            return applied
+        }
+    }
+
+    public func release(jobIDs: [Int64], worker: String, now: Int64) throws(StoreError) -> Int {
+        try write { db in
+            let release = try db.statement("""
+                UPDATE jobs SET state = 'available', attempt = max(attempt - 1, 0), scheduled_at = ?1,
+                                attempted_by = NULL, lease_expires_at = NULL
+                WHERE id = ?2 AND state = 'running' AND attempted_by = ?3
+                """)
+            var count = 0
+            for id in jobIDs { count += try release.run([.integer(now), .integer(id), .text(worker)]) }
+            return count
+        }
+    }
+
+    public func rescueExpiredLeases(now: Int64) throws(StoreError) -> Int {
+        try write { db in
+            try db.statement("""
+                UPDATE jobs SET state = 'retryable', scheduled_at = ?1, last_error = 'lease expired',
+                                attempted_by = NULL, lease_expires_at = NULL
+                WHERE state = 'running' AND lease_expires_at <= ?1
+                """).run([.integer(now)])
+        }
+    }
+
+    public func makeRetryableDue(now: Int64) throws(StoreError) -> Int {
+        try write { db in
+            try db.statement("UPDATE jobs SET scheduled_at = ?1 WHERE state = 'retryable' AND scheduled_at > ?1").run([.integer(now)])
+        }
+    }
+
+    public func liveJobCount() throws(StoreError) -> Int {
+        try withConnection { db in
+            try db.statement("SELECT count(*) FROM jobs WHERE state != 'discarded'").rows { $0.int(0) }.first ?? 0
+        }
+    }
+}

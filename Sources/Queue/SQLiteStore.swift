@@ -1,0 +1,95 @@
+import Common
+import Synchronization
+
+/// `RelayStore` on one SQLite file in WAL mode. Any number of processes may open the same file: writes take the
+/// database's write lock with `BEGIN IMMEDIATE` and wait up to the busy timeout for it.
+///
+/// One connection per store, confined by a `Mutex`: SQLite connections opened with `SQLITE_OPEN_NOMUTEX` must not
+/// be used by two threads at once, and the mutex is the only way to reach it.
+public final class SQLiteStore: Sendable {
+    public struct Options: Sendable {
+        /// `synchronous=FULL` (power-loss durable) instead of `NORMAL` (process-crash durable).
+        public var synchronousFull = false
+        /// How long a write waits for another process's write lock before failing with `.unavailable`.
+        public var busyTimeout: Duration = .seconds(5)
+
+        public init(synchronousFull: Bool = false, busyTimeout: Duration = .seconds(5)) {
+            self.synchronousFull = synchronousFull
+            self.busyTimeout = busyTimeout
+        }
+    }
+
+    private let connection: Mutex<SQLiteConnection>
+
+    /// Opens (creating if needed) the database at `path` and applies pending migrations.
+    public init(path: String, options: Options = Options(), now: Int64) throws(StoreError) {
+        do {
+            let opened = try SQLiteConnection(path: path, options: .init(
+                busyTimeoutMillis: Int32(clamping: options.busyTimeout.wholeMilliseconds),
+                synchronousFull: options.synchronousFull))
+            try Migrations.apply(on: opened, now: now)
+            connection = Mutex(opened)
+        } catch {
+            throw Self.storeError(error)
+        }
+    }
+
+    /// The linked SQLite library version, e.g. `3.40.1`.
+    public static var libraryVersion: String { SQLiteConnection.libraryVersion }
+
+    /// The schema version this binary migrates to.
+    public static var schemaVersion: Int { Migrations.latestVersion }
+
+    /// Runs `body` with the connection, mapping SQLite failures to `StoreError`.
+    func withConnection<T: Sendable>(_ body: (SQLiteConnection) throws -> T) throws(StoreError) -> T {
+        do {
+            return try connection.withLock { connection in try body(connection) }
+        } catch {
+            throw Self.storeError(error)
+        }
+    }
+
+    /// Runs `body` in a write transaction (see `SQLiteConnection.writeTransaction`).
+    func write<T: Sendable>(_ body: (SQLiteConnection) throws -> T) throws(StoreError) -> T {
+        try withConnection { connection in try connection.writeTransaction { try body(connection) } }
+    }
+
+    private static func storeError(_ error: any Error) -> StoreError {
+        switch error {
+        case let error as StoreError: return error
+        case let error as SQLiteError where error.isCorruption:
+            return StoreError(.notADatabase, "the file is not a SQLite database or is damaged (\(error.message))")
+        case let error as SQLiteError where error.isEnvironmental: return StoreError(.unavailable, error.description)
+        default: return StoreError(.failed, "\(error)")
+        }
+    }
+
+    /// The value of a single-valued pragma (diagnostics and tests), e.g. `secure_delete` → "1".
+    package func pragma(_ name: String) throws(StoreError) -> String {
+        try withConnection { try $0.pragma(name) }
+    }
+
+    public func ping() throws(StoreError) {
+        _ = try withConnection { db in try db.statement("SELECT count(*) FROM schema_migrations").rows { $0.int(0) } }
+    }
+
+    public func stats() throws(StoreError) -> QueueStats {
+        try withConnection { db in
+            let devices = try db.statement("SELECT count(*) FROM devices").rows { $0.int(0) }.first ?? 0
+            let tombstones = try db.statement("SELECT count(*) FROM tombstones").rows { $0.int(0) }.first ?? 0
+            var byState: [JobState: Int] = [:]
+            for (state, count) in try db.statement("SELECT state, count(*) FROM jobs GROUP BY state").rows([], { ($0.text(0), $0.int(1)) }) {
+                if let state = JobState(rawValue: state) { byState[state] = count }
+            }
+            var byReason: [String: Int] = [:]
+            for (reason, count) in try db.statement(
+                "SELECT last_error, count(*) FROM jobs WHERE state = 'discarded' GROUP BY last_error").rows([], { ($0.text(0), $0.int(1)) }) {
+                byReason[reason] = count
+            }
+            let oldest = try db.statement("SELECT min(created_at) FROM jobs WHERE state != 'discarded'")
+                .rows { $0.optionalInt64(0) }.first ?? nil
+            return QueueStats(devices: devices, tombstones: tombstones, jobsByState: byState,
+                              deadLettersByReason: byReason, oldestJobCreatedAt: oldest)
+        }
+    }
+}
