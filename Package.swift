@@ -34,7 +34,7 @@ let package = Package(
         .executableTarget(name: "QueueProbe", dependencies: ["Common", "Queue"], path: "Tests/QueueProbe",
                           swiftSettings: strictSettings),
         .testTarget(name: "CommonTests", dependencies: ["Common"], swiftSettings: strictSettings),
-        .testTarget(name: "QueueTests", dependencies: ["Common", "Queue"], swiftSettings: strictSettings),
+        .testTarget(name: "QueueTests", dependencies: ["Common", "Queue", "CSQLite"], swiftSettings: strictSettings),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -3,6 +3,11 @@ public struct APNsEndpoint: Sendable, Equatable {
     public var host: String
     public var port: UInt16
 
+    public init(host: String, port: UInt16) {
+        self.host = host
+        self.port = port
+    }
+
     public init?(_ url: String) {
         guard url.hasPrefix("https://") else { return nil }
         var rest = url.dropFirst("https://".count)

@@ -40,4 +40,10 @@ public struct Tombstone: Sendable, Equatable {
     public var deviceID: String
     public var reason: String
     public var removedAt: Int64
+
+    public init(deviceID: String, reason: String, removedAt: Int64) {
+        self.deviceID = deviceID
+        self.reason = reason
+        self.removedAt = removedAt
+    }
 }

@@ -69,6 +69,11 @@ public final class SQLiteStore: Sendable {
         try withConnection { try $0.pragma(name) }
     }
 
+    /// Copies the WAL into the database file and truncates the WAL (diagnostics and tests).
+    package func checkpoint() throws(StoreError) {
+        try withConnection { try $0.execute("PRAGMA wal_checkpoint(TRUNCATE)") }
+    }
+
     public func ping() throws(StoreError) {
         _ = try withConnection { db in try db.statement("SELECT count(*) FROM schema_migrations").rows { $0.int(0) } }
     }

@@ -1,0 +1,155 @@
+import Common
+import Foundation
+import Testing
+
+@Suite struct SettingsTests {
+    @Test func defaultsAreThoseOfTheSpec() throws {
+        let (s, remaining) = try Settings.load(environment: [:], arguments: [])
+        #expect(remaining.isEmpty)
+        #expect(s.port == 4321 && s.host == "0.0.0.0" && s.basePath == "")
+        #expect(s.databasePath == "./data/kumapush.db" && s.sync == .normal)
+        #expect(s.apnsEnvironment == .production && s.apnsBaseURL == "https://api.push.apple.com")
+        #expect(s.apnsConnections == 2 && s.deliverConcurrency == 1000)
+        #expect(s.jobTTL == .seconds(86_400) && s.retryBase == .seconds(1) && s.retryMax == .seconds(300))
+        #expect(s.leaseTimeout == .seconds(60))
+        #expect(s.deadLetterRetention == .seconds(7 * 86_400) && s.tombstoneRetention == .seconds(30 * 86_400))
+        #expect(s.queueMax == 1_000_000)
+        #expect(s.testWait == .seconds(5) && s.lateNotice == .seconds(120) && s.shutdownGrace == .seconds(10))
+        #expect(s.rateLimitRegister.settingText == "5/1m,30/1h")
+        #expect(s.rateLimitWebhook.settingText == "600/1m")
+        #expect(s.rateLimitWebhookFailed.settingText == "10/1m")
+        #expect(s.deviceBurst == 10)
+        #expect(!s.behindProxy && s.proxyHeader == "X-Forwarded-For" && s.trustedProxies.isEmpty)
+        #expect(s.metricsAddress == ListenAddress(host: "127.0.0.1", port: 9464))
+        #expect(s.logLevel == .info && s.logFormat == .text)
+    }
+
+    /// Each variable's documented default, read back through the parser, gives the built-in default.
+    @Test(arguments: Settings.variables.map(\.name))
+    func documentedDefaultParsesToTheBuiltInDefault(name: String) throws {
+        let variable = try #require(Settings.variables.first { $0.name == name })
+        guard !variable.defaultText.isEmpty else { return }
+        let (parsed, _) = try Settings.load(environment: [name: variable.defaultText], arguments: [])
+        #expect(parsed == Settings())
+    }
+
+    @Test func everyVariableIsReadFromTheEnvironment() throws {
+        let environment = [
+            "PORT": "8080", "HOST": "::1", "BASE_PATH": "/relay/", "DATABASE_PATH": "/tmp/k.db", "SYNC": "full",
+            "APNS_AUTH_KEY_PATH": "/k.p8", "APNS_KEY_ID": "KEY123", "APNS_TEAM_ID": "TEAM45", "APP_BUNDLE_IDENTIFIER": "com.x.y",
+            "ENV": "development", "APNS_URL": "https://127.0.0.1:8443/", "APNS_CA_FILE": "/ca.pem",
+            "APNS_CONNECTIONS": "4", "DELIVER_CONCURRENCY": "50", "JOB_TTL": "2h", "RETRY_BASE": "500ms", "RETRY_MAX": "1m",
+            "LEASE_TIMEOUT": "30s", "DEAD_LETTER_RETENTION": "1d", "TOMBSTONE_RETENTION": "2d", "QUEUE_MAX": "99",
+            "TEST_WAIT": "0", "LATE_NOTICE": "5m", "SHUTDOWN_GRACE": "3s", "RATE_LIMIT_REGISTER": "off",
+            "RATE_LIMIT_WEBHOOK": "100/10s,1000/1h", "RATE_LIMIT_WEBHOOK_FAILED": "3/1m", "DEVICE_BURST": "off",
+            "BEHIND_PROXY": "true", "PROXY_HEADER": "X-Real-IP", "TRUSTED_PROXIES": "10.0.0.0/8, fd00::/8",
+            "METRICS_ADDR": "off", "LOG_LEVEL": "debug", "LOG_FORMAT": "json",
+        ]
+        // The test itself must not go stale: it names every variable there is.
+        #expect(Set(environment.keys).union(["APNS_ENVIRONMENT"]) == Set(Settings.variables.map(\.name)))
+        let (s, _) = try Settings.load(environment: environment, arguments: [])
+        #expect(s.port == 8080 && s.host == "::1" && s.basePath == "/relay" && s.databasePath == "/tmp/k.db")
+        #expect(s.sync == .full && s.apnsAuthKeyPath == "/k.p8" && s.apnsKeyID == "KEY123" && s.apnsTeamID == "TEAM45")
+        #expect(s.appBundleIdentifier == "com.x.y" && s.apnsEnvironment == .sandbox)
+        #expect(s.apnsBaseURL == "https://127.0.0.1:8443" && s.apnsCAFile == "/ca.pem")
+        #expect(s.apnsConnections == 4 && s.deliverConcurrency == 50)
+        #expect(s.jobTTL == .seconds(7200) && s.retryBase == .milliseconds(500) && s.retryMax == .seconds(60))
+        #expect(s.leaseTimeout == .seconds(30) && s.deadLetterRetention == .seconds(86_400))
+        #expect(s.tombstoneRetention == .seconds(172_800) && s.queueMax == 99)
+        #expect(s.testWait == .zero && s.lateNotice == .seconds(300) && s.shutdownGrace == .seconds(3))
+        #expect(s.rateLimitRegister.isEmpty)
+        #expect(s.rateLimitWebhook == [RateLimitRule(limit: 100, window: .seconds(10)), RateLimitRule(limit: 1000, window: .seconds(3600))])
+        #expect(s.rateLimitWebhookFailed == [RateLimitRule(limit: 3, window: .seconds(60))])
+        #expect(s.deviceBurst == nil && s.behindProxy && s.proxyHeader == "X-Real-IP")
+        #expect(s.trustedProxies.map(\.description) == ["10.0.0.0/8", "fd00::/8"])
+        #expect(s.metricsAddress == nil && s.logLevel == .debug && s.logFormat == .json)
+    }
+
+    @Test func apnsEnvironmentWinsOverEnv() throws {
+        let (s, _) = try Settings.load(environment: ["ENV": "development", "APNS_ENVIRONMENT": "production"], arguments: [])
+        #expect(s.apnsEnvironment == .production)
+        let (sandbox, _) = try Settings.load(environment: ["APNS_ENVIRONMENT": "sandbox"], arguments: [])
+        #expect(sandbox.apnsBaseURL == "https://api.sandbox.push.apple.com")
+    }
+
+    /// One value per variable that must stop start-up, naming that variable. Variables that take free text
+    /// (paths, ids) have no invalid value and are listed separately, so a new variable cannot slip past this test.
+    static let invalidValues: [String: String] = [
+        "PORT": "abc", "HOST": "example.com", "BASE_PATH": "relay", "DATABASE_PATH": "", "SYNC": "sometimes",
+        "APNS_ENVIRONMENT": "staging", "APNS_URL": "http://127.0.0.1:8443", "APNS_CONNECTIONS": "0",
+        "DELIVER_CONCURRENCY": "-5", "JOB_TTL": "24", "RETRY_BASE": "1x", "RETRY_MAX": "0s", "LEASE_TIMEOUT": "soon",
+        "DEAD_LETTER_RETENTION": "7days", "TOMBSTONE_RETENTION": "-1d", "QUEUE_MAX": "many", "TEST_WAIT": "5",
+        "LATE_NOTICE": "2 min", "SHUTDOWN_GRACE": "x", "RATE_LIMIT_REGISTER": "5", "RATE_LIMIT_WEBHOOK": "0/1m",
+        "RATE_LIMIT_WEBHOOK_FAILED": "10/0s", "DEVICE_BURST": "none", "BEHIND_PROXY": "maybe",
+        "PROXY_HEADER": "X Forwarded", "TRUSTED_PROXIES": "10.0.0.0/33", "METRICS_ADDR": "localhost",
+        "LOG_LEVEL": "loud", "LOG_FORMAT": "xml",
+    ]
+    static let freeText: Set = ["APNS_AUTH_KEY_PATH", "APNS_KEY_ID", "APNS_TEAM_ID", "APP_BUNDLE_IDENTIFIER", "ENV", "APNS_CA_FILE"]
+
+    @Test func everyVariableIsCoveredByTheInvalidValueTable() {
+        #expect(Set(Self.invalidValues.keys).union(Self.freeText) == Set(Settings.variables.map(\.name)))
+    }
+
+    @Test(arguments: invalidValues.sorted { $0.key < $1.key })
+    func invalidValueNamesItsVariable(name: String, value: String) throws {
+        let error = #expect(throws: ConfigurationError.self) {
+            _ = try Settings.load(environment: [name: value], arguments: [])
+        }
+        #expect(error?.variable == name)
+        #expect(error?.description.hasPrefix(name) == true)
+        // The same value as a flag fails the same way.
+        let flag = "--" + name.lowercased().replacingOccurrences(of: "_", with: "-")
+        let flagError = #expect(throws: ConfigurationError.self) {
+            _ = try Settings.load(environment: [:], arguments: [flag, value])
+        }
+        #expect(flagError?.variable == name)
+    }
+
+    @Test func flagsOverrideTheEnvironmentAndLeaveOtherArguments() throws {
+        let (s, remaining) = try Settings.load(
+            environment: ["PORT": "1000", "LOG_FORMAT": "json"],
+            arguments: ["--port", "2000", "--reason", "BadDeviceToken", "--log-format=text", "--dry-run"])
+        #expect(s.port == 2000 && s.logFormat == .text)
+        #expect(remaining == ["--reason", "BadDeviceToken", "--dry-run"])
+    }
+
+    @Test func aFlagWithoutValueNamesItsVariable() {
+        let error = #expect(throws: ConfigurationError.self) { _ = try Settings.load(environment: [:], arguments: ["--port"]) }
+        #expect(error?.variable == "PORT")
+    }
+
+    @Test func retryMaxShorterThanRetryBaseIsRejected() {
+        let error = #expect(throws: ConfigurationError.self) {
+            _ = try Settings.load(environment: ["RETRY_BASE": "10s", "RETRY_MAX": "5s"], arguments: [])
+        }
+        #expect(error?.variable == "RETRY_MAX")
+    }
+
+    @Test func deliveryNeedsTheAPNsCredentials() throws {
+        let (partial, _) = try Settings.load(environment: ["APNS_AUTH_KEY_PATH": "/k.p8", "APNS_KEY_ID": "K"], arguments: [])
+        let error = #expect(throws: ConfigurationError.self) { try partial.validateForDelivery() }
+        #expect(error?.variable == "APNS_TEAM_ID")
+        let (full, _) = try Settings.load(environment: [
+            "APNS_AUTH_KEY_PATH": "/k.p8", "APNS_KEY_ID": "K", "APNS_TEAM_ID": "T", "APP_BUNDLE_IDENTIFIER": "b",
+        ], arguments: [])
+        try full.validateForDelivery()
+    }
+
+    /// README's configuration table lists exactly the variables the code reads, with the same defaults.
+    @Test func readmeConfigurationTableMatchesTheCode() throws {
+        let readme = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent().appendingPathComponent("README.md")
+        let text = try String(contentsOf: readme, encoding: .utf8)
+        var documented: [String: String] = [:]
+        for line in text.split(separator: "\n") where line.hasPrefix("| `") {
+            let cells = line.split(separator: "|", omittingEmptySubsequences: false).map { $0.trimmingWhitespace() }
+            guard cells.count >= 4 else { continue }
+            let name = cells[1].trimmingCharacters(in: CharacterSet(charactersIn: "`"))
+            documented[name] = cells[2].trimmingCharacters(in: CharacterSet(charactersIn: "`"))
+        }
+        for variable in Settings.variables {
+            #expect(documented[variable.name] == variable.defaultText, "README row for \(variable.name)")
+        }
+        #expect(Set(documented.keys) == Set(Settings.variables.map(\.name)))
+    }
+}

@@ -1,0 +1,73 @@
+import Common
+import Queue
+import Testing
+
+@Suite struct DeviceStoreTests {
+    let db: TestDatabase
+    init() throws { db = try TestDatabase() }
+
+    let token = String(repeating: "ab", count: 32)
+
+    @Test func registeringAKnownTokenKeepsTheIdAndReplacesTheAuthToken() throws {
+        let first = try db.store.registerDevice(token: token, authTokenHash: AuthToken.hash("old"), now: TestDatabase.t0) { try DeviceID.generate() }
+        #expect(first.created)
+        #expect(DeviceID.isWellFormed(first.device.id))
+        #expect(first.device.dateAdded == TestDatabase.t0 && first.device.lastSuccessfulNotification == nil)
+        #expect(first.device.downNotificationLevel == .normal && first.device.lastDeliveryError == "")
+
+        let again = try db.store.registerDevice(token: token, authTokenHash: AuthToken.hash("new"), now: TestDatabase.t0 + 5000) { try DeviceID.generate() }
+        #expect(!again.created)
+        #expect(again.device.id == first.device.id)
+        #expect(again.device.dateAdded == TestDatabase.t0)
+        let stored = try #require(try db.store.device(id: first.device.id))
+        #expect(AuthToken.matches("new", storedHash: stored.authTokenHash))
+        #expect(!AuthToken.matches("old", storedHash: stored.authTokenHash))
+    }
+
+    @Test func aCollidingFreshIdIsRetriedWithAnother() throws {
+        let existing = try db.device(1)
+        var candidates = [existing, "FRESHid_______"]
+        let registration = try db.store.registerDevice(token: token, authTokenHash: "h", now: TestDatabase.t0) { candidates.removeFirst() }
+        #expect(registration.created && registration.device.id == "FRESHid_______")
+    }
+
+    @Test func updateChangesTokenAndLevelAndDetectsConflicts() throws {
+        let a = try db.device(1)
+        let b = try db.device(2)
+        let newToken = String(repeating: "cd", count: 40)
+        let updated = try #require(try db.store.updateDevice(id: a, token: newToken, level: .timeSensitive))
+        #expect(updated.token == newToken && updated.downNotificationLevel == .timeSensitive)
+        let levelOnly = try #require(try db.store.updateDevice(id: a, token: nil, level: .normal))
+        #expect(levelOnly.token == newToken && levelOnly.downNotificationLevel == .normal)
+
+        let error = #expect(throws: StoreError.self) { _ = try db.store.updateDevice(id: b, token: newToken, level: nil) }
+        #expect(error?.code == .tokenConflict)
+        #expect(try db.store.updateDevice(id: "NoSuchDevice__", token: nil, level: .normal) == nil)
+    }
+
+    @Test func deleteRemovesTheDeviceAndItsJobsWithoutATombstone() throws {
+        let a = try db.device(1)
+        let b = try db.device(2)
+        try db.enqueue(a, "a1", "a2")
+        try db.enqueue(b, "b1")
+        #expect(try db.store.deleteDevice(id: a))
+        #expect(try db.store.device(id: a) == nil)
+        #expect(try db.store.tombstone(deviceID: a) == nil)
+        #expect(try db.store.liveJobCount() == 1)
+        #expect(try !db.store.deleteDevice(id: a))
+        let remaining = try db.store.claim(worker: "w", limit: 10, now: TestDatabase.t0, lease: .seconds(60))
+        #expect(remaining.map(\.label) == ["b1"])
+    }
+
+    @Test func tombstonesArePurgedAfterRetention() throws {
+        let a = try db.device(1)
+        try db.enqueue(a, "a1")
+        let job = try #require(try db.store.claim(worker: "w", limit: 1, now: TestDatabase.t0, lease: .seconds(60)).first)
+        _ = try db.store.finish([JobOutcome(jobID: job.id, attempt: job.attempt, kind: .removeDevice(reason: "Unregistered"))],
+                                worker: "w", now: TestDatabase.t0 + 10)
+        #expect(try db.store.tombstone(deviceID: a) == Tombstone(deviceID: a, reason: "Unregistered", removedAt: TestDatabase.t0 + 10))
+        #expect(try db.store.purgeTombstones(before: TestDatabase.t0 + 10) == 0)
+        #expect(try db.store.purgeTombstones(before: TestDatabase.t0 + 11) == 1)
+        #expect(try db.store.tombstone(deviceID: a) == nil)
+    }
+}

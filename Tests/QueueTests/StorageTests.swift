@@ -1,0 +1,109 @@
+import CSQLite
+import Common
+import Foundation
+import Queue
+import Testing
+
+@Suite struct StorageTests {
+    @Test func connectionsUseWALForeignKeysAndSecureDelete() throws {
+        let db = try TestDatabase()
+        #expect(try db.store.pragma("journal_mode") == "wal")
+        #expect(try db.store.pragma("foreign_keys") == "1")
+        #expect(try db.store.pragma("secure_delete") == "1")
+        #expect(try db.store.pragma("synchronous") == "1", "NORMAL by default")
+        let full = try SQLiteStore(path: db.directory.path("full.db"), options: .init(synchronousFull: true), now: 0)
+        #expect(try full.pragma("synchronous") == "2")
+    }
+
+    /// Finished jobs are overwritten on disk, not just unlinked: after delivery and a checkpoint, the notification
+    /// text is nowhere in the database or its WAL.
+    @Test func deliveredContentIsOverwrittenOnDisk() throws {
+        let db = try TestDatabase()
+        let a = try db.device(1)
+        let marker = "MonitorNameThatMustNotSurvive-\(UUID().uuidString)"
+        try db.enqueue(a, marker)
+        #expect(try fileContents(db.path, containing: marker), "the test must see the marker before it is deleted")
+        let job = try #require(try db.store.claim(worker: "w", limit: 1, now: TestDatabase.t0, lease: .seconds(60)).first)
+        _ = try db.store.finish([.delivered(job)], worker: "w", now: TestDatabase.t0)
+        try db.store.checkpoint()
+        #expect(try !fileContents(db.path, containing: marker))
+    }
+
+    private func fileContents(_ path: String, containing marker: String) throws -> Bool {
+        let needle = Data(marker.utf8)
+        for file in [path, path + "-wal"] where FileManager.default.fileExists(atPath: file) {
+            if try Data(contentsOf: URL(fileURLWithPath: file)).range(of: needle) != nil { return true }
+        }
+        return false
+    }
+
+    @Test func migrationsApplyOnceAndAreRecorded() throws {
+        let db = try TestDatabase()
+        _ = try SQLiteStore(path: db.path, now: TestDatabase.t0 + 1)
+        _ = try SQLiteStore(path: db.path, now: TestDatabase.t0 + 2)
+        let rows = try RawSQLite(path: db.path).query("SELECT version, applied_at FROM schema_migrations ORDER BY version")
+        #expect(rows.count == SQLiteStore.schemaVersion)
+        #expect(rows.allSatisfy { $0[1] == String(TestDatabase.t0) }, "applied by the first open only")
+    }
+
+    @Test func aDatabaseMigratedByANewerBinaryIsRefused() throws {
+        let db = try TestDatabase()
+        try RawSQLite(path: db.path).execute("INSERT INTO schema_migrations VALUES (\(SQLiteStore.schemaVersion + 1), 'future', 0)")
+        let error = #expect(throws: StoreError.self) { _ = try SQLiteStore(path: db.path, now: 0) }
+        #expect(error?.code == .newerSchema)
+        #expect(error?.message.contains("newer") == true)
+    }
+
+    @Test func aForeignDatabaseIsRefused() throws {
+        let directory = TemporaryDirectory()
+        let path = directory.path("other.db")
+        try RawSQLite(path: path).execute("CREATE TABLE customers (id INTEGER PRIMARY KEY)")
+        let error = #expect(throws: StoreError.self) { _ = try SQLiteStore(path: path, now: 0) }
+        #expect(error?.code == .notADatabase)
+    }
+
+    @Test func aFileThatIsNotADatabaseIsRefused() throws {
+        let directory = TemporaryDirectory()
+        let path = directory.path("garbage.db")
+        try Data(repeating: 0x42, count: 8192).write(to: URL(fileURLWithPath: path))
+        let error = #expect(throws: StoreError.self) { _ = try SQLiteStore(path: path, now: 0) }
+        #expect(error?.code == .notADatabase)
+    }
+
+    @Test func theDatabaseFolderIsCreated() throws {
+        let directory = TemporaryDirectory()
+        let path = directory.path("nested/deeper/relay.db")
+        _ = try SQLiteStore(path: path, now: 0)
+        #expect(FileManager.default.fileExists(atPath: path))
+    }
+}
+
+/// A bare SQLite connection for tests that must reach past the store (planting a future migration, a foreign table).
+final class RawSQLite {
+    private var handle: OpaquePointer?
+
+    init(path: String) throws {
+        guard sqlite3_open(path, &handle) == SQLITE_OK else { throw CocoaError(.fileReadUnknown) }
+    }
+
+    deinit { sqlite3_close(handle) }
+
+    func execute(_ sql: String) throws {
+        guard sqlite3_exec(handle, sql, nil, nil, nil) == SQLITE_OK else {
+            throw NSError(domain: "sqlite", code: 1, userInfo: [NSLocalizedDescriptionKey: String(cString: sqlite3_errmsg(handle))])
+        }
+    }
+
+    func query(_ sql: String) throws -> [[String]] {
+        var statement: OpaquePointer?
+        guard sqlite3_prepare_v2(handle, sql, -1, &statement, nil) == SQLITE_OK else { throw CocoaError(.fileReadUnknown) }
+        defer { sqlite3_finalize(statement) }
+        var rows: [[String]] = []
+        while sqlite3_step(statement) == SQLITE_ROW {
+            rows.append((0..<sqlite3_column_count(statement)).map { column in
+                sqlite3_column_text(statement, column).map { String(cString: $0) } ?? ""
+            })
+        }
+        return rows
+    }
+}
