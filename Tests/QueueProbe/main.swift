@@ -5,7 +5,9 @@ import Queue
 // A helper process for the queue's multi-process tests: it opens the same database as the test and claims,
 // holds or enqueues jobs, printing what it did, so the test can race two of them or kill one at a chosen moment.
 //
-//   QueueProbe drain DB WORKER BATCH       claim and complete until the queue is empty; prints
+//   QueueProbe drain DB WORKER BATCH SEND_MS
+//                                          claim and complete until the queue is empty, spending SEND_MS
+//                                          between claim and completion as a push round trip would; prints
 //                                          "claimed <job> <device> <seq> <t>" and "completing <job> <t>"
 //                                          (t = CLOCK_MONOTONIC nanoseconds, comparable across processes)
 //   QueueProbe hold DB WORKER LEASE_MS N   claim up to N jobs, print "held <job>..." then wait to be killed
@@ -36,6 +38,7 @@ switch arguments[1] {
 case "drain":
     let worker = arguments[3]
     let batch = Int(arguments[4])!
+    let sendTime = Duration.milliseconds(Int64(arguments[5])!)
     var output = ""
     while true {
         let jobs = try store.claim(worker: worker, limit: batch, now: SystemClock().nowMillis(), lease: .seconds(600))
@@ -47,6 +50,9 @@ case "drain":
         for job in jobs {
             output += "claimed \(job.id) \(job.deviceID) \(String(decoding: job.payload, as: UTF8.self)) \(claimedAt)\n"
         }
+        // Stands in for the APNs round trip. Without it a tight loop re-takes the write lock the instant it frees
+        // it and the other process's busy handler rarely gets a turn, which is not how deliverers behave.
+        Thread.sleep(forTimeInterval: sendTime.seconds)
         let completingAt = monotonicNanos()
         for job in jobs { output += "completing \(job.id) \(completingAt)\n" }
         let applied = try store.finish(jobs.map { JobOutcome(jobID: $0.id, attempt: $0.attempt, kind: .delivered) },
