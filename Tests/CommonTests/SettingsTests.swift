@@ -140,8 +140,10 @@ import Testing
         let readme = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
             .deletingLastPathComponent().appendingPathComponent("README.md")
         let text = try String(contentsOf: readme, encoding: .utf8)
+        let section = try #require(text.components(separatedBy: "\n## Configuration\n").dropFirst().first)
+            .components(separatedBy: "\n## ")[0]
         var documented: [String: String] = [:]
-        for line in text.split(separator: "\n") where line.hasPrefix("| `") {
+        for line in section.split(separator: "\n") where line.hasPrefix("| `") {
             let cells = line.split(separator: "|", omittingEmptySubsequences: false).map { $0.trimmingWhitespace() }
             guard cells.count >= 4 else { continue }
             let name = cells[1].trimmingCharacters(in: CharacterSet(charactersIn: "`"))

@@ -1,0 +1,38 @@
+# The two commands of the README: `make run` and `make test`. Both install what is missing first.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+PYTEST := .venv/bin/pytest
+
+.PHONY: help deps venv build release test test-swift test-e2e run clean
+
+help:
+	@echo "make run    install what is missing, build, start the relay (see README)"
+	@echo "make test   install what is missing, build, run every test"
+
+deps:
+	@scripts/install-deps.sh
+
+venv: deps
+	@scripts/setup-venv.sh
+
+build: deps
+	swift build
+
+release: deps
+	swift build -c release
+
+# Swift unit and component tests, then the end-to-end tests against the real binary.
+test: venv
+	swift build --build-tests
+	swift test
+	$(PYTEST) Tests/e2e
+
+test-e2e: venv
+	swift build
+	$(PYTEST) Tests/e2e
+
+run: release
+	@scripts/run.sh
+
+clean:
+	rm -rf .build .dev

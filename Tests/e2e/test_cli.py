@@ -1,0 +1,101 @@
+"""The command line as an operator meets it: help, version, exit codes, stats and replay on a real database."""
+import json
+import sqlite3
+
+
+def test_help_lists_every_command(relay):
+    result = relay("--help")
+    assert result.returncode == 0
+    for command in ["serve", "ingest", "deliver", "replay", "stats", "apns-sim", "healthcheck", "version"]:
+        assert f"  {command} " in result.stdout
+
+
+def test_no_arguments_is_a_usage_error(relay):
+    assert relay().returncode == 2
+
+
+def test_unknown_command_is_a_usage_error(relay):
+    result = relay("frobnicate")
+    assert result.returncode == 2
+    assert "unknown command" in result.stderr
+
+
+def test_version_names_the_linked_libraries(relay):
+    result = relay("version")
+    assert result.returncode == 0
+    for library in ["SQLite", "OpenSSL", "libmicrohttpd", "libnghttp2"]:
+        assert library in result.stdout
+
+
+def test_invalid_setting_exits_2_naming_the_variable(relay):
+    result = relay("stats", env={"JOB_TTL": "forever"})
+    assert result.returncode == 2
+    assert "JOB_TTL" in result.stderr
+
+
+def test_invalid_flag_value_exits_2_naming_the_variable(relay):
+    result = relay("stats", "--queue-max", "lots")
+    assert result.returncode == 2
+    assert "QUEUE_MAX" in result.stderr
+
+
+def test_stats_on_a_new_database_creates_it_and_reports_empty_queue(relay):
+    result = relay("stats", "--json")
+    assert result.returncode == 0, result.stderr
+    stats = json.loads(result.stdout)
+    assert stats["devices"] == 0
+    assert stats["jobs"] == {"pending": 0, "available": 0, "running": 0, "retryable": 0, "discarded": 0}
+    assert stats["oldest_job_age_seconds"] is None
+    assert (relay.tmp_path / "relay.db").exists()
+
+
+def test_a_foreign_database_stops_startup_with_exit_2(relay):
+    path = relay.tmp_path / "foreign.db"
+    with sqlite3.connect(path) as connection:
+        connection.execute("CREATE TABLE customers (id INTEGER PRIMARY KEY)")
+    result = relay("stats", env={"DATABASE_PATH": str(path)})
+    assert result.returncode == 2
+    assert "DATABASE_PATH" in result.stderr and "not a KumaPush relay database" in result.stderr
+
+
+def test_a_database_from_a_newer_binary_stops_startup_with_exit_2(relay):
+    assert relay("stats").returncode == 0
+    with sqlite3.connect(relay.tmp_path / "relay.db") as connection:
+        connection.execute("INSERT INTO schema_migrations VALUES (9999, 'future', 0)")
+    result = relay("stats")
+    assert result.returncode == 2
+    assert "newer" in result.stderr
+
+
+def _plant_dead_letters(path, reasons):
+    """Dead letters as the deliverer leaves them, written with Python's own sqlite3 (an independent writer)."""
+    with sqlite3.connect(path) as connection:
+        for index, reason in enumerate(reasons):
+            device = f"device{index:08d}"[:14]
+            connection.execute("INSERT INTO devices (id, device_token, date_added) VALUES (?, ?, 0)",
+                               (device, f"{index:064x}"))
+            connection.execute(
+                "INSERT INTO jobs (public_id, device_id, state, payload, created_at, scheduled_at, expires_at,"
+                " finalized_at, last_error) VALUES (?, ?, 'discarded', x'00', 0, 0, 0, 1, ?)",
+                (f"job-{index}", device, reason))
+
+
+def test_replay_requeues_dead_letters_by_reason_and_reports_them(relay):
+    assert relay("stats").returncode == 0
+    _plant_dead_letters(relay.tmp_path / "relay.db", ["BadDeviceToken"] * 3 + ["Expired"] * 2)
+
+    dry = relay("replay", "--reason", "BadDeviceToken", "--dry-run")
+    assert dry.returncode == 0 and "3 dead letters would be replayed" in dry.stdout
+
+    result = relay("replay", "--reason", "BadDeviceToken")
+    assert result.returncode == 0, result.stderr
+    assert "replayed 3 dead letters" in result.stdout
+    stats = json.loads(relay("stats", "--json").stdout)
+    assert stats["jobs"]["available"] == 3
+    assert stats["dead_letters_by_reason"] == {"Expired": 2}
+
+
+def test_replay_rejects_a_bad_since(relay):
+    result = relay("replay", "--since", "yesterday")
+    assert result.returncode == 2
+    assert "--since" in result.stderr

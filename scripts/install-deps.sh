@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Installs the Debian packages the build, the tests and `make run` need — only those missing, so it is quick and
+# safe to run every time. Swift itself comes with the machine (/opt/swift); everything else comes from here.
+set -euo pipefail
+
+packages=(
+  pkg-config
+  libsqlite3-dev      # Queue: the SQLite store
+  libssl-dev          # Common/Deliver: SHA-256, CSPRNG, TLS, ES256
+  libmicrohttpd-dev   # Ingest: the HTTP/1.1 server
+  libnghttp2-dev      # Deliver: HTTP/2 framing
+  openssl             # make run: throwaway CA, certificates and signing key
+  curl                # make run walk-through, healthchecks in scripts
+)
+
+missing=()
+for package in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$package")
+  fi
+done
+
+if ((${#missing[@]} == 0)); then
+  exit 0
+fi
+
+echo "==> installing Debian packages: ${missing[*]}"
+sudo=""
+if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
+$sudo apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
