@@ -34,6 +34,7 @@ let package = Package(
         .executableTarget(name: "QueueProbe", dependencies: ["Common", "Queue"], path: "Tests/QueueProbe",
                           swiftSettings: strictSettings),
         .testTarget(name: "CommonTests", dependencies: ["Common"], swiftSettings: strictSettings),
+        .testTarget(name: "IngestTests", dependencies: ["Common", "Queue", "Ingest"], swiftSettings: strictSettings),
         .testTarget(name: "QueueTests", dependencies: ["Common", "Queue", "CSQLite"], swiftSettings: strictSettings),
     ],
     swiftLanguageModes: [.v6]

@@ -17,7 +17,7 @@ enum VersionCommand: Command {
             kumapush-relay \(relayVersion) (database schema \(SQLiteStore.schemaVersion))
               SQLite        \(SQLiteStore.libraryVersion)
               OpenSSL       \(Crypto.openSSLVersion)
-              libmicrohttpd \(HTTPServerLibrary.version)
+              libmicrohttpd \(HTTPServer.libraryVersion)
               libnghttp2    \(HTTP2Library.version)
             """)
         return ExitCode.ok

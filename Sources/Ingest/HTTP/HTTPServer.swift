@@ -1,0 +1,144 @@
+import Common
+import Foundation
+import Synchronization
+internal import CMicroHTTPD
+
+/// An HTTP/1.1 server on libmicrohttpd with its internal epoll threads.
+///
+/// The handler runs on an MHD thread once a request is fully received. It may answer at once or keep the
+/// responder and answer later from another thread: the connection is then suspended (no MHD thread waits for it)
+/// and resumed when the answer arrives. This is what lets a webhook wait for a group commit without pinning a
+/// thread.
+public final class HTTPServer: Sendable {
+    public struct Configuration: Sendable {
+        public var host: String
+        /// 0 picks a free port; read the result from `port`.
+        public var port: UInt16
+        /// MHD threads, each with its own epoll loop. Defaults to the number of cores.
+        public var threads: Int = ProcessInfo.processInfo.activeProcessorCount
+        /// Open connections at most; more are refused at accept. Defaults to 10,000.
+        public var connectionLimit: Int = 10_000
+        /// Seconds a connection may sit idle (or trickle a request) before it is closed. Defaults to 30.
+        public var connectionTimeout: Int = 30
+        /// Bytes of header buffer per connection; larger request headers get 431/400 from MHD. Defaults to 32 KiB.
+        public var connectionMemoryLimit: Int = 32 * 1024
+        /// Largest accepted body; larger ones get `tooLargeResponse`. Defaults to 65,536 (SPEC §2).
+        public var maxBodyBytes: Int = 65_536
+
+        public init(host: String, port: UInt16) {
+            self.host = host
+            self.port = port
+        }
+    }
+
+    public typealias Handler = @Sendable (HTTPRequest, any HTTPResponder) -> Void
+
+    public struct StartError: Error, CustomStringConvertible {
+        public let description: String
+    }
+
+    /// The answer to a body over `maxBodyBytes`, sent before the body is read.
+    static let tooLargeResponse = HTTPResponse.error(413, "request body too large")
+
+    let configuration: Configuration
+    let handler: Handler
+    /// The daemon handle. Written once in `init`, cleared once in `stop()`; guarded so `stop` is idempotent.
+    private let daemon = Mutex<DaemonHandle?>(nil)
+    /// Requests received and not yet completed (for graceful shutdown).
+    let inFlight = InFlightCounter()
+    /// The port actually bound (set once the daemon is running).
+    public var port: UInt16 { boundPort.withLock { $0 } }
+    private let boundPort = Mutex<UInt16>(0)
+
+    public init(_ configuration: Configuration, handler: @escaping Handler) throws {
+        self.configuration = configuration
+        self.handler = handler
+        guard let address = IPAddress(configuration.host) else {
+            throw StartError(description: "\(configuration.host) is not an IP address")
+        }
+        var flags = UInt32(MHD_USE_EPOLL_INTERNAL_THREAD.rawValue) | UInt32(MHD_ALLOW_SUSPEND_RESUME.rawValue)
+            | UInt32(MHD_USE_TURBO.rawValue)
+        if !address.isIPv4 { flags |= UInt32(MHD_USE_IPv6.rawValue) }
+        // `self` is handed to C unretained: the daemon is stopped in `stop()`/`deinit` before `self` goes away, and
+        // MHD calls none of these callbacks after MHD_stop_daemon returns.
+        let selfPointer = Unmanaged.passUnretained(self).toOpaque()
+        let started: OpaquePointer? = SocketAddress.withSockaddr(address, port: configuration.port) { sockaddrPointer in
+            var config = CMicroHTTPD_Config(
+                flags: flags, address: sockaddrPointer,
+                thread_pool_size: UInt32(max(1, configuration.threads)),
+                connection_limit: UInt32(configuration.connectionLimit),
+                connection_timeout: UInt32(configuration.connectionTimeout),
+                connection_memory_limit: configuration.connectionMemoryLimit)
+            return CMicroHTTPD_start(&config, accessHandler, selfPointer, requestCompleted, selfPointer, uriLogged, selfPointer)
+        }
+        guard let started else {
+            throw StartError(description: "cannot listen on \(configuration.host):\(configuration.port) (in use, or no permission)")
+        }
+        let bound = CMicroHTTPD_bound_port(started)
+        daemon.withLock { $0 = DaemonHandle(pointer: started) }
+        boundPort.withLock { $0 = bound }
+    }
+
+    deinit { stop() }
+
+    /// Open connections right now.
+    public var openConnections: Int {
+        daemon.withLock { $0.map { Int(CMicroHTTPD_current_connections($0.pointer)) } ?? 0 }
+    }
+
+    /// Stops accepting new connections; requests already received are still answered. Then waits (at most
+    /// `grace`) for requests in flight to complete. Returns whether all completed.
+    @discardableResult
+    public func drain(grace: Duration) -> Bool {
+        daemon.withLock { daemon in
+            guard let daemon else { return }
+            let listener = MHD_quiesce_daemon(daemon.pointer)
+            if listener >= 0 { close(listener) }
+        }
+        return inFlight.waitUntilZero(timeout: grace)
+    }
+
+    /// Closes every connection and stops the threads. Idempotent.
+    public func stop() {
+        let handle = daemon.withLock { daemon -> DaemonHandle? in
+            let handle = daemon
+            daemon = nil
+            return handle
+        }
+        if let handle { MHD_stop_daemon(handle.pointer) }
+    }
+
+    /// The libmicrohttpd version, e.g. `0.9.75`.
+    public static var libraryVersion: String { String(cString: MHD_get_version()) }
+}
+
+/// A running daemon. @unchecked Sendable: libmicrohttpd's daemon-level calls used here (quiesce, info, stop) are
+/// documented as callable from any thread, and `HTTPServer` clears the handle under its mutex before stopping it.
+struct DaemonHandle: @unchecked Sendable {
+    let pointer: OpaquePointer
+}
+
+/// Counts requests in flight and lets shutdown wait for zero.
+final class InFlightCounter: Sendable {
+    private let condition = NSCondition()
+    private let count = Mutex(0)
+
+    func increment() { count.withLock { $0 += 1 } }
+
+    func decrement() {
+        condition.lock()
+        count.withLock { $0 -= 1 }
+        condition.broadcast()
+        condition.unlock()
+    }
+
+    func waitUntilZero(timeout: Duration) -> Bool {
+        let deadline = Date().addingTimeInterval(timeout.seconds)
+        condition.lock()
+        defer { condition.unlock() }
+        while count.withLock({ $0 }) > 0 {
+            if !condition.wait(until: deadline) { return count.withLock { $0 } == 0 }
+        }
+        return true
+    }
+}

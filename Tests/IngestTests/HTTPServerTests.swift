@@ -1,0 +1,100 @@
+import Common
+import Dispatch
+import Foundation
+import Ingest
+import Synchronization
+import Testing
+
+/// libmicrohttpd driven by a real client over loopback.
+@Suite struct HTTPServerTests {
+    func server(_ handler: @escaping HTTPServer.Handler) throws -> HTTPServer {
+        var configuration = HTTPServer.Configuration(host: "127.0.0.1", port: 0)
+        configuration.threads = 2
+        return try HTTPServer(configuration, handler: handler)
+    }
+
+    @Test func answersSynchronouslyWithJSONContentType() throws {
+        let seen = Mutex<HTTPRequest?>(nil)
+        let server = try server { request, responder in
+            seen.withLock { $0 = request }
+            responder.respond(.json(201, "{\"ok\":true}", headers: [("X-Test", "1")]))
+        }
+        let client = RawHTTPClient(port: server.port)
+        let response = try client.send("POST", "/devices?x=1&y=a+b", headers: [("Content-Type", "application/json"), ("X-Forwarded-For", "1.2.3.4")],
+                                       body: Array("{\"a\":1}".utf8))
+        #expect(response.status == 201)
+        #expect(response.headers["content-type"] == "application/json")
+        #expect(response.headers["x-test"] == "1")
+        #expect(response.text == "{\"ok\":true}")
+        let request = try #require(seen.withLock { $0 })
+        #expect(request.method == "POST" && request.path == "/devices" && request.rawQuery == "x=1&y=a+b")
+        #expect(request.body == Array("{\"a\":1}".utf8))
+        #expect(request.header("X-Forwarded-For") == "1.2.3.4" && request.mediaType == "application/json")
+        #expect(request.peer == IPAddress.loopbackV4)
+    }
+
+    @Test func answersLaterFromAnotherThreadWhileTheConnectionIsSuspended() throws {
+        let server = try server { _, responder in
+            DispatchQueue.global().asyncAfter(deadline: .now() + 0.05) { responder.respond(.json(202, "{\"later\":true}")) }
+        }
+        let response = try RawHTTPClient(port: server.port).send("GET", "/anything")
+        #expect(response.status == 202 && response.text == "{\"later\":true}")
+    }
+
+    @Test func bodiesOverTheLimitGet413WithAndWithoutContentLength() throws {
+        let server = try server { _, responder in responder.respond(.json(200, "{}")) }
+        let client = RawHTTPClient(port: server.port)
+        let big = [UInt8](repeating: 0x61, count: 70_000)
+        let declared = try client.send("POST", "/x", headers: [("Content-Type", "application/json")], body: big)
+        #expect(declared.status == 413 && declared.json?["error"] as? String == "request body too large")
+        let chunked = try client.send("POST", "/x", headers: [("Content-Type", "application/json")], body: big, chunked: true)
+        #expect(chunked.status == 413)
+        let exact = try client.send("POST", "/x", headers: [("Content-Type", "application/json")], body: [UInt8](repeating: 0x61, count: 65_536))
+        #expect(exact.status == 200)
+    }
+
+    @Test func multipartAndUrlencodedFieldsAreDecoded() throws {
+        let seen = Mutex<[(String, [UInt8])]>([])
+        let server = try server { request, responder in
+            seen.withLock { $0 = request.formFields }
+            responder.respond(.json(200, "{}"))
+        }
+        let client = RawHTTPClient(port: server.port)
+        let boundary = "--------------------------123456789012345678901234"
+        let json = "{\"heartbeat\":null,\"monitor\":null,\"msg\":\"My Webhook Alert (1) Testing 🔴\"}"
+        let multipart = "--\(boundary)\r\nContent-Disposition: form-data; name=\"data\"\r\n\r\n\(json)\r\n--\(boundary)--\r\n"
+        _ = try client.send("POST", "/wh/x", headers: [("Content-Type", "multipart/form-data; boundary=\(boundary)")],
+                            body: Array(multipart.utf8), chunked: true)
+        #expect(seen.withLock { $0.map(\.0) } == ["data"])
+        #expect(seen.withLock { $0.first?.1 } == Array(json.utf8))
+
+        _ = try client.send("POST", "/wh/x", headers: [("Content-Type", "application/x-www-form-urlencoded")],
+                            body: Array("data=%7B%22msg%22%3A%22a+b%22%7D&other=1".utf8))
+        #expect(seen.withLock { $0.map(\.0) } == ["data", "other"])
+        #expect(seen.withLock { String(decoding: $0[0].1, as: UTF8.self) } == "{\"msg\":\"a b\"}")
+    }
+
+    @Test func drainWaitsForSuspendedRequestsAndRefusesNewConnections() throws {
+        let responder = Mutex<(any HTTPResponder)?>(nil)
+        let arrived = DispatchSemaphore(value: 0)
+        let server = try server { _, r in
+            responder.withLock { $0 = r }
+            arrived.signal()
+        }
+        let client = RawHTTPClient(port: server.port)
+        let answered = Mutex<Int?>(nil)
+        let done = DispatchSemaphore(value: 0)
+        DispatchQueue.global().async {
+            answered.withLock { $0 = try? client.send("GET", "/slow").status }
+            done.signal()
+        }
+        #expect(arrived.wait(timeout: .now() + 10) == .success)
+        #expect(!server.drain(grace: .milliseconds(50)), "a request is still in flight")
+        #expect(throws: RawHTTPClient.Failure.self) { _ = try client.send("GET", "/new") }
+        responder.withLock { $0?.respond(.json(200, "{}")) }
+        #expect(server.drain(grace: .seconds(10)))
+        #expect(done.wait(timeout: .now() + 10) == .success)
+        #expect(answered.withLock { $0 } == 200)
+        server.stop()
+    }
+}
