@@ -1,0 +1,203 @@
+import Common
+import Foundation
+import Ingest
+import Testing
+
+/// Every body mode Uptime Kuma has, parsed into the event and then the push the phone shows.
+@Suite struct WebhookParserTests {
+    let builder = PushBuilder(lateNotice: .seconds(120))
+
+    func json(_ bytes: [UInt8], type: String = "application/json") -> HTTPRequest {
+        HTTPRequest(method: "POST", path: "/wh/x", headers: ["content-type": type], body: bytes)
+    }
+
+    func push(_ request: HTTPRequest, timeSensitive: Bool = false) throws -> PushMessage {
+        let event = try WebhookParser.parse(request).get()
+        return builder.notification(for: event, timeSensitiveDown: timeSensitive, acceptedAt: 0, now: 0)
+    }
+
+    @Test func example_A_123_httpDown() throws {
+        let n = try push(json(Fixtures.bytes("a-1.23-http-down.json")), timeSensitive: true)
+        #expect(n == PushMessage(title: "Shop API is down", body: "Request failed with status code 503",
+                                  interruptionLevel: .timeSensitive, threadID: "monitor-12"))
+    }
+
+    @Test func example_B_25_httpDownInGroup() throws {
+        let n = try push(json(Fixtures.bytes("b-2.5-http-down-in-group.json")), timeSensitive: false)
+        #expect(n == PushMessage(title: "Shop API is down", body: "Request failed with status code 502",
+                                  interruptionLevel: .active, threadID: "monitor-12"))
+    }
+
+    @Test func example_C_pushMonitorUpIsNeverTimeSensitive() throws {
+        let n = try push(json(Fixtures.bytes("c-2.5-push-up.json")), timeSensitive: true)
+        #expect(n == PushMessage(title: "Nightly backup is up", body: "OK", interruptionLevel: .active, threadID: "monitor-21"))
+    }
+
+    @Test func example_D_testButton() throws {
+        let event = try WebhookParser.parse(json(Fixtures.bytes("d-test-button.json"))).get()
+        #expect(event == .test("My Webhook Alert (1) Testing"))
+        #expect(event.waitsForDelivery)
+        let n = builder.notification(for: event, timeSensitiveDown: true, acceptedAt: 0, now: 0)
+        #expect(n == PushMessage(title: "KumaPush", body: "My Webhook Alert (1) Testing"))
+    }
+
+    @Test func example_E_certificateExpiryIsATestShapedPush() throws {
+        let n = try push(json(Fixtures.bytes("e-certificate-expiry.json")))
+        #expect(n.title == "KumaPush")
+        #expect(n.body == "[Shop API][https://shop.example.com/health] server certificate shop.example.com will expire in 13 days")
+    }
+
+    @Test func example_F_resendReminderSaysStillDown() throws {
+        let n = try push(json(Fixtures.bytes("f-1.23-ping-down-reminder.json")), timeSensitive: true)
+        #expect(n.title == "NAS ping is still down")
+        #expect(n.body.hasPrefix("PING 10.20.0.7 (10.20.0.7) 56(84) bytes of data.\n\n--- 10.20.0.7 ping statistics ---"))
+        #expect(n.interruptionLevel == .timeSensitive && n.threadID == "monitor-15")
+    }
+
+    @Test func multiLineMessageWithQuotesBackslashesAnd4ByteEmoji() throws {
+        let n = try push(json(Fixtures.bytes("g-multiline-emoji-ping-down.json")))
+        #expect(n.title == "DB 🐘 \"primary\" is down")
+        #expect(n.body == "PING db.internal \"primary\" 🔴🧯\nC:\\path\\x\n\n--- 100% packet loss ---\n")
+        let payload = try #require(try JSONSerialization.jsonObject(with: Data(APNsPayload.encode(n))) as? [String: Any])
+        let alert = try #require((payload["aps"] as? [String: Any])?["alert"] as? [String: String])
+        #expect(alert["body"] == n.body && alert["title"] == n.title)
+    }
+
+    @Test func formDataWireShapeChunkedDataPart() throws {
+        let request = HTTPRequest(method: "POST", path: "/wh/x",
+                                  headers: ["content-type": "multipart/form-data; boundary=\(Fixtures.text("l-form-data-test.boundary"))"],
+                                  formFields: [("data", Array("{\"heartbeat\":null,\"monitor\":null,\"msg\":\"My Webhook Alert (1) Testing\"}".utf8))])
+        #expect(try WebhookParser.parse(request).get() == .test("My Webhook Alert (1) Testing"))
+        let missing = HTTPRequest(method: "POST", path: "/wh/x", headers: ["content-type": "multipart/form-data; boundary=x"],
+                                  formFields: [("other", [1])])
+        #expect(WebhookParser.parse(missing) == .failure(.invalidBody))
+    }
+
+    @Test func customBodyRawJSONUnderURLEncoded() throws {
+        let n = try push(json(Fixtures.bytes("a-1.23-http-down.json"), type: "application/x-www-form-urlencoded"))
+        #expect(n.title == "Shop API is down")
+    }
+
+    @Test func customBodyDataFieldUnderURLEncoded() throws {
+        let request = HTTPRequest(method: "POST", path: "/wh/x", headers: ["content-type": "application/x-www-form-urlencoded"],
+                                  body: Array("data=%7B%7D".utf8), formFields: [("data", Fixtures.bytes("c-2.5-push-up.json"))])
+        #expect(try push(request).title == "Nightly backup is up")
+    }
+
+    @Test func bracketNotationFormFromAContentTypeOverride() throws {
+        let request = HTTPRequest(method: "POST", path: "/wh/x", headers: ["content-type": "application/x-www-form-urlencoded"],
+                                  body: Array("heartbeat%5Bstatus%5D=0".utf8),
+                                  formFields: [("heartbeat[monitorID]", Array("3".utf8)), ("heartbeat[status]", Array("0".utf8)),
+                                               ("heartbeat[msg]", Array("timeout".utf8)), ("heartbeat[important]", Array("true".utf8)),
+                                               ("monitor[id]", Array("3".utf8)), ("monitor[name]", Array("Web".utf8)),
+                                               ("msg", Array("[Web] [🔴 Down] timeout".utf8))])
+        #expect(try push(request) == PushMessage(title: "Web is down", body: "timeout", threadID: "monitor-3"))
+    }
+
+    @Test func doubleEncodedJSONString_7211() throws {
+        let n = try push(json(Fixtures.bytes("h-double-encoded.json")))
+        #expect(n.title == "NAS is down" && n.body == "line one\nline two")
+    }
+
+    @Test func getModeQueryWithPlusAsSpace() throws {
+        let request = HTTPRequest(method: "GET", path: "/wh/x", rawQuery: Fixtures.text("j-get-query.txt"))
+        #expect(try push(request) == PushMessage(title: "Demo is down", body: "x y", threadID: "monitor-3"))
+        let test = HTTPRequest(method: "GET", path: "/wh/x", rawQuery: Fixtures.text("k-get-test-query.txt"))
+        #expect(try WebhookParser.parse(test).get() == .test("My Webhook Alert (1) Testing"))
+    }
+
+    @Test func genericTitleAndBody() throws {
+        #expect(try push(json(Fixtures.bytes("i-generic.json"))) == PushMessage(title: "Backup finished", body: "nightly: 42 GB in 3m 🙂"))
+        #expect(try push(json(Array("{\"body\":\"only body\"}".utf8))) == PushMessage(title: "KumaPush", body: "only body"))
+    }
+
+    @Test func pendingMaintenanceAndEmptyTestMessage() throws {
+        let pending = try push(json(Array("{\"heartbeat\":{\"status\":2,\"msg\":\"retrying\"},\"monitor\":{\"id\":1,\"name\":\"A\"}}".utf8)), timeSensitive: true)
+        #expect(pending.title == "A is pending" && pending.interruptionLevel == .active)
+        let maintenance = try push(json(Array("{\"heartbeat\":{\"status\":3},\"monitor\":{\"name\":\"A\"},\"msg\":\"\"}".utf8)))
+        #expect(maintenance.title == "A is under maintenance" && maintenance.threadID == "monitor-A")
+        #expect(try push(json(Array("{\"heartbeat\":null,\"monitor\":null,\"msg\":\"\"}".utf8))).body == "Test notification")
+    }
+
+    @Test(arguments: [
+        "", "{", "{\"heartbeat\":", "[1,2]", "42", "\"just a string\"", "null", "{}", "{\"other\":1}",
+        "{\"heartbeat\":\"down\",\"monitor\":{}}", "{\"heartbeat\":{\"status\":\"0\"},\"monitor\":{\"name\":\"A\"}}",
+        "{\"heartbeat\":{\"status\":0},\"monitor\":{\"name\":5}}", "{\"msg\":7}", "{\"title\":1}", "{\"title\":[\"x\"]}",
+        "{\"heartbeat\":{\"status\":true},\"monitor\":{\"name\":\"A\"}}", "{\"heartbeat\":{\"status\":0.5},\"monitor\":{}}",
+    ])
+    func hostileJSONIsAnInvalidBody(text: String) {
+        #expect(WebhookParser.parse(json(Array(text.utf8))) == .failure(.invalidBody))
+    }
+
+    @Test func invalidUTF8IsAnInvalidBody() {
+        #expect(WebhookParser.parse(json([0x7b, 0x22, 0x6d, 0x73, 0x67, 0x22, 0x3a, 0x22, 0xff, 0xfe, 0x22, 0x7d])) == .failure(.invalidBody))
+        let query = HTTPRequest(method: "GET", path: "/wh/x", rawQuery: "msg=%FF%FE")
+        #expect(WebhookParser.parse(query) == .failure(.invalidBody))
+        #expect(WebhookParser.parse(HTTPRequest(method: "GET", path: "/wh/x", rawQuery: "msg=%Z1")) == .failure(.invalidBody))
+    }
+
+    @Test func otherContentTypesAreUnsupported() {
+        for type in ["text/plain", "application/xml", "image/png"] {
+            #expect(WebhookParser.parse(json(Array("{}".utf8), type: type)) == .failure(.unsupportedMediaType))
+        }
+        let none = HTTPRequest(method: "POST", path: "/wh/x", body: Array("{}".utf8))
+        #expect(WebhookParser.parse(none) == .failure(.unsupportedMediaType))
+        #expect(WebhookParser.parse(HTTPRequest(method: "GET", path: "/wh/x")) == .failure(.invalidBody))
+    }
+}
+
+@Suite struct PushMessageTests {
+    @Test func payloadIsTheAPNsShape() throws {
+        let n = PushMessage(title: "DB is down", body: "timeout", interruptionLevel: .timeSensitive, threadID: "monitor-1")
+        #expect(String(decoding: APNsPayload.encode(n), as: UTF8.self)
+            == "{\"aps\":{\"alert\":{\"title\":\"DB is down\",\"body\":\"timeout\"},\"sound\":\"default\",\"interruption-level\":\"time-sensitive\",\"thread-id\":\"monitor-1\"}}")
+    }
+
+    @Test func longBodiesAreCutAtACharacterBoundaryToFit4096Bytes() throws {
+        let body = String(repeating: "🔴 line \"quoted\"\n", count: 400)
+        let n = PushMessage(title: "T", body: body)
+        let bytes = APNsPayload.encode(n)
+        #expect(bytes.count <= 4096 && bytes.count > 4000)
+        let alert = try #require(((try JSONSerialization.jsonObject(with: Data(bytes)) as? [String: Any])?["aps"] as? [String: Any])?["alert"] as? [String: String])
+        let cut = try #require(alert["body"])
+        #expect(cut.hasSuffix("…"))
+        #expect(body.hasPrefix(String(cut.dropLast())))
+        #expect(alert["title"] == "T")
+    }
+
+    @Test func aHugeTitleIsCutAfterTheBody() throws {
+        let n = PushMessage(title: String(repeating: "é", count: 5000), body: "body")
+        let bytes = APNsPayload.encode(n)
+        #expect(bytes.count <= 4096)
+        let alert = try #require(((try JSONSerialization.jsonObject(with: Data(bytes)) as? [String: Any])?["aps"] as? [String: Any])?["alert"] as? [String: String])
+        #expect(alert["body"] == "")
+        #expect(alert["title"]?.hasSuffix("é…") == true)
+    }
+
+    @Test func aLatePushSaysWhenTheEventHappenedAndKeepsThatWhenCut() throws {
+        let builder = PushBuilder(lateNotice: .seconds(120))
+        let event = AlertEvent(kind: .monitor, status: .down, monitorID: 1, monitorName: "DB", message: String(repeating: "x", count: 5000))
+        let accepted: Int64 = 1_789_905_780_000 // 12:03 UTC
+        let onTime = builder.notification(for: event, timeSensitiveDown: false, acceptedAt: accepted, now: accepted + 120_000)
+        #expect(onTime.bodySuffix == "")
+        let late = builder.notification(for: event, timeSensitiveDown: false, acceptedAt: accepted, now: accepted + 120_001)
+        #expect(late.fullBody.hasSuffix(" · delayed, event at 12:03 UTC"))
+        let text = String(decoding: APNsPayload.encode(late), as: UTF8.self)
+        #expect(text.contains("… · delayed, event at 12:03 UTC\""), "the body is cut, the notice kept whole")
+        #expect(APNsPayload.encode(late).count <= 4096)
+    }
+
+    @Test func monitorsWithoutNamesStillReadWell() {
+        let builder = PushBuilder(lateNotice: .seconds(120))
+        let withID = builder.notification(for: AlertEvent(kind: .monitor, status: .up, monitorID: 9, message: ""), timeSensitiveDown: false, acceptedAt: 0, now: 0)
+        #expect(withID.title == "Monitor 9 is up")
+        let bare = builder.notification(for: AlertEvent(kind: .monitor, status: nil, message: ""), timeSensitiveDown: false, acceptedAt: 0, now: 0)
+        #expect(bare.title == "A monitor changed state" && bare.threadID == nil)
+    }
+
+    @Test func eventsSurviveTheJobPayloadRoundTrip() throws {
+        let event = AlertEvent(kind: .monitor, status: .down, important: false, monitorID: 4, monitorName: "🐘", message: "a\nb")
+        let data = try JSONEncoder().encode(event)
+        #expect(try JSONDecoder().decode(AlertEvent.self, from: data) == event)
+    }
+}
