@@ -21,12 +21,6 @@ enum ServeCommand: NotYetBuiltCommand {
     static let issue = "issues #3 and #4"
 }
 
-enum IngestCommand: NotYetBuiltCommand {
-    static let name = "ingest"
-    static let summary = "the HTTP API only (no APNs key needed)"
-    static let issue = "issue #3"
-}
-
 enum DeliverCommand: NotYetBuiltCommand {
     static let name = "deliver"
     static let summary = "the APNs worker pool only"

@@ -10,44 +10,44 @@ public protocol DeviceStore: Sendable {
     /// Registers `token` (already lower-cased and validated): creates a device with an id from `newID`, or, if the
     /// token is known, keeps its id and replaces its auth token hash (the old auth token stops working).
     func registerDevice(token: String, authTokenHash: String, now: Int64,
-                        newID: () throws -> String) throws -> Registration
-    func device(id: String) throws -> Device?
+                        newID: () throws -> String) throws(StoreError) -> Registration
+    func device(id: String) throws(StoreError) -> Device?
     /// Changes the token and/or level. nil when there is no such device; `StoreError.tokenConflict` when another
     /// device has the token.
-    func updateDevice(id: String, token: String?, level: Device.DownNotificationLevel?) throws -> Device?
+    func updateDevice(id: String, token: String?, level: Device.DownNotificationLevel?) throws(StoreError) -> Device?
     /// Deletes the device and drops its jobs. False when there was no such device.
-    func deleteDevice(id: String) throws -> Bool
-    func tombstone(deviceID: String) throws -> Tombstone?
+    func deleteDevice(id: String) throws(StoreError) -> Bool
+    func tombstone(deviceID: String) throws(StoreError) -> Tombstone?
     /// Forgets tombstones older than `before`. Returns how many.
-    func purgeTombstones(before: Int64) throws -> Int
+    func purgeTombstones(before: Int64) throws(StoreError) -> Int
 }
 
 public protocol JobQueue: Sendable {
     /// Stores `jobs` in one transaction, in order: all of them or (on error) none.
     /// A job whose device no longer exists is skipped and reported as `.deviceGone`.
-    func enqueue(_ jobs: some Sequence<NewJob>, now: Int64, ttl: Duration) throws -> [EnqueueResult]
+    func enqueue(_ jobs: some Sequence<NewJob>, now: Int64, ttl: Duration) throws(StoreError) -> [EnqueueResult]
     /// Leases up to `limit` due head jobs (at most one per device) to `worker` until `now + lease`.
-    func claim(worker: String, limit: Int, now: Int64, lease: Duration) throws -> [ClaimedJob]
+    func claim(worker: String, limit: Int, now: Int64, lease: Duration) throws(StoreError) -> [ClaimedJob]
     /// Applies outcomes in one transaction. Returns, per outcome, whether the job was still leased to `worker` at
     /// that attempt (false: the lease expired and the answer was ignored).
-    func finish(_ outcomes: [JobOutcome], worker: String, now: Int64) throws -> [Bool]
+    func finish(_ outcomes: [JobOutcome], worker: String, now: Int64) throws(StoreError) -> [Bool]
     /// Gives leased jobs back unsent (graceful shutdown): due at `now`, attempt not counted.
-    func release(jobIDs: [Int64], worker: String, now: Int64) throws -> Int
+    func release(jobIDs: [Int64], worker: String, now: Int64) throws(StoreError) -> Int
     /// Makes jobs whose lease expired (crashed worker) due again. Returns how many.
-    func rescueExpiredLeases(now: Int64) throws -> Int
+    func rescueExpiredLeases(now: Int64) throws(StoreError) -> Int
     /// Makes every retryable job due now (APNs came back after an outage). Returns how many.
-    func makeRetryableDue(now: Int64) throws -> Int
+    func makeRetryableDue(now: Int64) throws(StoreError) -> Int
     /// How many dead letters match.
-    func countDeadLetters(_ filter: DeadLetterFilter) throws -> Int
+    func countDeadLetters(_ filter: DeadLetterFilter) throws(StoreError) -> Int
     /// Puts up to `limit` matching dead letters back in the queue (oldest first) with a fresh `ttl`. Returns how many.
-    func replayDeadLetters(_ filter: DeadLetterFilter, limit: Int, now: Int64, ttl: Duration) throws -> Int
+    func replayDeadLetters(_ filter: DeadLetterFilter, limit: Int, now: Int64, ttl: Duration) throws(StoreError) -> Int
     /// Deletes dead letters finalized before `before`. Returns how many.
-    func purgeDeadLetters(before: Int64) throws -> Int
+    func purgeDeadLetters(before: Int64) throws(StoreError) -> Int
     /// Jobs not yet finished (everything but dead letters).
-    func liveJobCount() throws -> Int
-    func stats() throws -> QueueStats
+    func liveJobCount() throws(StoreError) -> Int
+    func stats() throws(StoreError) -> QueueStats
     /// A cheap query that fails when the database does not answer (`GET /health`).
-    func ping() throws
+    func ping() throws(StoreError)
 }
 
 public typealias RelayStore = DeviceStore & JobQueue

@@ -13,7 +13,7 @@ extension SQLiteStore {
 
     public func countDeadLetters(_ filter: DeadLetterFilter) throws(StoreError) -> Int {
         let (whereClause, values) = Self.conditions(filter)
-        return try withConnection { db in
+        return try read { db in
             try db.statement("SELECT count(*) FROM jobs WHERE \(whereClause)").rows(values) { $0.int(0) }.first ?? 0
         }
     }

@@ -35,7 +35,7 @@ extension SQLiteStore {
     }
 
     public func device(id: String) throws(StoreError) -> Device? {
-        try withConnection { db in
+        try read { db in
             try db.statement("SELECT \(Self.deviceColumns) FROM devices WHERE id = ?").rows([.text(id)], Self.device).first
         }
     }
@@ -64,7 +64,7 @@ extension SQLiteStore {
     }
 
     public func tombstone(deviceID: String) throws(StoreError) -> Tombstone? {
-        try withConnection { db in
+        try read { db in
             try db.statement("SELECT device_id, reason, removed_at FROM tombstones WHERE device_id = ?")
                 .rows([.text(deviceID)]) { Tombstone(deviceID: $0.text(0), reason: $0.text(1), removedAt: $0.int64(2)) }.first
         }

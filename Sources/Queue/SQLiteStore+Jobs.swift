@@ -144,7 +144,7 @@ extension SQLiteStore {
     }
 
     public func liveJobCount() throws(StoreError) -> Int {
-        try withConnection { db in
+        try read { db in
             try db.statement("SELECT count(*) FROM jobs WHERE state != 'discarded'").rows { $0.int(0) }.first ?? 0
         }
     }

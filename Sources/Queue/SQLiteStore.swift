@@ -20,6 +20,9 @@ public final class SQLiteStore: Sendable {
     }
 
     private let connection: Mutex<SQLiteConnection>
+    /// A second connection for reads. In WAL mode readers never wait for the writer, so a webhook's tombstone
+    /// lookup or `/health` does not queue behind a group commit.
+    private let reader: Mutex<SQLiteConnection>
 
     /// Opens (creating if needed) the database at `path` and applies pending migrations.
     public init(path: String, options: Options = Options(), now: Int64) throws(StoreError) {
@@ -28,7 +31,11 @@ public final class SQLiteStore: Sendable {
                 busyTimeoutMillis: Int32(clamping: options.busyTimeout.wholeMilliseconds),
                 synchronousFull: options.synchronousFull))
             try Migrations.apply(on: opened, now: now)
+            let readConnection = try SQLiteConnection(path: path, options: .init(
+                busyTimeoutMillis: Int32(clamping: options.busyTimeout.wholeMilliseconds),
+                synchronousFull: options.synchronousFull))
             connection = Mutex(opened)
+            reader = Mutex(readConnection)
         } catch {
             throw Self.storeError(error)
         }
@@ -44,6 +51,15 @@ public final class SQLiteStore: Sendable {
     func withConnection<T: Sendable>(_ body: (SQLiteConnection) throws -> T) throws(StoreError) -> T {
         do {
             return try connection.withLock { connection in try body(connection) }
+        } catch {
+            throw Self.storeError(error)
+        }
+    }
+
+    /// Runs `body` with the read connection (a consistent snapshot per statement), mapping failures to `StoreError`.
+    func read<T: Sendable>(_ body: (SQLiteConnection) throws -> T) throws(StoreError) -> T {
+        do {
+            return try reader.withLock { connection in try body(connection) }
         } catch {
             throw Self.storeError(error)
         }
@@ -75,11 +91,11 @@ public final class SQLiteStore: Sendable {
     }
 
     public func ping() throws(StoreError) {
-        _ = try withConnection { db in try db.statement("SELECT count(*) FROM schema_migrations").rows { $0.int(0) } }
+        _ = try read { db in try db.statement("SELECT count(*) FROM schema_migrations").rows { $0.int(0) } }
     }
 
     public func stats() throws(StoreError) -> QueueStats {
-        try withConnection { db in
+        try read { db in
             let devices = try db.statement("SELECT count(*) FROM devices").rows { $0.int(0) }.first ?? 0
             let tombstones = try db.statement("SELECT count(*) FROM tombstones").rows { $0.int(0) }.first ?? 0
             var byState: [JobState: Int] = [:]

@@ -156,7 +156,10 @@ extension HTTPServer {
         }
         guard let handle else { return .NO }
         defer { MHD_destroy_response(handle) }
-        MHD_add_response_header(handle, "Content-Type", "application/json")
+        // Every API response is JSON (SPEC §2), including 204s; the metrics listener sets its own type.
+        if !response.headers.contains(where: { $0.0.lowercased() == "content-type" }) {
+            MHD_add_response_header(handle, "Content-Type", "application/json")
+        }
         for (name, value) in response.headers { MHD_add_response_header(handle, name, value) }
         return MHD_queue_response(connection, UInt32(response.status), handle)
     }

@@ -1,0 +1,124 @@
+import Synchronization
+
+/// Prometheus metrics kept in memory and rendered in the text exposition format (version 0.0.4).
+///
+/// Counters and histograms are updated on hot paths, so each update takes one short lock. Gauges that describe
+/// something owned elsewhere (queue depth, open connections) are `collectors`, asked at scrape time.
+public final class MetricsRegistry: Sendable {
+    public enum Kind: String, Sendable { case counter, gauge, histogram }
+
+    struct Family: Sendable {
+        let kind: Kind
+        let help: String
+        let buckets: [Double]
+    }
+
+    struct Series: Hashable, Sendable {
+        let name: String
+        let labels: [String]   // "key=\"value\"" pairs, in the caller's order
+    }
+
+    struct HistogramState: Sendable {
+        var bucketCounts: [UInt64]
+        var sum: Double = 0
+        var count: UInt64 = 0
+    }
+
+    struct State: Sendable {
+        var families: [String: Family] = [:]
+        var values: [Series: Double] = [:]
+        var histograms: [Series: HistogramState] = [:]
+        var collectors: [@Sendable () -> [(name: String, labels: [(String, String)], value: Double)]] = []
+    }
+
+    private let state = Mutex(State())
+
+    public init() {}
+
+    /// Declares a metric family once (HELP and TYPE lines). Histograms take their upper bucket bounds in seconds.
+    public func describe(_ name: String, _ kind: Kind, _ help: String, buckets: [Double] = []) {
+        state.withLock { $0.families[name] = Family(kind: kind, help: help, buckets: buckets.sorted()) }
+    }
+
+    public func increment(_ name: String, _ labels: [(String, String)] = [], by amount: Double = 1) {
+        let series = Series(name: name, labels: Self.render(labels))
+        state.withLock { $0.values[series, default: 0] += amount }
+    }
+
+    public func set(_ name: String, _ labels: [(String, String)] = [], to value: Double) {
+        let series = Series(name: name, labels: Self.render(labels))
+        state.withLock { $0.values[series] = value }
+    }
+
+    public func observe(_ name: String, _ labels: [(String, String)] = [], value: Double) {
+        let series = Series(name: name, labels: Self.render(labels))
+        state.withLock { state in
+            let buckets = state.families[name]?.buckets ?? []
+            var histogram = state.histograms[series] ?? HistogramState(bucketCounts: Array(repeating: 0, count: buckets.count))
+            for (index, bound) in buckets.enumerated() where value <= bound { histogram.bucketCounts[index] += 1 }
+            histogram.sum += value
+            histogram.count += 1
+            state.histograms[series] = histogram
+        }
+    }
+
+    /// Adds a function that reports gauge values at scrape time.
+    public func collect(_ collector: @escaping @Sendable () -> [(name: String, labels: [(String, String)], value: Double)]) {
+        state.withLock { $0.collectors.append(collector) }
+    }
+
+    /// The value of a counter or gauge series (tests and the bench read these).
+    public func value(_ name: String, _ labels: [(String, String)] = []) -> Double {
+        state.withLock { $0.values[Series(name: name, labels: Self.render(labels))] ?? 0 }
+    }
+
+    /// The whole registry as Prometheus text.
+    public func exposition() -> String {
+        let snapshot = state.withLock { $0 }
+        var values = snapshot.values
+        for collector in snapshot.collectors {
+            for sample in collector() { values[Series(name: sample.name, labels: Self.render(sample.labels))] = sample.value }
+        }
+        var out = ""
+        for (name, family) in snapshot.families.sorted(by: { $0.key < $1.key }) {
+            out += "# HELP \(name) \(family.help)\n# TYPE \(name) \(family.kind.rawValue)\n"
+            if family.kind == .histogram {
+                for (series, histogram) in snapshot.histograms.filter({ $0.key.name == name }).sorted(by: { $0.key.labels.lexicographicallyPrecedes($1.key.labels) }) {
+                    for (index, bound) in family.buckets.enumerated() {
+                        out += "\(name)_bucket\(Self.braces(series.labels + ["le=\"\(Self.number(bound))\""])) \(histogram.bucketCounts[index])\n"
+                    }
+                    out += "\(name)_bucket\(Self.braces(series.labels + ["le=\"+Inf\""])) \(histogram.count)\n"
+                    out += "\(name)_sum\(Self.braces(series.labels)) \(Self.number(histogram.sum))\n"
+                    out += "\(name)_count\(Self.braces(series.labels)) \(histogram.count)\n"
+                }
+            } else {
+                for (series, value) in values.filter({ $0.key.name == name }).sorted(by: { $0.key.labels.lexicographicallyPrecedes($1.key.labels) }) {
+                    out += "\(name)\(Self.braces(series.labels)) \(Self.number(value))\n"
+                }
+            }
+        }
+        return out
+    }
+
+    private static func render(_ labels: [(String, String)]) -> [String] {
+        labels.map { key, value in
+            let escaped = value.replacingAll("\\", with: "\\\\").replacingAll("\"", with: "\\\"").replacingAll("\n", with: "\\n")
+            return "\(key)=\"\(escaped)\""
+        }
+    }
+
+    private static func braces(_ labels: [String]) -> String { labels.isEmpty ? "" : "{" + labels.joined(separator: ",") + "}" }
+
+    private static func number(_ value: Double) -> String {
+        value == value.rounded() && abs(value) < 1e15 ? String(Int64(value)) : String(value)
+    }
+}
+
+/// Latency buckets in seconds, from 0.5 ms to 30 s.
+public let latencyBuckets: [Double] = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30]
+
+extension String {
+    func replacingAll(_ target: String, with replacement: String) -> String {
+        split(separator: target, omittingEmptySubsequences: false).joined(separator: replacement)
+    }
+}

@@ -1,0 +1,79 @@
+import Common
+import Foundation
+import Queue
+
+/// `POST|GET /wh/:deviceId` (SPEC §2.2): validate, hand the job to the group-commit writer, answer 202 only once
+/// it is committed. Nothing here waits on disk on an MHD thread.
+struct WebhookEndpoint: Sendable {
+    let store: any RelayStore
+    let writer: QueueWriter
+    let clock: any WallClock
+    let queueMax: Int
+    /// Per client IP: failures (400/404/410) only; once over, every webhook from that IP gets 429.
+    let failedLimiter: SlidingWindowLimiter
+    /// Per client IP and device: every webhook.
+    let webhookLimiter: SlidingWindowLimiter
+    let logger: Logger
+
+    static let retryAfterSeconds = "5"
+
+    func handle(_ request: HTTPRequest, deviceID: String, client: String, responder: any HTTPResponder) {
+        let now = clock.nowMillis()
+        if case .limited(let seconds) = failedLimiter.check(client, now: now) {
+            return responder.respond(.error(429, "too many requests", headers: [("Retry-After", String(seconds))]))
+        }
+        if case .limited(let seconds) = webhookLimiter.hit(client + "|" + deviceID, now: now) {
+            return responder.respond(.error(429, "too many requests", headers: [("Retry-After", String(seconds))]))
+        }
+        guard DeviceID.isWellFormed(deviceID) else {
+            return fail(.error(404, "device not found"), client: client, responder: responder)
+        }
+        let event: AlertEvent
+        switch WebhookParser.parse(request) {
+        case .success(let parsed): event = parsed
+        case .failure(.invalidBody): return fail(.error(400, "invalid request body"), client: client, responder: responder)
+        case .failure(.unsupportedMediaType):
+            return responder.respond(.error(415, "unsupported content type: send application/json or a form"))
+        }
+        guard writer.estimatedDepth < queueMax else {
+            logger.warning("queue full, webhook refused", ["queue.max": String(queueMax)])
+            return responder.respond(Self.queueUnavailable)
+        }
+        let payload: [UInt8]
+        do {
+            payload = Array(try JSONEncoder().encode(event))
+        } catch {
+            return responder.respond(.error(500, "internal server error"))
+        }
+        let job = NewJob(deviceID: deviceID, publicID: UUID().uuidString.lowercased(), payload: payload)
+        writer.submit(job) { result in
+            switch result {
+            case .success(.queued):
+                responder.respond(.json(202, "{\"status\":\"queued\",\"id\":\"\(job.publicID)\"}"))
+            case .success(.deviceGone):
+                // Off the writer thread: the tombstone lookup reads the disk and the writer must keep committing.
+                DispatchQueue.global().async { answerUnknownDevice(deviceID, client: client, responder: responder) }
+            case .failure(let error):
+                logger.error("webhook not stored", ["error": error.description])
+                responder.respond(Self.queueUnavailable)
+            }
+        }
+    }
+
+    /// 410 for a device APNs reported gone (within TOMBSTONE_RETENTION), else 404.
+    private func answerUnknownDevice(_ deviceID: String, client: String, responder: any HTTPResponder) {
+        do {
+            let gone = try store.tombstone(deviceID: deviceID) != nil
+            fail(gone ? .error(410, "device unregistered") : .error(404, "device not found"), client: client, responder: responder)
+        } catch {
+            responder.respond(Self.queueUnavailable)
+        }
+    }
+
+    private func fail(_ response: HTTPResponse, client: String, responder: any HTTPResponder) {
+        failedLimiter.record(client, now: clock.nowMillis())
+        responder.respond(response)
+    }
+
+    static let queueUnavailable = HTTPResponse.error(503, "queue unavailable", headers: [("Retry-After", retryAfterSeconds)])
+}

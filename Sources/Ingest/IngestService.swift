@@ -1,0 +1,124 @@
+import Common
+import Dispatch
+import Foundation
+import Queue
+import Synchronization
+
+/// The HTTP API of SPEC §2 on one listener, plus Prometheus metrics on another.
+public final class IngestService: Sendable {
+    let settings: Settings
+    let store: any RelayStore
+    let clock: any WallClock
+    let logger: Logger
+    public let metrics: MetricsRegistry
+    let writer: QueueWriter
+    let deviceAPI: DeviceAPI
+    let webhook: WebhookEndpoint
+    let resolver: ClientAddressResolver
+    /// Device calls and health checks touch the disk; they run here, never on an MHD thread.
+    let blockingWork = DispatchQueue(label: "ingest.blocking", qos: .userInitiated, attributes: .concurrent)
+    private let servers = Mutex<(api: HTTPServer?, metrics: HTTPServer?)>((nil, nil))
+
+    public init(settings: Settings, store: any RelayStore, clock: any WallClock = SystemClock(), logger: Logger,
+                metrics: MetricsRegistry = MetricsRegistry()) {
+        self.settings = settings
+        self.store = store
+        self.clock = clock
+        self.logger = logger
+        self.metrics = metrics
+        writer = QueueWriter(store: store, clock: clock, ttl: settings.jobTTL, logger: logger, metrics: metrics)
+        deviceAPI = DeviceAPI(store: store, clock: clock, registerLimiter: SlidingWindowLimiter(rules: settings.rateLimitRegister),
+                              logger: logger)
+        webhook = WebhookEndpoint(store: store, writer: writer, clock: clock, queueMax: settings.queueMax,
+                                  failedLimiter: SlidingWindowLimiter(rules: settings.rateLimitWebhookFailed),
+                                  webhookLimiter: SlidingWindowLimiter(rules: settings.rateLimitWebhook), logger: logger)
+        resolver = ClientAddressResolver(settings: settings)
+        Self.describeMetrics(metrics, store: store)
+    }
+
+    /// Starts listening. Throws when a listener cannot bind.
+    public func start(apiConfiguration: HTTPServer.Configuration? = nil) throws {
+        let configuration = apiConfiguration ?? HTTPServer.Configuration(host: settings.host, port: settings.port)
+        let api = try HTTPServer(configuration) { [self] request, responder in handle(request, responder: responder) }
+        var metricsServer: HTTPServer?
+        if let address = settings.metricsAddress {
+            var metricsConfiguration = HTTPServer.Configuration(host: address.host, port: address.port)
+            metricsConfiguration.threads = 1
+            metricsServer = try HTTPServer(metricsConfiguration) { [metrics] request, responder in
+                guard request.path == "/metrics" else { return responder.respond(.error(404, "not found")) }
+                responder.respond(HTTPResponse(status: 200, headers: [("Content-Type", "text/plain; version=0.0.4")],
+                                               body: Array(metrics.exposition().utf8)))
+            }
+        }
+        servers.withLock { $0 = (api, metricsServer) }
+    }
+
+    /// The API port (useful after binding port 0).
+    public var port: UInt16 { servers.withLock { $0.api?.port ?? 0 } }
+    public var metricsPort: UInt16? { servers.withLock { $0.metrics?.port } }
+
+    /// SIGTERM: stop accepting, answer what is in flight (at most `grace`), commit what is queued, close.
+    public func shutdown(grace: Duration) {
+        let (api, metricsServer) = servers.withLock { $0 }
+        let drained = api?.drain(grace: grace) ?? true
+        if !drained { logger.warning("requests still in flight at the end of the grace period") }
+        writer.stop()
+        api?.stop()
+        metricsServer?.stop()
+    }
+
+    func handle(_ request: HTTPRequest, responder: any HTTPResponder) {
+        guard let route = Route.match(request.path, basePath: settings.basePath) else {
+            return respond(.error(404, "not found"), route: "unmatched", request, responder)
+        }
+        guard route.allowedMethods.contains(request.method) else {
+            return respond(.error(405, "method not allowed", headers: [("Allow", route.allowedMethods.joined(separator: ", "))]),
+                           route: route.pattern, request, responder)
+        }
+        let client = resolver.clientAddress(for: request)
+        let instrumented = InstrumentedResponder(inner: responder, route: route.pattern, method: request.method, client: client,
+                                                 started: .now, logger: logger, metrics: metrics, logRequest: route != .health)
+        switch route {
+        case .health:
+            blockingWork.async { [store] in
+                do {
+                    try store.ping()
+                    instrumented.respond(.json(200, "{\"status\":\"ok\"}"))
+                } catch {
+                    instrumented.respond(.error(503, "database unavailable"))
+                }
+            }
+        case .register:
+            blockingWork.async { [deviceAPI] in instrumented.respond(deviceAPI.register(request, client: client)) }
+        case .device(let id):
+            blockingWork.async { [deviceAPI] in
+                switch request.method {
+                case "GET": instrumented.respond(deviceAPI.get(request, id: id))
+                case "PATCH": instrumented.respond(deviceAPI.update(request, id: id))
+                default: instrumented.respond(deviceAPI.delete(request, id: id))
+                }
+            }
+        case .webhook(let deviceID):
+            webhook.handle(request, deviceID: deviceID, client: client, responder: instrumented)
+        }
+    }
+
+    private func respond(_ response: HTTPResponse, route: String, _ request: HTTPRequest, _ responder: any HTTPResponder) {
+        InstrumentedResponder(inner: responder, route: route, method: request.method, client: resolver.clientAddress(for: request),
+                              started: .now, logger: logger, metrics: metrics, logRequest: true).respond(response)
+    }
+
+    static func describeMetrics(_ metrics: MetricsRegistry, store: any RelayStore) {
+        metrics.describe("kumapush_http_requests_total", .counter, "HTTP requests answered, by route pattern, method and status.")
+        metrics.describe("kumapush_http_request_duration_seconds", .histogram, "Time from request received to answer.",
+                         buckets: latencyBuckets)
+        metrics.describe("kumapush_queue_jobs", .gauge, "Jobs in the queue by state (discarded = dead letters).")
+        metrics.describe("kumapush_devices", .gauge, "Registered devices.")
+        metrics.collect {
+            guard let stats = try? store.stats() else { return [] }
+            var samples = JobState.allCases.map { (name: "kumapush_queue_jobs", labels: [("state", $0.rawValue)], value: Double(stats.jobsByState[$0] ?? 0)) }
+            samples.append((name: "kumapush_devices", labels: [], value: Double(stats.devices)))
+            return samples
+        }
+    }
+}

@@ -1,0 +1,119 @@
+import Common
+import Foundation
+import Queue
+import Synchronization
+
+/// The one thread of an ingest process that writes jobs. Webhook handlers hand it jobs and suspend their
+/// connection; it commits whatever has accumulated in one transaction (group commit) and then calls every
+/// completion. While a commit runs, new jobs gather for the next one, so batches grow with load by themselves
+/// and one SQLite writer keeps up with many clients.
+public final class QueueWriter: Sendable {
+    public typealias Completion = @Sendable (Result<EnqueueResult, StoreError>) -> Void
+
+    struct Pending: Sendable {
+        let job: NewJob
+        let completion: Completion
+    }
+
+    struct State: Sendable {
+        var pending: [Pending] = []
+        var stopping = false
+        /// Jobs waiting in the store, as last counted plus what was added since (for QUEUE_MAX).
+        var depth = 0
+        var depthCountedAt: Int64 = 0
+    }
+
+    private let store: any JobQueue
+    private let clock: any WallClock
+    private let ttl: Duration
+    private let maxBatch: Int
+    private let logger: Logger
+    private let metrics: MetricsRegistry
+    private let condition = NSCondition()
+    private let state = Mutex(State())
+    private let finished = DispatchSemaphore(value: 0)
+
+    public init(store: any JobQueue, clock: any WallClock, ttl: Duration, maxBatch: Int = 1000, logger: Logger,
+                metrics: MetricsRegistry) {
+        self.store = store
+        self.clock = clock
+        self.ttl = ttl
+        self.maxBatch = maxBatch
+        self.logger = logger
+        self.metrics = metrics
+        metrics.describe("kumapush_enqueue_batch_size", .histogram, "Jobs committed per group commit.",
+                         buckets: [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000])
+        refreshDepth()
+        let thread = Thread { [self] in run() }
+        thread.name = "queue-writer"
+        thread.start()
+    }
+
+    /// Queues `job` for the next commit; `completion` runs on the writer thread once it is committed (or failed).
+    public func submit(_ job: NewJob, completion: @escaping Completion) {
+        let accepted = state.withLock { state -> Bool in
+            guard !state.stopping else { return false }
+            state.pending.append(Pending(job: job, completion: completion))
+            return true
+        }
+        guard accepted else {
+            completion(.failure(StoreError(.unavailable, "shutting down")))
+            return
+        }
+        condition.lock()
+        condition.signal()
+        condition.unlock()
+    }
+
+    /// Jobs waiting in the queue, counted at most a second ago plus those added since.
+    public var estimatedDepth: Int { state.withLock { $0.depth } }
+
+    /// Commits what is pending, then stops the thread. Blocks until it has.
+    public func stop() {
+        state.withLock { $0.stopping = true }
+        condition.lock()
+        condition.signal()
+        condition.unlock()
+        finished.wait()
+    }
+
+    private func run() {
+        while true {
+            condition.lock()
+            while state.withLock({ $0.pending.isEmpty && !$0.stopping }) { condition.wait() }
+            condition.unlock()
+            let (batch, stop) = state.withLock { state -> ([Pending], Bool) in
+                let count = min(state.pending.count, maxBatch)
+                let batch = Array(state.pending.prefix(count))
+                state.pending.removeFirst(count)
+                return (batch, state.stopping && state.pending.isEmpty)
+            }
+            if !batch.isEmpty { commit(batch) }
+            if stop { break }
+            if clock.nowMillis() - state.withLock({ $0.depthCountedAt }) > 1000 { refreshDepth() }
+        }
+        finished.signal()
+    }
+
+    private func commit(_ batch: [Pending]) {
+        metrics.observe("kumapush_enqueue_batch_size", value: Double(batch.count))
+        do {
+            let results = try store.enqueue(batch.map(\.job), now: clock.nowMillis(), ttl: ttl)
+            let queued = results.filter { $0 == .queued }.count
+            state.withLock { $0.depth += queued }
+            for (pending, result) in zip(batch, results) { pending.completion(.success(result)) }
+        } catch {
+            logger.error("enqueue failed", ["error": error.description, "batch.size": String(batch.count)])
+            for pending in batch { pending.completion(.failure(error)) }
+        }
+    }
+
+    private func refreshDepth() {
+        let now = clock.nowMillis()
+        guard let count = try? store.liveJobCount() else { return }
+        state.withLock {
+            $0.depth = count
+            $0.depthCountedAt = now
+        }
+    }
+}

@@ -1,0 +1,36 @@
+import Common
+import Ingest
+import Queue
+
+enum IngestCommand: Command {
+    static let name = "ingest"
+    static let summary = "the HTTP API only (no APNs key needed)"
+    static let help = """
+        Usage: kumapush-relay ingest [--port N] [--host ADDR] [--database-path PATH] [...any setting flag]
+
+        Serves the device API and webhooks on HOST:PORT and commits push jobs to the database for `deliver`
+        processes. Prometheus metrics on METRICS_ADDR. SIGTERM/SIGINT: stop accepting, answer requests in
+        flight (up to SHUTDOWN_GRACE), exit 0.
+        """
+
+    static func run(settings: Settings, arguments: [String]) throws -> Int32 {
+        try OptionParser(arguments).finish()
+        TerminationSignals.block()
+        let logger = Logger(label: "ingest", level: settings.logLevel, sink: .standardError(format: settings.logFormat))
+        let store = try openStore(settings)
+        let service = IngestService(settings: settings, store: store, logger: logger)
+        do {
+            try service.start()
+        } catch {
+            throw StartupError(description: "cannot start ingest: \(error) (PORT/HOST or METRICS_ADDR)", exitCode: ExitCode.runtimeError)
+        }
+        logger.info("ingest listening", ["http.port": String(service.port), "base_path": settings.basePath,
+                                         "metrics": settings.metricsAddress?.description ?? "off",
+                                         "database": settings.databasePath])
+        let signal = TerminationSignals.wait()
+        logger.info("shutting down", ["signal": signal])
+        service.shutdown(grace: settings.shutdownGrace)
+        logger.info("stopped")
+        return ExitCode.ok
+    }
+}
