@@ -33,9 +33,10 @@ let package = Package(
         // Tests. QueueProbe is a helper process the queue tests start, kill and race against each other.
         .executableTarget(name: "QueueProbe", dependencies: ["Common", "Queue"], path: "Tests/QueueProbe",
                           swiftSettings: strictSettings),
+        .target(name: "TestSupport", dependencies: ["CSQLite"], path: "Tests/TestSupport", swiftSettings: strictSettings),
         .testTarget(name: "CommonTests", dependencies: ["Common"], swiftSettings: strictSettings),
-        .testTarget(name: "IngestTests", dependencies: ["Common", "Queue", "Ingest"], swiftSettings: strictSettings),
-        .testTarget(name: "QueueTests", dependencies: ["Common", "Queue", "CSQLite"], swiftSettings: strictSettings),
+        .testTarget(name: "IngestTests", dependencies: ["Common", "Queue", "Ingest", "TestSupport"], swiftSettings: strictSettings),
+        .testTarget(name: "QueueTests", dependencies: ["Common", "Queue", "TestSupport"], swiftSettings: strictSettings),
     ],
     swiftLanguageModes: [.v6]
 )

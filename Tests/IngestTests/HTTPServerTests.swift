@@ -3,6 +3,7 @@ import Dispatch
 import Foundation
 import Ingest
 import Synchronization
+import TestSupport
 import Testing
 
 /// libmicrohttpd driven by a real client over loopback.

@@ -1,5 +1,6 @@
 import Common
 import Queue
+import TestSupport
 import Testing
 
 @Suite struct DeviceStoreTests {

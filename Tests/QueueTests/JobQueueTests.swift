@@ -1,6 +1,7 @@
 import Common
 import Foundation
 import Queue
+import TestSupport
 import Testing
 
 @Suite struct JobQueueTests {

@@ -1,6 +1,7 @@
 import Common
 import Foundation
 import Queue
+import TestSupport
 import Testing
 
 /// The queue as several processes see it: real processes on one SQLite file, racing and being killed.

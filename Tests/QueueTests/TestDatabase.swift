@@ -1,20 +1,7 @@
 import Common
 import Foundation
 import Queue
-
-/// A temporary directory for one test, removed when the value is released.
-final class TemporaryDirectory {
-    let url: URL
-
-    init() {
-        url = FileManager.default.temporaryDirectory.appendingPathComponent("kumapush-test-\(UUID().uuidString)")
-        try! FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
-    }
-
-    deinit { try? FileManager.default.removeItem(at: url) }
-
-    func path(_ name: String) -> String { url.appendingPathComponent(name).path }
-}
+import TestSupport
 
 /// A fresh store on a real file, plus helpers that keep the tests about behaviour, not set-up.
 struct TestDatabase {

@@ -2,22 +2,24 @@ import Foundation
 
 /// A deliberately small HTTP/1.1 client on a raw socket, so tests control every byte sent (truncated bodies,
 /// chunked multipart, invalid UTF-8, oversized bodies) and see exactly what the server answers.
-struct RawHTTPClient {
-    struct Response {
-        let status: Int
-        let headers: [String: String]
-        let body: Data
-        var text: String { String(decoding: body, as: UTF8.self) }
-        var json: [String: Any]? { try? JSONSerialization.jsonObject(with: body) as? [String: Any] }
+public struct RawHTTPClient: Sendable {
+    public struct Response {
+        public let status: Int
+        public let headers: [String: String]
+        public let body: Data
+        public var text: String { String(decoding: body, as: UTF8.self) }
+        public var json: [String: Any]? { try? JSONSerialization.jsonObject(with: body) as? [String: Any] }
     }
 
-    enum Failure: Error { case connect, timeout, malformed(String) }
+    public enum Failure: Error { case connect, timeout, malformed(String) }
 
-    let port: UInt16
-    var host = "127.0.0.1"
+    public let port: UInt16
+    public var host = "127.0.0.1"
+
+    public init(port: UInt16) { self.port = port }
 
     /// Sends `method path` with `headers` and `body` (Content-Length added unless `chunked`), reads the answer.
-    func send(_ method: String, _ path: String, headers: [(String, String)] = [], body: [UInt8] = [], chunked: Bool = false,
+    public func send(_ method: String, _ path: String, headers: [(String, String)] = [], body: [UInt8] = [], chunked: Bool = false,
               timeout: TimeInterval = 10) throws -> Response {
         var head = "\(method) \(path) HTTP/1.1\r\nHost: \(host):\(port)\r\nConnection: close\r\n"
         for (name, value) in headers { head += "\(name): \(value)\r\n" }
@@ -40,7 +42,7 @@ struct RawHTTPClient {
     }
 
     /// Writes raw bytes and reads until the server closes (requests carry `Connection: close`).
-    func exchange(_ bytes: [UInt8], timeout: TimeInterval = 10) throws -> Response {
+    public func exchange(_ bytes: [UInt8], timeout: TimeInterval = 10) throws -> Response {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         guard fd >= 0 else { throw Failure.connect }
         defer { close(fd) }
@@ -73,7 +75,7 @@ struct RawHTTPClient {
         return try Self.parse(received)
     }
 
-    static func parse(_ data: Data) throws -> Response {
+    public static func parse(_ data: Data) throws -> Response {
         guard let split = data.range(of: Data("\r\n\r\n".utf8)) else { throw Failure.malformed(String(decoding: data, as: UTF8.self)) }
         let head = String(decoding: data[..<split.lowerBound], as: UTF8.self).components(separatedBy: "\r\n")
         let statusParts = head[0].split(separator: " ")

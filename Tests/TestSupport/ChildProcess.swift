@@ -1,11 +1,11 @@
 import Foundation
 
 /// A helper binary started by a test, read line by line with deadlines (poll, never a fixed sleep).
-final class ChildProcess {
-    enum Failure: Error, CustomStringConvertible {
+public final class ChildProcess {
+    public enum Failure: Error, CustomStringConvertible {
         case timedOut(String)
         case exitedEarly(String)
-        var description: String {
+        public var description: String {
             switch self {
             case .timedOut(let what): return "timed out waiting for \(what)"
             case .exitedEarly(let what): return "the process ended before \(what)"
@@ -14,14 +14,14 @@ final class ChildProcess {
     }
 
     /// Binaries built next to the test bundle (`swift build` builds every product of the package).
-    static let buildDirectory = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath().deletingLastPathComponent()
+    public static let buildDirectory = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath().deletingLastPathComponent()
 
-    let process = Process()
+    public let process = Process()
     private let output = Pipe()
     private var buffer = Data()
     private var reachedEOF = false
 
-    init(_ product: String, _ arguments: [String]) throws {
+    public init(_ product: String, _ arguments: [String]) throws {
         process.executableURL = Self.buildDirectory.appendingPathComponent(product)
         process.arguments = arguments
         process.standardOutput = output
@@ -33,7 +33,7 @@ final class ChildProcess {
     }
 
     /// The next line of standard output, waiting at most `timeout`.
-    func readLine(timeout: Duration = .seconds(30), what: String = "a line") throws -> String {
+    public func readLine(timeout: Duration = .seconds(30), what: String = "a line") throws -> String {
         let deadline = ContinuousClock.now + timeout
         while true {
             if let newline = buffer.firstIndex(of: UInt8(ascii: "\n")) {
@@ -47,7 +47,7 @@ final class ChildProcess {
     }
 
     /// Reads lines until one satisfies `match`, returning it.
-    func waitForLine(timeout: Duration = .seconds(30), where match: (String) -> Bool) throws -> String {
+    public func waitForLine(timeout: Duration = .seconds(30), where match: (String) -> Bool) throws -> String {
         let deadline = ContinuousClock.now + timeout
         while true {
             let line = try readLine(timeout: deadline - ContinuousClock.now, what: "the expected line")
@@ -56,7 +56,7 @@ final class ChildProcess {
     }
 
     /// Everything the process writes until it exits, then its exit status.
-    func readToEnd(timeout: Duration = .seconds(120)) throws -> (lines: [String], status: Int32) {
+    public func readToEnd(timeout: Duration = .seconds(120)) throws -> (lines: [String], status: Int32) {
         let deadline = ContinuousClock.now + timeout
         while !reachedEOF { try fill(until: deadline, what: "the end of output") }
         process.waitUntilExit()
@@ -66,7 +66,7 @@ final class ChildProcess {
     }
 
     /// SIGKILL: no cleanup, no flushing, exactly like a crash or the OOM killer.
-    func killHard() {
+    public func killHard() {
         kill(process.processIdentifier, SIGKILL)
         process.waitUntilExit()
     }

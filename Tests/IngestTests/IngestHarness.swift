@@ -1,0 +1,49 @@
+import Common
+import Foundation
+import Ingest
+import Queue
+import TestSupport
+
+/// An ingest service on port 0 over a fresh database, with a client pointed at it.
+final class IngestHarness {
+    let directory = TemporaryDirectory()
+    let store: SQLiteStore
+    let service: IngestService
+    let client: RawHTTPClient
+
+    init(_ environment: [String: String] = [:], wrap: (SQLiteStore) -> any RelayStore = { $0 }) throws {
+        var environment = environment
+        environment["METRICS_ADDR"] = environment["METRICS_ADDR"] ?? "off"
+        let (settings, _) = try Settings.load(environment: environment, arguments: [])
+        store = try SQLiteStore(path: directory.path("relay.db"), now: SystemClock().nowMillis())
+        let logger = Logger(label: "test", level: .error)
+        service = IngestService(settings: settings, store: wrap(store), logger: logger)
+        var configuration = HTTPServer.Configuration(host: "127.0.0.1", port: 0)
+        configuration.threads = 2
+        try service.start(apiConfiguration: configuration)
+        client = RawHTTPClient(port: service.port)
+    }
+
+    deinit { service.shutdown(grace: .seconds(5)) }
+
+    static let token = String(repeating: "ab", count: 32)
+
+    /// Registers a device through the API; returns (id, auth token).
+    func register(token: String = IngestHarness.token) throws -> (id: String, auth: String) {
+        let response = try client.send("POST", "/devices", headers: [("Content-Type", "application/json")],
+                                       body: Array("{\"device_token\":\"\(token)\"}".utf8))
+        guard let json = response.json, let id = json["id"] as? String, let auth = json["auth_token"] as? String else {
+            throw RawHTTPClient.Failure.malformed(response.text)
+        }
+        return (id, auth)
+    }
+
+    func webhook(_ id: String, _ body: String, type: String = "application/json") throws -> RawHTTPClient.Response {
+        try client.send("POST", "/wh/\(id)", headers: [("Content-Type", type)], body: Array(body.utf8))
+    }
+
+    func jobIDs() throws -> Set<String> {
+        Set(try RawSQLite(path: directory.path("relay.db")).query("SELECT public_id FROM jobs").map { $0[0] })
+    }
+}
+

@@ -1,0 +1,85 @@
+import Common
+import Ingest
+import Testing
+
+@Suite struct SlidingWindowLimiterTests {
+    let minute = RateLimitRule(limit: 10, window: .seconds(60))
+
+    @Test func allowsUpToTheLimitThenRefusesWithoutCountingRefusals() {
+        let limiter = SlidingWindowLimiter(rules: [minute])
+        for _ in 0..<10 { #expect(limiter.hit("k", now: 0) == .allowed) }
+        #expect(limiter.hit("k", now: 1000) == .limited(retryAfterSeconds: 59))
+        #expect(limiter.hit("other", now: 1000) == .allowed)
+    }
+
+    @Test func thePreviousWindowFadesAsTheWindowSlides() {
+        let limiter = SlidingWindowLimiter(rules: [minute])
+        for _ in 0..<10 { _ = limiter.hit("k", now: 59_000) }
+        // At 60 s the previous window (10 hits) still weighs fully: refused.
+        #expect(limiter.hit("k", now: 60_000) != .allowed)
+        // Half way through the next window it weighs 5: five more fit, not six.
+        for _ in 0..<5 { #expect(limiter.hit("k", now: 90_000) == .allowed) }
+        #expect(limiter.hit("k", now: 90_000) != .allowed)
+        // Two windows later it is forgotten.
+        #expect(limiter.hit("k", now: 180_000) == .allowed)
+    }
+
+    @Test func everyRuleMustAllow() {
+        let limiter = SlidingWindowLimiter(rules: [RateLimitRule(limit: 5, window: .seconds(60)), RateLimitRule(limit: 6, window: .seconds(3600))])
+        for _ in 0..<5 { #expect(limiter.hit("ip", now: 0) == .allowed) }
+        #expect(limiter.hit("ip", now: 1) != .allowed)
+        #expect(limiter.hit("ip", now: 120_000) == .allowed)
+        if case .limited(let seconds) = limiter.hit("ip", now: 120_001) {
+            #expect(seconds > 60, "the hourly rule decides now")
+        } else {
+            Issue.record("the hourly rule must refuse the seventh")
+        }
+    }
+
+    @Test func checkAndRecordCountOnlyWhatIsRecorded() {
+        let limiter = SlidingWindowLimiter(rules: [RateLimitRule(limit: 2, window: .seconds(60))])
+        #expect(limiter.check("ip", now: 0) == .allowed)
+        limiter.record("ip", now: 0)
+        #expect(limiter.check("ip", now: 0) == .allowed)
+        limiter.record("ip", now: 0)
+        #expect(limiter.check("ip", now: 0) != .allowed)
+    }
+
+    @Test func offAllowsEverything() {
+        let limiter = SlidingWindowLimiter(rules: [])
+        for _ in 0..<1000 { #expect(limiter.hit("k", now: 0) == .allowed) }
+        #expect(limiter.isDisabled)
+    }
+
+    @Test func idleKeysAreForgotten() {
+        let limiter = SlidingWindowLimiter(rules: [minute])
+        for index in 0..<5000 { _ = limiter.hit("client-\(index)", now: 0) }
+        for index in 0..<4096 { _ = limiter.hit("late-\(index % 10)", now: 600_000) }
+        #expect(limiter.trackedKeys == 10, "the 5,000 idle clients are gone")
+    }
+}
+
+@Suite struct ClientAddressResolverTests {
+    func request(peer: String, forwarded: String?) -> HTTPRequest {
+        HTTPRequest(method: "GET", path: "/", headers: forwarded.map { ["x-forwarded-for": $0] } ?? [:], peer: IPAddress(peer))
+    }
+
+    @Test func withoutProxyModeThePeerIsTheClient() {
+        let resolver = ClientAddressResolver(behindProxy: false, headerName: "X-Forwarded-For", trustedProxies: [])
+        #expect(resolver.clientAddress(for: request(peer: "127.0.0.1", forwarded: "9.9.9.9")) == "127.0.0.1")
+    }
+
+    @Test func behindAProxyTheRightMostUntrustedAddressIsTheClient() {
+        let resolver = ClientAddressResolver(behindProxy: true, headerName: "X-Forwarded-For", trustedProxies: [IPNetwork("10.0.0.0/8")!])
+        #expect(resolver.clientAddress(for: request(peer: "127.0.0.1", forwarded: "1.2.3.4")) == "1.2.3.4")
+        #expect(resolver.clientAddress(for: request(peer: "10.1.1.1", forwarded: "6.6.6.6, 1.2.3.4, 10.0.0.5")) == "1.2.3.4")
+        #expect(resolver.clientAddress(for: request(peer: "127.0.0.1", forwarded: "::ffff:1.2.3.4")) == "1.2.3.4")
+        // Only trusted peers are believed.
+        #expect(resolver.clientAddress(for: request(peer: "8.8.8.8", forwarded: "1.2.3.4")) == "8.8.8.8")
+        // A missing header or garbage in the chain falls back to the peer.
+        #expect(resolver.clientAddress(for: request(peer: "127.0.0.1", forwarded: nil)) == "127.0.0.1")
+        #expect(resolver.clientAddress(for: request(peer: "127.0.0.1", forwarded: "1.2.3.4, garbage")) == "127.0.0.1")
+        // All hops trusted: the left-most is as far as the chain goes.
+        #expect(resolver.clientAddress(for: request(peer: "127.0.0.1", forwarded: "10.0.0.9, 10.0.0.5")) == "10.0.0.9")
+    }
+}

@@ -1,0 +1,199 @@
+import Common
+import Dispatch
+import Foundation
+import Ingest
+import Queue
+import Synchronization
+import TestSupport
+import Testing
+
+/// Every row of the webhook status table (SPEC §2.2) against the real server.
+@Suite struct WebhookEndpointTests {
+    @Test func acceptedWebhooksAreCommittedBeforeThe202() throws {
+        let h = try IngestHarness()
+        let (id, _) = try h.register()
+        let response = try h.webhook(id, Fixtures.text("b-2.5-http-down-in-group.json"))
+        #expect(response.status == 202 && response.json?["status"] as? String == "queued")
+        let jobID = try #require(response.json?["id"] as? String)
+        #expect(try h.jobIDs() == [jobID])
+    }
+
+    @Test func everyBodyModeIsAccepted() throws {
+        let h = try IngestHarness()
+        let (id, _) = try h.register()
+        let boundary = Fixtures.text("l-form-data-test.boundary")
+        let responses = [
+            try h.webhook(id, Fixtures.text("a-1.23-http-down.json")),
+            try h.client.send("POST", "/wh/\(id)", headers: [("Content-Type", "multipart/form-data; boundary=\(boundary)")],
+                              body: Fixtures.bytes("l-form-data-test.multipart"), chunked: true),
+            try h.webhook(id, Fixtures.text("c-2.5-push-up.json"), type: "application/x-www-form-urlencoded"),
+            try h.webhook(id, Fixtures.text("h-double-encoded.json")),
+            try h.client.send("GET", "/wh/\(id)?\(Fixtures.text("j-get-query.txt"))"),
+            try h.webhook(id, Fixtures.text("i-generic.json")),
+            try h.webhook(id, Fixtures.text("g-multiline-emoji-ping-down.json")),
+        ]
+        #expect(responses.map(\.status) == Array(repeating: 202, count: responses.count))
+        #expect(try h.jobIDs().count == responses.count)
+    }
+
+    @Test func hostileBodiesGetAJSONErrorAndTheServerStaysHealthy() throws {
+        let h = try IngestHarness(["RATE_LIMIT_WEBHOOK_FAILED": "off"])
+        let (id, _) = try h.register()
+        let cases: [(String, [UInt8], Int)] = [
+            ("application/json", Array("{\"heartbeat\":{\"status\":0".utf8), 400),
+            ("application/json", [0x7b, 0x22, 0x6d, 0x73, 0x67, 0x22, 0x3a, 0x22, 0xc3, 0x28, 0x22, 0x7d], 400),
+            ("application/json", Array("[{\"msg\":\"x\"}]".utf8), 400),
+            ("application/json", Array("{\"heartbeat\":{\"status\":\"down\"},\"monitor\":{\"name\":\"A\"}}".utf8), 400),
+            ("application/json", Array("{\"monitor\":{\"name\":[1]},\"heartbeat\":{}}".utf8), 400),
+            ("application/json", [UInt8](repeating: 0x20, count: 70_000), 413),
+            ("text/plain", Array("hello".utf8), 415),
+            ("application/octet-stream", [0, 1, 2, 255], 415),
+            ("multipart/form-data; boundary=zzz", Array("--zzz\r\nContent-Disposition: form-data; name=\"other\"\r\n\r\nx\r\n--zzz--\r\n".utf8), 400),
+            ("application/x-www-form-urlencoded", Array("a=%ZZ".utf8), 400),
+        ]
+        for (type, body, status) in cases {
+            let response = try h.client.send("POST", "/wh/\(id)", headers: [("Content-Type", type)], body: body)
+            #expect(response.status == status, "\(type) \(body.prefix(40))")
+            #expect(response.headers["content-type"] == "application/json")
+            #expect(response.json?["error"] is String)
+        }
+        #expect(try h.jobIDs().isEmpty)
+        #expect(try h.client.send("GET", "/health").status == 200)
+    }
+
+    @Test func unknownAndMalformedDeviceIDsAre404() throws {
+        let h = try IngestHarness()
+        for id in ["NoSuchDevice12", "short", "has%20space1234"] {
+            let response = try h.webhook(id, Fixtures.text("d-test-button.json"))
+            #expect(response.status == 404 && response.json?["error"] as? String == "device not found")
+        }
+    }
+
+    @Test func aDeviceRemovedByAPNsAnswers410() throws {
+        let h = try IngestHarness()
+        let (id, _) = try h.register()
+        #expect(try h.webhook(id, Fixtures.text("a-1.23-http-down.json")).status == 202)
+        let job = try #require(try h.store.claim(worker: "w", limit: 1, now: SystemClock().nowMillis(), lease: .seconds(60)).first)
+        _ = try h.store.finish([JobOutcome(jobID: job.id, attempt: job.attempt, kind: .removeDevice(reason: "Unregistered"))],
+                               worker: "w", now: SystemClock().nowMillis())
+        let response = try h.webhook(id, Fixtures.text("a-1.23-http-down.json"))
+        #expect(response.status == 410 && response.json?["error"] as? String == "device unregistered")
+    }
+
+    @Test func failuresFromOneClientAreLimitedThenEveryWebhookFromItGets429() throws {
+        let h = try IngestHarness(["RATE_LIMIT_WEBHOOK_FAILED": "3/1m"])
+        let (id, _) = try h.register()
+        for _ in 0..<3 { #expect(try h.webhook("NoSuchDevice12", Fixtures.text("d-test-button.json")).status == 404) }
+        let blocked = try h.webhook(id, Fixtures.text("a-1.23-http-down.json"))
+        #expect(blocked.status == 429 && blocked.headers["retry-after"] != nil)
+    }
+
+    @Test func manyAlertsToOneDeviceAreLimitedPerDeviceNotPerClient() throws {
+        let h = try IngestHarness(["RATE_LIMIT_WEBHOOK": "2/1m"])
+        let a = try h.register(token: String(repeating: "a1", count: 32)).id
+        let b = try h.register(token: String(repeating: "b1", count: 32)).id
+        #expect(try h.webhook(a, Fixtures.text("a-1.23-http-down.json")).status == 202)
+        #expect(try h.webhook(a, Fixtures.text("a-1.23-http-down.json")).status == 202)
+        #expect(try h.webhook(a, Fixtures.text("a-1.23-http-down.json")).status == 429)
+        #expect(try h.webhook(b, Fixtures.text("a-1.23-http-down.json")).status == 202)
+    }
+
+    @Test func aFullQueueAnswers503WithRetryAfterAndStoresNothing() throws {
+        let h = try IngestHarness(["QUEUE_MAX": "2"])
+        let (id, _) = try h.register()
+        #expect(try h.webhook(id, Fixtures.text("a-1.23-http-down.json")).status == 202)
+        #expect(try h.webhook(id, Fixtures.text("a-1.23-http-down.json")).status == 202)
+        let full = try h.webhook(id, Fixtures.text("a-1.23-http-down.json"))
+        #expect(full.status == 503 && full.json?["error"] as? String == "queue unavailable")
+        #expect(full.headers["retry-after"] == "5")
+        #expect(try h.jobIDs().count == 2)
+    }
+
+    @Test func aStoreThatCannotCommitAnswers503AndAcknowledgesNothing() throws {
+        let h = try IngestHarness(wrap: { UnavailableForWrites(inner: $0) })
+        let (id, _) = try h.register()
+        let response = try h.webhook(id, Fixtures.text("a-1.23-http-down.json"))
+        #expect(response.status == 503 && response.headers["retry-after"] == "5")
+        #expect(try h.jobIDs().isEmpty)
+    }
+
+    /// 64 clients at once: every 202 id is in the queue, and nothing else is.
+    @Test func concurrentClientsGetOnlyCommittedAcknowledgements() throws {
+        let h = try IngestHarness(["RATE_LIMIT_WEBHOOK": "off"])
+        let (id, _) = try h.register()
+        let acknowledged = Mutex<[String]>([])
+        let statuses = Mutex<[Int]>([])
+        let client = h.client
+        let body = Fixtures.text("g-multiline-emoji-ping-down.json")
+        DispatchQueue.concurrentPerform(iterations: 64) { _ in
+            let response = try? client.send("POST", "/wh/\(id)", headers: [("Content-Type", "application/json")], body: Array(body.utf8))
+            statuses.withLock { $0.append(response?.status ?? 0) }
+            if response?.status == 202, let jobID = response?.json?["id"] as? String { acknowledged.withLock { $0.append(jobID) } }
+        }
+        #expect(statuses.withLock { $0 } == Array(repeating: 202, count: 64))
+        #expect(try h.jobIDs() == Set(acknowledged.withLock { $0 }))
+    }
+}
+
+@Suite struct RoutingTests {
+    @Test func unknownRoutesAre404AndWrongMethods405WithAllow() throws {
+        let h = try IngestHarness()
+        let missing = try h.client.send("GET", "/nope")
+        #expect(missing.status == 404 && missing.text == "{\"error\":\"not found\"}")
+        #expect(try h.client.send("GET", "/wh/").status == 404)
+        let wrong = try h.client.send("PUT", "/devices")
+        #expect(wrong.status == 405 && wrong.headers["allow"] == "POST" && wrong.json?["error"] as? String == "method not allowed")
+        #expect(try h.client.send("POST", "/devices/abc").headers["allow"] == "GET, PATCH, DELETE")
+        let health = try h.client.send("GET", "/health")
+        #expect(health.status == 200 && health.text == "{\"status\":\"ok\"}")
+    }
+
+    @Test func basePathMountsEveryRoute() throws {
+        let h = try IngestHarness(["BASE_PATH": "/relay/"])
+        #expect(try h.client.send("GET", "/relay/health").status == 200)
+        #expect(try h.client.send("GET", "/health").status == 404)
+        let registered = try h.client.send("POST", "/relay/devices", headers: [("Content-Type", "application/json")],
+                                           body: Array("{\"device_token\":\"\(IngestHarness.token)\"}".utf8))
+        #expect(registered.status == 201)
+        let id = try #require(registered.json?["id"] as? String)
+        #expect(try h.client.send("POST", "/relay/wh/\(id)", headers: [("Content-Type", "application/json")],
+                                  body: Fixtures.bytes("d-test-button.json")).status == 202)
+    }
+}
+
+/// A store whose writes fail as a full disk or a long-held lock would: reads work, enqueue throws `.unavailable`.
+final class UnavailableForWrites: RelayStore {
+    let inner: SQLiteStore
+    init(inner: SQLiteStore) { self.inner = inner }
+
+    func enqueue(_ jobs: some Sequence<NewJob>, now: Int64, ttl: Duration) throws(StoreError) -> [EnqueueResult] {
+        throw StoreError(.unavailable, "database or disk is full")
+    }
+    func registerDevice(token: String, authTokenHash: String, now: Int64, newID: () throws -> String) throws(StoreError) -> Registration {
+        try inner.registerDevice(token: token, authTokenHash: authTokenHash, now: now, newID: newID)
+    }
+    func device(id: String) throws(StoreError) -> Device? { try inner.device(id: id) }
+    func updateDevice(id: String, token: String?, level: Device.DownNotificationLevel?) throws(StoreError) -> Device? {
+        try inner.updateDevice(id: id, token: token, level: level)
+    }
+    func deleteDevice(id: String) throws(StoreError) -> Bool { try inner.deleteDevice(id: id) }
+    func tombstone(deviceID: String) throws(StoreError) -> Tombstone? { try inner.tombstone(deviceID: deviceID) }
+    func purgeTombstones(before: Int64) throws(StoreError) -> Int { try inner.purgeTombstones(before: before) }
+    func claim(worker: String, limit: Int, now: Int64, lease: Duration) throws(StoreError) -> [ClaimedJob] {
+        try inner.claim(worker: worker, limit: limit, now: now, lease: lease)
+    }
+    func finish(_ outcomes: [JobOutcome], worker: String, now: Int64) throws(StoreError) -> [Bool] {
+        try inner.finish(outcomes, worker: worker, now: now)
+    }
+    func release(jobIDs: [Int64], worker: String, now: Int64) throws(StoreError) -> Int { try inner.release(jobIDs: jobIDs, worker: worker, now: now) }
+    func rescueExpiredLeases(now: Int64) throws(StoreError) -> Int { try inner.rescueExpiredLeases(now: now) }
+    func makeRetryableDue(now: Int64) throws(StoreError) -> Int { try inner.makeRetryableDue(now: now) }
+    func countDeadLetters(_ filter: DeadLetterFilter) throws(StoreError) -> Int { try inner.countDeadLetters(filter) }
+    func replayDeadLetters(_ filter: DeadLetterFilter, limit: Int, now: Int64, ttl: Duration) throws(StoreError) -> Int {
+        try inner.replayDeadLetters(filter, limit: limit, now: now, ttl: ttl)
+    }
+    func purgeDeadLetters(before: Int64) throws(StoreError) -> Int { try inner.purgeDeadLetters(before: before) }
+    func liveJobCount() throws(StoreError) -> Int { try inner.liveJobCount() }
+    func stats() throws(StoreError) -> QueueStats { try inner.stats() }
+    func ping() throws(StoreError) { try inner.ping() }
+}
