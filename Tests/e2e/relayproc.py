@@ -1,0 +1,91 @@
+"""Starting and stopping the real kumapush-relay as a process, with free ports and deadlines (no fixed sleeps)."""
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_until(condition, timeout=20.0, interval=0.02, what="condition"):
+    """Polls `condition` until it returns a truthy value or the deadline passes."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(interval)
+    raise TimeoutError(f"timed out waiting for {what}")
+
+
+class Relay:
+    """One kumapush-relay subcommand running in the background."""
+
+    def __init__(self, binary, command, env, log_path):
+        self.env = env
+        self.log = open(log_path, "ab")
+        self.process = subprocess.Popen([str(binary), command], env=env, stdout=self.log, stderr=self.log)
+        self.port = int(env.get("PORT", "0"))
+
+    @property
+    def base(self):
+        return f"http://127.0.0.1:{self.port}{self.env.get('BASE_PATH', '')}"
+
+    def wait_healthy(self, timeout=20.0):
+        def healthy():
+            if self.process.poll() is not None:
+                raise RuntimeError(f"relay exited with {self.process.returncode}")
+            try:
+                return request("GET", self.base + "/health")[0] == 200
+            except OSError:
+                return False
+        wait_until(healthy, timeout, what="/health")
+        return self
+
+    def signal(self, sig):
+        self.process.send_signal(sig)
+
+    def wait(self, timeout=30.0):
+        return self.process.wait(timeout=timeout)
+
+    def stop(self):
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGKILL)
+            self.process.wait(timeout=10)
+        self.log.close()
+
+
+def request(method, url, body=None, headers=None, timeout=10.0):
+    """(status, parsed JSON or None, headers) for one HTTP request; never raises on HTTP errors."""
+    data = body if isinstance(body, (bytes, type(None))) else json.dumps(body).encode()
+    all_headers = {"Content-Type": "application/json"} if data is not None else {}
+    all_headers.update(headers or {})
+    req = urllib.request.Request(url, data=data, method=method, headers=all_headers)
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as response:
+            raw = response.read()
+            return response.status, (json.loads(raw) if raw else None), dict(response.headers)
+    except urllib.error.HTTPError as error:
+        raw = error.read()
+        return error.code, (json.loads(raw) if raw else None), dict(error.headers)
+
+
+def relay_env(tmp_path, **overrides):
+    env = {
+        "PATH": os.environ.get("PATH", ""),
+        "DATABASE_PATH": str(tmp_path / "relay.db"),
+        "PORT": str(free_port()),
+        "HOST": "127.0.0.1",
+        "METRICS_ADDR": f"127.0.0.1:{free_port()}",
+        "LOG_LEVEL": "warning",
+    }
+    env.update({key: str(value) for key, value in overrides.items()})
+    return env
