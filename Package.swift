@@ -18,15 +18,18 @@ let package = Package(
         .systemLibrary(name: "COpenSSL", pkgConfig: "openssl", providers: [.apt(["libssl-dev"])]),
         .systemLibrary(name: "CMicroHTTPD", pkgConfig: "libmicrohttpd", providers: [.apt(["libmicrohttpd-dev"])]),
         .systemLibrary(name: "CNGHTTP2", pkgConfig: "libnghttp2", providers: [.apt(["libnghttp2-dev"])]),
+        .systemLibrary(name: "CLinux"),
 
         // The spine: exe → Ingest/Deliver → Queue → Common.
         .target(name: "Common", dependencies: ["COpenSSL"], swiftSettings: strictSettings),
         .target(name: "Queue", dependencies: ["Common", "CSQLite"], swiftSettings: strictSettings),
         .target(name: "Ingest", dependencies: ["Common", "Queue", "CMicroHTTPD"], swiftSettings: strictSettings),
-        .target(name: "Deliver", dependencies: ["Common", "Queue", "CNGHTTP2", "COpenSSL"], swiftSettings: strictSettings),
+        // Plumbing shared by the APNs client and the simulator: event loop, TLS over memory BIOs, HTTP/2 sessions.
+        .target(name: "HTTP2", dependencies: ["CNGHTTP2", "COpenSSL", "CLinux"], swiftSettings: strictSettings),
+        .target(name: "Deliver", dependencies: ["Common", "Queue", "HTTP2", "COpenSSL"], swiftSettings: strictSettings),
         .executableTarget(
             name: "KumaPushRelay",
-            dependencies: ["Common", "Queue", "Ingest", "Deliver"],
+            dependencies: ["Common", "Queue", "Ingest", "Deliver", "HTTP2"],
             swiftSettings: strictSettings
         ),
 
@@ -35,6 +38,7 @@ let package = Package(
                           swiftSettings: strictSettings),
         .target(name: "TestSupport", dependencies: ["CSQLite"], path: "Tests/TestSupport", swiftSettings: strictSettings),
         .testTarget(name: "CommonTests", dependencies: ["Common"], swiftSettings: strictSettings),
+        .testTarget(name: "HTTP2Tests", dependencies: ["HTTP2", "TestSupport"], swiftSettings: strictSettings),
         .testTarget(name: "IngestTests", dependencies: ["Common", "Queue", "Ingest", "TestSupport"], swiftSettings: strictSettings),
         .testTarget(name: "QueueTests", dependencies: ["Common", "Queue", "TestSupport"], swiftSettings: strictSettings),
     ],

@@ -1,5 +1,5 @@
 import Common
-import Deliver
+import HTTP2
 import Ingest
 import Queue
 

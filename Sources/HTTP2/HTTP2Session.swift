@@ -1,0 +1,276 @@
+import Foundation
+internal import CNGHTTP2
+
+/// What an HTTP/2 session reports while it parses the peer's bytes. Called synchronously from inside
+/// `HTTP2Session.receive`, on the session's event loop.
+protocol HTTP2SessionDelegate: AnyObject {
+    /// Server side: a peer opened a stream (request headers follow).
+    func streamOpened(_ stream: Int32)
+    func headerReceived(_ stream: Int32, name: String, value: String)
+    func dataReceived(_ stream: Int32, _ bytes: UnsafeRawBufferPointer) -> Bool
+    /// The peer finished sending on `stream` (END_STREAM on HEADERS or DATA).
+    func streamEnded(_ stream: Int32)
+    /// The stream is gone; `errorCode` is 0 for a normal close, 7 for REFUSED_STREAM, etc.
+    func streamClosed(_ stream: Int32, errorCode: UInt32)
+    func goAwayReceived(lastStreamID: Int32, errorCode: UInt32, debugData: [UInt8])
+    func settingsReceived()
+    func pingAcknowledged()
+}
+
+/// A header to send. `sensitive` headers are never put in the HPACK dynamic table (`NGHTTP2_NV_FLAG_NO_INDEX`):
+/// APNs asks for that on `:path`, and it keeps device tokens and JWTs out of shared compression state.
+struct HTTP2Header {
+    var name: String
+    var value: String
+    var sensitive = false
+}
+
+/// One nghttp2 session (client or server) that exchanges bytes in memory: the caller feeds what the peer sent with
+/// `receive` and writes out what `send` produces. Owned by one event loop; not thread-safe.
+final class HTTP2Session {
+    private var handle: OpaquePointer!
+    // Set once in init, before any callback can run; the delegate owns this session, hence unowned.
+    private unowned let delegate: any HTTP2SessionDelegate
+    /// Bodies being sent, by stream.
+    private var outgoingBodies: [Int32: (bytes: [UInt8], offset: Int)] = [:]
+
+    enum Role { case client, server }
+
+    struct Failure: Error, CustomStringConvertible {
+        let code: Int32
+        let context: String
+        var description: String { "\(context): \(String(cString: nghttp2_strerror(code)))" }
+    }
+
+    init(role: Role, delegate: any HTTP2SessionDelegate, maxConcurrentStreams: UInt32 = 1000) throws {
+        self.delegate = delegate
+        var callbacks: OpaquePointer?
+        guard nghttp2_session_callbacks_new(&callbacks) == 0, let callbacks else { throw Failure(code: NGHTTP2_ERR_NOMEM.rawValue, context: "callbacks") }
+        defer { nghttp2_session_callbacks_del(callbacks) }
+        nghttp2_session_callbacks_set_on_begin_headers_callback(callbacks, onBeginHeaders)
+        nghttp2_session_callbacks_set_on_header_callback(callbacks, onHeader)
+        nghttp2_session_callbacks_set_on_data_chunk_recv_callback(callbacks, onDataChunk)
+        nghttp2_session_callbacks_set_on_frame_recv_callback(callbacks, onFrame)
+        nghttp2_session_callbacks_set_on_stream_close_callback(callbacks, onStreamClose)
+
+        var options: OpaquePointer?
+        nghttp2_option_new(&options)
+        defer { nghttp2_option_del(options) }
+        // Until the server's SETTINGS arrive, assume it allows one stream (APNs starts token connections at 1),
+        // not nghttp2's default of 100.
+        nghttp2_option_set_peer_max_concurrent_streams(options, 1)
+
+        var session: OpaquePointer?
+        // The session holds `self` unretained: `self` owns the session and deletes it in deinit, and callbacks run
+        // only inside this object's own calls into nghttp2.
+        let userData = Unmanaged.passUnretained(self).toOpaque()
+        let result = role == .client
+            ? nghttp2_session_client_new2(&session, callbacks, userData, options)
+            : nghttp2_session_server_new2(&session, callbacks, userData, options)
+        guard result == 0, let session else { throw Failure(code: result, context: "session") }
+        handle = session
+
+        var settings = [
+            nghttp2_settings_entry(settings_id: Int32(NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS.rawValue), value: maxConcurrentStreams),
+            nghttp2_settings_entry(settings_id: Int32(NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE.rawValue), value: 1 << 20),
+            nghttp2_settings_entry(settings_id: Int32(NGHTTP2_SETTINGS_ENABLE_PUSH.rawValue), value: 0),
+        ]
+        if role == .server { settings.removeLast() }
+        let submitted = nghttp2_submit_settings(session, UInt8(NGHTTP2_FLAG_NONE.rawValue), settings, settings.count)
+        guard submitted == 0 else { throw Failure(code: submitted, context: "settings") }
+        if role == .client {
+            // A large connection window so many concurrent responses never stall on flow control.
+            nghttp2_session_set_local_window_size(session, UInt8(NGHTTP2_FLAG_NONE.rawValue), 0, 16 << 20)
+        }
+    }
+
+    deinit { nghttp2_session_del(handle) }
+
+    /// Parses the peer's bytes, calling the delegate.
+    func receive(_ bytes: UnsafeRawBufferPointer) throws {
+        guard bytes.count > 0 else { return }
+        let consumed = nghttp2_session_mem_recv(handle, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self), bytes.count)
+        guard consumed >= 0 else { throw Failure(code: Int32(consumed), context: "protocol error from peer") }
+    }
+
+    /// Appends every frame ready to go to `output`.
+    func send(into output: inout [UInt8]) throws {
+        while true {
+            var data: UnsafePointer<UInt8>?
+            let count = nghttp2_session_mem_send(handle, &data)
+            guard count >= 0 else { throw Failure(code: Int32(count), context: "send") }
+            guard count > 0, let data else { return }
+            output.append(contentsOf: UnsafeBufferPointer(start: data, count: count))
+        }
+    }
+
+    /// Opens a stream with `headers` and `body`; returns its id.
+    func submitRequest(_ headers: [HTTP2Header], body: [UInt8]) throws -> Int32 {
+        let id = withNameValues(headers) { nva in
+            body.isEmpty
+                ? nghttp2_submit_request(handle, nil, nva.baseAddress, nva.count, nil, nil)
+                : withDataProvider { provider in nghttp2_submit_request(handle, nil, nva.baseAddress, nva.count, provider, nil) }
+        }
+        guard id > 0 else { throw Failure(code: id, context: "submit request") }
+        if !body.isEmpty { outgoingBodies[id] = (body, 0) }
+        return id
+    }
+
+    /// Answers `stream` (server side).
+    func submitResponse(_ stream: Int32, headers: [HTTP2Header], body: [UInt8]) throws {
+        if !body.isEmpty { outgoingBodies[stream] = (body, 0) }
+        let result = withNameValues(headers) { nva in
+            body.isEmpty
+                ? nghttp2_submit_response(handle, stream, nva.baseAddress, nva.count, nil)
+                : withDataProvider { provider in nghttp2_submit_response(handle, stream, nva.baseAddress, nva.count, provider) }
+        }
+        guard result == 0 else {
+            outgoingBodies[stream] = nil
+            throw Failure(code: result, context: "submit response")
+        }
+    }
+
+    func submitSettings(maxConcurrentStreams: UInt32) {
+        let entry = [nghttp2_settings_entry(settings_id: Int32(NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS.rawValue), value: maxConcurrentStreams)]
+        nghttp2_submit_settings(handle, UInt8(NGHTTP2_FLAG_NONE.rawValue), entry, 1)
+    }
+
+    func submitGoAway(errorCode: UInt32 = 0, debugData: [UInt8] = [], lastStreamID: Int32? = nil) {
+        let last = lastStreamID.map { max(0, $0) } ?? nghttp2_session_get_last_proc_stream_id(handle)
+        nghttp2_submit_goaway(handle, UInt8(NGHTTP2_FLAG_NONE.rawValue), last, errorCode, debugData, debugData.count)
+    }
+
+    func submitPing() {
+        nghttp2_submit_ping(handle, UInt8(NGHTTP2_FLAG_NONE.rawValue), nil)
+    }
+
+    func resetStream(_ stream: Int32, errorCode: UInt32) {
+        nghttp2_submit_rst_stream(handle, UInt8(NGHTTP2_FLAG_NONE.rawValue), stream, errorCode)
+    }
+
+    /// The peer's current SETTINGS_MAX_CONCURRENT_STREAMS (what we may have open at once).
+    var peerMaxConcurrentStreams: Int {
+        Int(nghttp2_session_get_remote_settings(handle, NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS))
+    }
+
+    var wantsIO: Bool { nghttp2_session_want_read(handle) != 0 || nghttp2_session_want_write(handle) != 0 }
+
+    static let refusedStream = NGHTTP2_REFUSED_STREAM.rawValue
+    static let cancel = NGHTTP2_CANCEL.rawValue
+
+    // MARK: Helpers
+
+    private func withNameValues<T>(_ headers: [HTTP2Header], _ body: (UnsafeBufferPointer<nghttp2_nv>) throws -> T) rethrows -> T {
+        // nghttp2 copies names and values during submit (no NO_COPY flags), so these buffers only live for the call.
+        let names = headers.map { Array($0.name.utf8) }
+        let values = headers.map { Array($0.value.utf8) }
+        var storage: [UnsafeMutablePointer<UInt8>] = []
+        defer { storage.forEach { $0.deallocate() } }
+        func copy(_ bytes: [UInt8]) -> UnsafeMutablePointer<UInt8> {
+            let pointer = UnsafeMutablePointer<UInt8>.allocate(capacity: max(1, bytes.count))
+            pointer.initialize(from: bytes, count: bytes.count)
+            storage.append(pointer)
+            return pointer
+        }
+        let nva = headers.indices.map { index in
+            nghttp2_nv(name: copy(names[index]), value: copy(values[index]), namelen: names[index].count,
+                       valuelen: values[index].count,
+                       flags: UInt8(headers[index].sensitive ? NGHTTP2_NV_FLAG_NO_INDEX.rawValue : NGHTTP2_NV_FLAG_NONE.rawValue))
+        }
+        return try nva.withUnsafeBufferPointer { try body($0) }
+    }
+
+    private func withDataProvider<T>(_ body: (UnsafePointer<nghttp2_data_provider>) -> T) -> T {
+        var provider = nghttp2_data_provider(source: nghttp2_data_source(ptr: nil), read_callback: readBodyCallback)
+        return withUnsafePointer(to: &provider) { body($0) }
+    }
+
+    fileprivate func readBody(_ stream: Int32, into buffer: UnsafeMutablePointer<UInt8>, length: Int, flags: UnsafeMutablePointer<UInt32>) -> Int {
+        guard var entry = outgoingBodies[stream] else {
+            flags.pointee |= NGHTTP2_DATA_FLAG_EOF.rawValue
+            return 0
+        }
+        let count = min(length, entry.bytes.count - entry.offset)
+        entry.bytes.withUnsafeBufferPointer { source in
+            buffer.update(from: source.baseAddress! + entry.offset, count: count)
+        }
+        entry.offset += count
+        if entry.offset >= entry.bytes.count {
+            flags.pointee |= NGHTTP2_DATA_FLAG_EOF.rawValue
+            outgoingBodies[stream] = nil
+        } else {
+            outgoingBodies[stream] = entry
+        }
+        return count
+    }
+
+    fileprivate func frameReceived(_ frame: UnsafePointer<nghttp2_frame>) {
+        let header = frame.pointee.hd
+        let endStream = header.flags & UInt8(NGHTTP2_FLAG_END_STREAM.rawValue) != 0
+        switch UInt32(header.type) {
+        case NGHTTP2_HEADERS.rawValue, NGHTTP2_DATA.rawValue:
+            if endStream { delegate.streamEnded(header.stream_id) }
+        case NGHTTP2_SETTINGS.rawValue:
+            if header.flags & UInt8(NGHTTP2_FLAG_ACK.rawValue) == 0 { delegate.settingsReceived() }
+        case NGHTTP2_PING.rawValue:
+            if header.flags & UInt8(NGHTTP2_FLAG_ACK.rawValue) != 0 { delegate.pingAcknowledged() }
+        case NGHTTP2_GOAWAY.rawValue:
+            let goaway = frame.pointee.goaway
+            let debug = goaway.opaque_data.map { Array(UnsafeBufferPointer(start: $0, count: goaway.opaque_data_len)) } ?? []
+            delegate.goAwayReceived(lastStreamID: goaway.last_stream_id, errorCode: goaway.error_code, debugData: debug)
+        default:
+            break
+        }
+    }
+
+    fileprivate var sessionDelegate: any HTTP2SessionDelegate { delegate }
+    fileprivate func bodyDone(_ stream: Int32) { outgoingBodies[stream] = nil }
+}
+
+// MARK: - C callbacks. Each recovers the session from user_data (unretained, see init) and calls one method.
+
+private func session(_ userData: UnsafeMutableRawPointer?) -> HTTP2Session {
+    guard let userData else { preconditionFailure("nghttp2 callback without user data") }
+    return Unmanaged<HTTP2Session>.fromOpaque(userData).takeUnretainedValue()
+}
+
+private let onBeginHeaders: nghttp2_on_begin_headers_callback = { _, frame, userData in
+    guard let frame else { return 0 }
+    if UInt32(frame.pointee.hd.type) == NGHTTP2_HEADERS.rawValue, frame.pointee.headers.cat == NGHTTP2_HCAT_REQUEST {
+        session(userData).sessionDelegate.streamOpened(frame.pointee.hd.stream_id)
+    }
+    return 0
+}
+
+private let onHeader: nghttp2_on_header_callback = { _, frame, name, nameLength, value, valueLength, _, userData in
+    guard let frame, let name else { return 0 }
+    let nameText = String(decoding: UnsafeBufferPointer(start: name, count: nameLength), as: UTF8.self)
+    let valueText = value.map { String(decoding: UnsafeBufferPointer(start: $0, count: valueLength), as: UTF8.self) } ?? ""
+    session(userData).sessionDelegate.headerReceived(frame.pointee.hd.stream_id, name: nameText, value: valueText)
+    return 0
+}
+
+private let onDataChunk: nghttp2_on_data_chunk_recv_callback = { _, _, stream, data, length, userData in
+    guard let data else { return 0 }
+    let accepted = session(userData).sessionDelegate.dataReceived(stream, UnsafeRawBufferPointer(start: data, count: length))
+    // Refusing data (a body too large) resets just that stream.
+    return accepted ? 0 : NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE.rawValue
+}
+
+private let onFrame: nghttp2_on_frame_recv_callback = { _, frame, userData in
+    guard let frame else { return 0 }
+    session(userData).frameReceived(frame)
+    return 0
+}
+
+private let onStreamClose: nghttp2_on_stream_close_callback = { _, stream, errorCode, userData in
+    let owner = session(userData)
+    owner.bodyDone(stream)
+    owner.sessionDelegate.streamClosed(stream, errorCode: errorCode)
+    return 0
+}
+
+private let readBodyCallback: nghttp2_data_source_read_callback = { _, stream, buffer, length, flags, _, userData in
+    guard let buffer, let flags else { return Int(NGHTTP2_ERR_CALLBACK_FAILURE.rawValue) }
+    return session(userData).readBody(stream, into: buffer, length: length, flags: flags)
+}

@@ -1,0 +1,182 @@
+import Dispatch
+import Foundation
+import HTTP2
+import Synchronization
+import TestSupport
+import Testing
+
+/// Our nghttp2 + OpenSSL client against our nghttp2 server, over loopback TLS.
+@Suite final class HTTP2ConnectionTests {
+    let loop = EventLoop(name: "test-client")
+    let serverLoop = EventLoop(name: "test-server")
+    private let opened = Mutex<[HTTP2ClientConnection]>([])
+
+    deinit {
+        for connection in opened.withLock({ $0 }) { connection.close(immediately: true) }
+        loop.shutdown()
+        serverLoop.shutdown()
+    }
+
+    func server(certificate: String = "server", streams: UInt32 = 100, handler: @escaping HTTP2Server.Handler) throws -> HTTP2Server {
+        let tls = try TLSContext.server(certificateChainFile: TLSFixtures.path("\(certificate).pem"),
+                                        privateKeyFile: TLSFixtures.path("\(certificate).key"))
+        return try HTTP2Server(host: "127.0.0.1", port: 0, tls: tls, loops: [serverLoop], maxConcurrentStreams: streams, handler: handler)
+    }
+
+    func client(_ port: UInt16, host: String = "127.0.0.1", timeout: Duration = .seconds(10),
+                events: EventLog = EventLog()) throws -> HTTP2ClientConnection {
+        var configuration = HTTP2ClientConnection.Configuration(host: host, port: port)
+        configuration.requestTimeout = timeout
+        let connection = HTTP2ClientConnection(configuration, tls: try TLSContext.client(extraCAFile: TLSFixtures.caFile), loop: loop) { event in
+            events.append(event)
+        }
+        connection.connect()
+        opened.withLock { $0.append(connection) }
+        return connection
+    }
+
+    /// Sends and waits (with a deadline) for the result.
+    func send(_ connection: HTTP2ClientConnection, _ request: HTTP2Request) -> Result<HTTP2Response, HTTP2Failure>? {
+        let result = Mutex<Result<HTTP2Response, HTTP2Failure>?>(nil)
+        let done = DispatchSemaphore(value: 0)
+        connection.send(request) { outcome in
+            result.withLock { $0 = outcome }
+            done.signal()
+        }
+        guard done.wait(timeout: .now() + 15) == .success else { return nil }
+        return result.withLock { $0 }
+    }
+
+    func sendMany(_ connection: HTTP2ClientConnection, _ requests: [HTTP2Request]) -> [Result<HTTP2Response, HTTP2Failure>?] {
+        let results = Mutex<[Int: Result<HTTP2Response, HTTP2Failure>]>([:])
+        let group = DispatchGroup()
+        for (index, request) in requests.enumerated() {
+            group.enter()
+            connection.send(request) { outcome in
+                results.withLock { $0[index] = outcome }
+                group.leave()
+            }
+        }
+        _ = group.wait(timeout: .now() + 20)
+        return requests.indices.map { index in results.withLock { $0[index] } }
+    }
+
+    @Test func aRequestGetsItsResponseWithHeadersAndBody() throws {
+        let seen = Mutex<HTTP2Server.Request?>(nil)
+        let server = try server { request, responder in
+            seen.withLock { $0 = request }
+            responder.respond(status: 400, headers: [("apns-id", "abc")], body: Array("{\"reason\":\"BadDeviceToken\"}".utf8))
+        }
+        defer { server.stop() }
+        let connection = try client(server.port)
+        let result = send(connection, HTTP2Request(path: "/3/device/aa", headers: [("apns-topic", "com.example")], body: Array("{}".utf8)))
+        let response = try #require(try result?.get())
+        #expect(response.status == 400 && response.headers["apns-id"] == "abc")
+        #expect(String(decoding: response.body, as: UTF8.self) == "{\"reason\":\"BadDeviceToken\"}")
+        let request = try #require(seen.withLock { $0 })
+        #expect(request.method == "POST" && request.path == "/3/device/aa" && request.headers["apns-topic"] == "com.example")
+        #expect(request.body == Array("{}".utf8) && request.authority == "127.0.0.1:\(server.port)")
+    }
+
+    @Test func theStreamLimitStartsAt1AndRisesWhenTheServerRaisesIt() throws {
+        let concurrent = Atomic<Int>(0)
+        let peak = Atomic<Int>(0)
+        let server = try server(streams: 1) { _, responder in
+            let now = concurrent.add(1, ordering: .relaxed).newValue
+            _ = peak.max(now, ordering: .relaxed)
+            DispatchQueue.global().asyncAfter(deadline: .now() + 0.02) {
+                concurrent.subtract(1, ordering: .relaxed)
+                responder.respond(status: 200)
+            }
+        }
+        defer { server.stop() }
+        let connection = try client(server.port)
+        let first = sendMany(connection, Array(repeating: HTTP2Request(path: "/x"), count: 6))
+        #expect(first.allSatisfy { (try? $0?.get())?.status == 200 })
+        #expect(peak.load(ordering: .relaxed) == 1)
+        server.setMaxConcurrentStreams(50)
+        // The new limit arrives as a SETTINGS frame; wait for the client to see it.
+        let deadline = ContinuousClock.now + .seconds(10)
+        while connection.currentStatus.streamLimit != 50 && ContinuousClock.now < deadline { _ = send(connection, HTTP2Request(path: "/ping")) }
+        #expect(connection.currentStatus.streamLimit == 50)
+        peak.store(0, ordering: .relaxed)
+        let second = sendMany(connection, Array(repeating: HTTP2Request(path: "/x"), count: 20))
+        #expect(second.allSatisfy { (try? $0?.get())?.status == 200 })
+        #expect(peak.load(ordering: .relaxed) > 1)
+    }
+
+    @Test func refusedStreamsFailAsRefused() throws {
+        let server = try server { _, responder in responder.reset(errorCode: 7) }
+        defer { server.stop() }
+        let connection = try client(server.port)
+        #expect(send(connection, HTTP2Request(path: "/x")) == .failure(.refused))
+    }
+
+    @Test func goAwayRefusesStreamsAboveTheLastStreamIDAndClosesAfterTheRest() throws {
+        let count = Atomic<Int>(0)
+        let events = EventLog()
+        let server = try server { _, responder in
+            if count.add(1, ordering: .relaxed).newValue == 1 {
+                responder.goAway(debugData: "{\"reason\":\"Shutdown\"}", refusingThisStream: true)
+            } else {
+                responder.respond(status: 200)
+            }
+        }
+        defer { server.stop() }
+        let connection = try client(server.port, events: events)
+        #expect(send(connection, HTTP2Request(path: "/x")) == .failure(.refused))
+        #expect(events.all.contains(.goingAway(reason: "{\"reason\":\"Shutdown\"}")))
+        // No new stream goes to a connection that is going away.
+        #expect(send(connection, HTTP2Request(path: "/y")) == .failure(.refused))
+    }
+
+    @Test func aDroppedConnectionFailsItsStreamsAsConnectionLost() throws {
+        let server = try server { _, responder in responder.dropConnection() }
+        defer { server.stop() }
+        let events = EventLog()
+        let connection = try client(server.port, events: events)
+        guard case .failure(.connectionLost) = send(connection, HTTP2Request(path: "/x")) else {
+            Issue.record("expected connectionLost")
+            return
+        }
+        #expect(connection.currentStatus.isClosed)
+    }
+
+    @Test func aServerThatNeverAnswersTimesOut() throws {
+        let server = try server { _, _ in }
+        defer { server.stop() }
+        let connection = try client(server.port, timeout: .milliseconds(200))
+        #expect(send(connection, HTTP2Request(path: "/x")) == .failure(.timedOut))
+    }
+
+    @Test(arguments: ["wrong-host", "untrusted"])
+    func certificatesThatDoNotVerifyAreRefused(certificate: String) throws {
+        let server = try server(certificate: certificate) { _, responder in responder.respond(status: 200) }
+        defer { server.stop() }
+        let events = EventLog()
+        let connection = try client(server.port, events: events)
+        let result = send(connection, HTTP2Request(path: "/x"))
+        #expect(result == .failure(.refused) || { if case .failure(.connectionLost) = result { return true } else { return false } }())
+        let reasons = events.all.compactMap { event -> String? in if case .closed(let reason) = event { return reason } else { return nil } }
+        #expect(reasons.contains { $0.contains("certificate verification") }, "\(reasons)")
+        #expect(!events.all.contains(.ready))
+    }
+
+    @Test func manyRequestsOnOneConnectionAllComplete() throws {
+        let server = try server(streams: 100) { request, responder in responder.respond(status: 200, body: request.body) }
+        defer { server.stop() }
+        let connection = try client(server.port)
+        let requests = (0..<500).map { HTTP2Request(path: "/\($0)", body: Array("body-\($0)".utf8)) }
+        let results = sendMany(connection, requests)
+        for (index, result) in results.enumerated() {
+            #expect((try? result?.get())?.body == Array("body-\(index)".utf8))
+        }
+    }
+}
+
+/// Connection events as they arrive, for assertions.
+final class EventLog: Sendable {
+    private let events = Mutex<[HTTP2ClientConnection.Event]>([])
+    func append(_ event: HTTP2ClientConnection.Event) { events.withLock { $0.append(event) } }
+    var all: [HTTP2ClientConnection.Event] { events.withLock { $0 } }
+}
