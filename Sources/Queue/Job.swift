@@ -24,11 +24,34 @@ public struct NewJob: Sendable {
     public var publicID: String
     /// What the deliverer needs to build the push at send time (opaque to the queue).
     public var payload: [UInt8]
+    /// Record the final outcome for a waiting request (the Test button) in `job_outcomes`.
+    public var reportsOutcome: Bool
 
-    public init(deviceID: String, publicID: String, payload: [UInt8]) {
+    public init(deviceID: String, publicID: String, payload: [UInt8], reportsOutcome: Bool = false) {
         self.deviceID = deviceID
         self.publicID = publicID
         self.payload = payload
+        self.reportsOutcome = reportsOutcome
+    }
+}
+
+/// The final outcome of a job that reports one (see `NewJob.reportsOutcome`).
+public struct ReportedOutcome: Sendable, Equatable {
+    public enum Kind: String, Sendable {
+        /// APNs accepted it.
+        case delivered
+        /// APNs rejected it permanently; `reason` is its reason.
+        case rejected
+        /// APNs said the token is gone; the device was removed.
+        case unregistered
+    }
+
+    public var kind: Kind
+    public var reason: String
+
+    public init(kind: Kind, reason: String = "") {
+        self.kind = kind
+        self.reason = reason
     }
 }
 
@@ -51,6 +74,7 @@ public struct ClaimedJob: Sendable, Equatable {
     public var attempt: Int
     public var createdAt: Int64
     public var expiresAt: Int64
+    public var reportsOutcome: Bool = false
 }
 
 /// The result of one attempt, applied with `JobQueue.finish`. Each names the job and the attempt it answers, so a

@@ -55,6 +55,17 @@ enum Migrations {
             CREATE INDEX jobs_leased ON jobs (lease_expires_at) WHERE state = 'running';
             CREATE INDEX jobs_dead ON jobs (finalized_at) WHERE state = 'discarded';
             """),
+        Migration(version: 2, name: "outcomes reported to waiting Test-button requests", sql: """
+            -- 1 for jobs whose webhook waits for APNs' answer (the Test button): their outcome is recorded below.
+            ALTER TABLE jobs ADD COLUMN reports_outcome INTEGER NOT NULL DEFAULT 0 CHECK (reports_outcome IN (0, 1));
+            -- Outcomes of such jobs, read by the ingest process that holds the request; purged after minutes.
+            CREATE TABLE job_outcomes (
+                public_id TEXT PRIMARY KEY NOT NULL,
+                outcome TEXT NOT NULL CHECK (outcome IN ('delivered', 'rejected', 'unregistered')),
+                reason TEXT NOT NULL DEFAULT '',
+                finished_at INTEGER NOT NULL
+            );
+            """),
     ]
 
     static var latestVersion: Int { all.map(\.version).max() ?? 0 }

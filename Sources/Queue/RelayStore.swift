@@ -43,6 +43,13 @@ public protocol JobQueue: Sendable {
     func replayDeadLetters(_ filter: DeadLetterFilter, limit: Int, now: Int64, ttl: Duration) throws(StoreError) -> Int
     /// Deletes dead letters finalized before `before`. Returns how many.
     func purgeDeadLetters(before: Int64) throws(StoreError) -> Int
+    /// The outcome recorded for a job that reports one, once it is final (nil while it is still queued or retrying).
+    func reportedOutcome(publicID: String) throws(StoreError) -> ReportedOutcome?
+    /// Forgets reported outcomes older than `before`. Returns how many.
+    func purgeReportedOutcomes(before: Int64) throws(StoreError) -> Int
+    /// A number that changes whenever any connection, in any process, commits to the database: polling it is how
+    /// a deliverer notices new jobs written by another process (PRAGMA data_version; no disk I/O).
+    func changeCounter() throws(StoreError) -> Int64
     /// Jobs not yet finished (everything but dead letters).
     func liveJobCount() throws(StoreError) -> Int
     func stats() throws(StoreError) -> QueueStats

@@ -3,12 +3,12 @@ import Common
 extension SQLiteStore {
     /// A new job is the device's head when the device has no live head yet, otherwise it waits as `pending`.
     private static let insertJob = """
-        INSERT INTO jobs (public_id, device_id, state, payload, created_at, scheduled_at, expires_at)
+        INSERT INTO jobs (public_id, device_id, state, payload, created_at, scheduled_at, expires_at, reports_outcome)
         SELECT ?1, d.id,
                CASE WHEN EXISTS (SELECT 1 FROM jobs h WHERE h.device_id = d.id
                                  AND h.state IN ('available', 'running', 'retryable'))
                     THEN 'pending' ELSE 'available' END,
-               ?2, ?3, ?3, ?4
+               ?2, ?3, ?3, ?4, ?6
         FROM devices d WHERE d.id = ?5
         """
 
@@ -28,7 +28,7 @@ extension SQLiteStore {
             var results: [EnqueueResult] = []
             for job in jobs {
                 let changed = try insert.run([.text(job.publicID), .blob(job.payload), .integer(now), .integer(expiresAt),
-                                              .text(job.deviceID)])
+                                              .text(job.deviceID), .integer(job.reportsOutcome ? 1 : 0)])
                 results.append(changed == 1 ? .queued : .deviceGone)
             }
             return results
@@ -43,19 +43,20 @@ extension SQLiteStore {
                                 lease_expires_at = ?3
                 WHERE id IN (SELECT id FROM jobs WHERE state IN ('available', 'retryable') AND scheduled_at <= ?1
                              ORDER BY scheduled_at LIMIT ?4)
-                RETURNING id, public_id, device_id, payload, attempt, created_at, expires_at
+                RETURNING id, public_id, device_id, payload, attempt, created_at, expires_at, reports_outcome
                 """).rows([.integer(now), .text(worker), .integer(now + lease.wholeMilliseconds), .integer(Int64(limit))]) {
-                ($0.int64(0), $0.text(1), $0.text(2), $0.blob(3), $0.int(4), $0.int64(5), $0.int64(6))
+                ($0.int64(0), $0.text(1), $0.text(2), $0.blob(3), $0.int(4), $0.int64(5), $0.int64(6), $0.int(7) == 1)
             }
             let lookup = try db.statement("SELECT device_token, down_notification_level FROM devices WHERE id = ?")
             var claimed: [ClaimedJob] = []
             claimed.reserveCapacity(leased.count)
-            for (id, publicID, deviceID, payload, attempt, createdAt, expiresAt) in leased {
+            for (id, publicID, deviceID, payload, attempt, createdAt, expiresAt, reportsOutcome) in leased {
                 // The foreign key guarantees the device exists while its job does.
                 guard let (token, level) = try lookup.rows([.text(deviceID)], { ($0.text(0), $0.text(1)) }).first else { continue }
                 claimed.append(ClaimedJob(id: id, publicID: publicID, deviceID: deviceID, deviceToken: token,
                                           downNotificationLevel: Device.DownNotificationLevel(rawValue: level) ?? .normal,
-                                          payload: payload, attempt: attempt, createdAt: createdAt, expiresAt: expiresAt))
+                                          payload: payload, attempt: attempt, createdAt: createdAt, expiresAt: expiresAt,
+                                          reportsOutcome: reportsOutcome))
             }
             // Acceptance order, which is what callers log and send in.
             return claimed.sorted { $0.id < $1.id }
@@ -72,8 +73,10 @@ extension SQLiteStore {
                 let guardValues: [SQLiteValue] = [.integer(outcome.jobID), .text(worker), .integer(Int64(outcome.attempt))]
                 switch outcome.kind {
                 case .delivered:
-                    let devices = try db.statement("DELETE FROM jobs WHERE \(Self.leaseGuard) RETURNING device_id")
-                        .rows(guardValues) { $0.text(0) }
+                    let finished = try db.statement("DELETE FROM jobs WHERE \(Self.leaseGuard) RETURNING device_id, public_id, reports_outcome")
+                        .rows(guardValues) { ($0.text(0), $0.text(1), $0.int(2) == 1) }
+                    try Self.report(finished, .delivered, "", now: now, db)
+                    let devices = finished.map(\.0)
                     for device in devices {
                         try db.statement("""
                             UPDATE devices SET last_successful_notification = ?1, last_delivery_error = '' WHERE id = ?2
@@ -89,19 +92,24 @@ extension SQLiteStore {
                         """).run(guardValues + [.integer(at), .text(error)])
                     applied.append(changed == 1)
                 case .deadLetter(let reason):
-                    let devices = try db.statement("""
+                    let finished = try db.statement("""
                         UPDATE jobs SET state = 'discarded', finalized_at = ?4, last_error = ?5,
                                         attempted_by = NULL, lease_expires_at = NULL
                         WHERE id = ?1 AND state = 'running' AND attempted_by = ?2 AND attempt = ?3
-                        RETURNING device_id
-                        """).rows(guardValues + [.integer(now), .text(reason)]) { $0.text(0) }
+                        RETURNING device_id, public_id, reports_outcome
+                        """).rows(guardValues + [.integer(now), .text(reason)]) { ($0.text(0), $0.text(1), $0.int(2) == 1) }
+                    try Self.report(finished, .rejected, reason, now: now, db)
+                    let devices = finished.map(\.0)
                     for device in devices {
                         try db.statement("UPDATE devices SET last_delivery_error = ?1 WHERE id = ?2").run([.text(reason), .text(device)])
                         try promote.run([.text(device)])
                     }
                     applied.append(!devices.isEmpty)
                 case .removeDevice(let reason):
-                    let devices = try db.statement("SELECT device_id FROM jobs WHERE \(Self.leaseGuard)").rows(guardValues) { $0.text(0) }
+                    let finished = try db.statement("SELECT device_id, public_id, reports_outcome FROM jobs WHERE \(Self.leaseGuard)")
+                        .rows(guardValues) { ($0.text(0), $0.text(1), $0.int(2) == 1) }
+                    try Self.report(finished, .unregistered, reason, now: now, db)
+                    let devices = finished.map(\.0)
                     for device in devices {
                         try db.statement("INSERT OR REPLACE INTO tombstones (device_id, reason, removed_at) VALUES (?, ?, ?)")
                             .run([.text(device), .text(reason), .integer(now)])
@@ -112,6 +120,31 @@ extension SQLiteStore {
             }
             return applied
         }
+    }
+
+    /// Records the outcome of the finished jobs that report one.
+    private static func report(_ jobs: [(String, String, Bool)], _ kind: ReportedOutcome.Kind, _ reason: String, now: Int64,
+                               _ db: SQLiteConnection) throws {
+        for (_, publicID, reports) in jobs where reports {
+            try db.statement("INSERT OR REPLACE INTO job_outcomes (public_id, outcome, reason, finished_at) VALUES (?, ?, ?, ?)")
+                .run([.text(publicID), .text(kind.rawValue), .text(reason), .integer(now)])
+        }
+    }
+
+    public func reportedOutcome(publicID: String) throws(StoreError) -> ReportedOutcome? {
+        try read { db in
+            try db.statement("SELECT outcome, reason FROM job_outcomes WHERE public_id = ?").rows([.text(publicID)]) {
+                ReportedOutcome(kind: ReportedOutcome.Kind(rawValue: $0.text(0)) ?? .rejected, reason: $0.text(1))
+            }.first
+        }
+    }
+
+    public func purgeReportedOutcomes(before: Int64) throws(StoreError) -> Int {
+        try write { db in try db.statement("DELETE FROM job_outcomes WHERE finished_at < ?").run([.integer(before)]) }
+    }
+
+    public func changeCounter() throws(StoreError) -> Int64 {
+        try read { db in try db.statement("PRAGMA data_version").rows { $0.int64(0) }.first ?? 0 }
     }
 
     public func release(jobIDs: [Int64], worker: String, now: Int64) throws(StoreError) -> Int {

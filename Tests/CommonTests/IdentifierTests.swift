@@ -1,3 +1,4 @@
+import Foundation
 import Common
 import Testing
 
@@ -82,5 +83,28 @@ import Testing
                     String(repeating: "g", count: 32), String(repeating: "a", count: 31) + " ", ""] {
             #expect(DeviceToken.normalized(bad) == nil)
         }
+    }
+}
+
+@Suite struct ProviderTokenTests {
+    static let fixtures = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+        .appendingPathComponent("Fixtures/tls")
+
+    @Test func aProviderTokenVerifiesWithThePublicKeyAndCarriesItsClaims() throws {
+        let privateKey = try ES256.PrivateKey(pem: Array(try Data(contentsOf: Self.fixtures.appendingPathComponent("apns-key.p8"))))
+        let publicKey = try ES256.PublicKey(pem: Array(try Data(contentsOf: Self.fixtures.appendingPathComponent("apns-key.pub.pem"))))
+        let token = try JSONWebToken.providerToken(keyID: "ABC123DEFG", teamID: "DEF123GHIJ", issuedAt: 1_789_905_600, key: privateKey)
+        let parts = token.split(separator: ".")
+        #expect(parts.count == 3 && Base64URL.decode(String(parts[2]))?.count == 64)
+        let claims = try #require(JSONWebToken.verifyProviderToken(token, key: publicKey))
+        #expect(claims.keyID == "ABC123DEFG" && claims.teamID == "DEF123GHIJ" && claims.issuedAt == 1_789_905_600)
+        // Any change to the signed part breaks the signature.
+        let forged = token.replacingOccurrences(of: String(parts[1]), with: Base64URL.encode(Array("{\"iss\":\"EVIL\",\"iat\":1}".utf8)))
+        #expect(JSONWebToken.verifyProviderToken(forged, key: publicKey) == nil)
+    }
+
+    @Test func keysThatAreNotP256PEMAreRejected() {
+        #expect(throws: ES256.KeyError.self) { _ = try ES256.PrivateKey(pem: Array("not a key".utf8)) }
+        #expect(throws: ES256.KeyError.self) { _ = try ES256.PublicKey(pem: []) }
     }
 }

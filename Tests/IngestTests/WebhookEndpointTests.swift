@@ -194,6 +194,9 @@ final class UnavailableForWrites: RelayStore {
     }
     func purgeDeadLetters(before: Int64) throws(StoreError) -> Int { try inner.purgeDeadLetters(before: before) }
     func liveJobCount() throws(StoreError) -> Int { try inner.liveJobCount() }
+    func reportedOutcome(publicID: String) throws(StoreError) -> ReportedOutcome? { try inner.reportedOutcome(publicID: publicID) }
+    func purgeReportedOutcomes(before: Int64) throws(StoreError) -> Int { try inner.purgeReportedOutcomes(before: before) }
+    func changeCounter() throws(StoreError) -> Int64 { try inner.changeCounter() }
     func stats() throws(StoreError) -> QueueStats { try inner.stats() }
     func ping() throws(StoreError) { try inner.ping() }
 }
