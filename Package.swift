@@ -27,9 +27,11 @@ let package = Package(
         // Plumbing shared by the APNs client and the simulator: event loop, TLS over memory BIOs, HTTP/2 sessions.
         .target(name: "HTTP2", dependencies: ["CNGHTTP2", "COpenSSL", "CLinux"], swiftSettings: strictSettings),
         .target(name: "Deliver", dependencies: ["Common", "Queue", "HTTP2", "COpenSSL"], swiftSettings: strictSettings),
+        // The APNs simulator behind `kumapush-relay apns-sim`, also used in-process by the delivery tests.
+        .target(name: "Simulator", dependencies: ["Common", "HTTP2"], swiftSettings: strictSettings),
         .executableTarget(
             name: "KumaPushRelay",
-            dependencies: ["Common", "Queue", "Ingest", "Deliver", "HTTP2"],
+            dependencies: ["Common", "Queue", "Ingest", "Deliver", "HTTP2", "Simulator"],
             swiftSettings: strictSettings
         ),
 

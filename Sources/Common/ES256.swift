@@ -6,6 +6,7 @@ internal import COpenSSL
 public enum ES256 {
     public struct KeyError: Error, Sendable, CustomStringConvertible {
         public let description: String
+        public init(description: String) { self.description = description }
     }
 
     /// A private signing key. Owns its `EVP_PKEY`.

@@ -49,7 +49,7 @@ public struct LogRecord: Sendable {
 
     /// `2026-09-20T12:00:00.123Z info  ingest: request handled http.status=202 route=/wh/:id`
     public var textLine: String {
-        var line = "\(RFC3339.millisecondString(date)) \(level.name.padding(toLength: 7, withPad: " ", startingAt: 0))\(label): \(message)"
+        var line = "\(RFC3339.millisecondString(date)) \(level.name.padding(toLength: 8, withPad: " ", startingAt: 0))\(label): \(message)"
         for key in metadata.keys.sorted() {
             line += " \(key)=\(Self.quotedIfNeeded(metadata[key]!))"
         }

@@ -19,17 +19,18 @@ public final class IngestService: Sendable {
     let blockingWork = DispatchQueue(label: "ingest.blocking", qos: .userInitiated, attributes: .concurrent)
     private let servers = Mutex<(api: HTTPServer?, metrics: HTTPServer?)>((nil, nil))
 
+    /// - Parameter onCommit: called after each group commit (in `serve`, wakes the deliverer at once).
     public init(settings: Settings, store: any RelayStore, clock: any WallClock = SystemClock(), logger: Logger,
-                metrics: MetricsRegistry = MetricsRegistry()) {
+                metrics: MetricsRegistry = MetricsRegistry(), onCommit: @escaping @Sendable () -> Void = {}) {
         self.settings = settings
         self.store = store
         self.clock = clock
         self.logger = logger
         self.metrics = metrics
-        writer = QueueWriter(store: store, clock: clock, ttl: settings.jobTTL, logger: logger, metrics: metrics)
+        writer = QueueWriter(store: store, clock: clock, ttl: settings.jobTTL, logger: logger, metrics: metrics, onCommit: onCommit)
         deviceAPI = DeviceAPI(store: store, clock: clock, registerLimiter: SlidingWindowLimiter(rules: settings.rateLimitRegister),
                               logger: logger)
-        webhook = WebhookEndpoint(store: store, writer: writer, clock: clock, queueMax: settings.queueMax,
+        webhook = WebhookEndpoint(store: store, writer: writer, clock: clock, queueMax: settings.queueMax, testWait: settings.testWait,
                                   failedLimiter: SlidingWindowLimiter(rules: settings.rateLimitWebhookFailed),
                                   webhookLimiter: SlidingWindowLimiter(rules: settings.rateLimitWebhook), logger: logger)
         resolver = ClientAddressResolver(settings: settings)
@@ -40,16 +41,7 @@ public final class IngestService: Sendable {
     public func start(apiConfiguration: HTTPServer.Configuration? = nil) throws {
         let configuration = apiConfiguration ?? HTTPServer.Configuration(host: settings.host, port: settings.port)
         let api = try HTTPServer(configuration) { [self] request, responder in handle(request, responder: responder) }
-        var metricsServer: HTTPServer?
-        if let address = settings.metricsAddress {
-            var metricsConfiguration = HTTPServer.Configuration(host: address.host, port: address.port)
-            metricsConfiguration.threads = 1
-            metricsServer = try HTTPServer(metricsConfiguration) { [metrics] request, responder in
-                guard request.path == "/metrics" else { return responder.respond(.error(404, "not found")) }
-                responder.respond(HTTPResponse(status: 200, headers: [("Content-Type", "text/plain; version=0.0.4")],
-                                               body: Array(metrics.exposition().utf8)))
-            }
-        }
+        let metricsServer = try settings.metricsAddress.map { try MetricsServer.start(on: $0, metrics: metrics) }
         servers.withLock { $0 = (api, metricsServer) }
     }
 

@@ -29,12 +29,14 @@ public final class QueueWriter: Sendable {
     private let maxBatch: Int
     private let logger: Logger
     private let metrics: MetricsRegistry
+    private let onCommit: @Sendable () -> Void
     private let condition = NSCondition()
     private let state = Mutex(State())
     private let finished = DispatchSemaphore(value: 0)
 
     public init(store: any JobQueue, clock: any WallClock, ttl: Duration, maxBatch: Int = 1000, logger: Logger,
-                metrics: MetricsRegistry) {
+                metrics: MetricsRegistry, onCommit: @escaping @Sendable () -> Void = {}) {
+        self.onCommit = onCommit
         self.store = store
         self.clock = clock
         self.ttl = ttl
@@ -101,6 +103,7 @@ public final class QueueWriter: Sendable {
             let results = try store.enqueue(batch.map(\.job), now: clock.nowMillis(), ttl: ttl)
             let queued = results.filter { $0 == .queued }.count
             state.withLock { $0.depth += queued }
+            if queued > 0 { onCommit() }
             for (pending, result) in zip(batch, results) { pending.completion(.success(result)) }
         } catch {
             logger.error("enqueue failed", ["error": error.description, "batch.size": String(batch.count)])

@@ -62,7 +62,7 @@ import Testing
         let text = Logger(label: "ingest", level: .debug, sink: LogSink(format: .text) { line in textLines.withLock { $0.append(line) } })
         text.info("request", ["http.status": "202", "route": "/wh/:id"])
         let line = try #require(textLines.withLock { $0.first })
-        #expect(line.hasSuffix("info   ingest: request http.status=202 route=/wh/:id"))
+        #expect(line.hasSuffix("info    ingest: request http.status=202 route=/wh/:id"))
     }
 
     @Test func redactedTokensKeepOnlyAPrefix() {

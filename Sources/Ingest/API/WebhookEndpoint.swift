@@ -9,6 +9,8 @@ struct WebhookEndpoint: Sendable {
     let writer: QueueWriter
     let clock: any WallClock
     let queueMax: Int
+    /// How long a Test-button webhook waits for APNs' answer (SPEC §2.2); zero answers 202 at once.
+    let testWait: Duration
     /// Per client IP: failures (400/404/410) only; once over, every webhook from that IP gets 429.
     let failedLimiter: SlidingWindowLimiter
     /// Per client IP and device: every webhook.
@@ -45,17 +47,44 @@ struct WebhookEndpoint: Sendable {
         } catch {
             return responder.respond(.error(500, "internal server error"))
         }
-        let job = NewJob(deviceID: deviceID, publicID: UUID().uuidString.lowercased(), payload: payload)
+        let waits = event.waitsForDelivery && testWait > .zero
+        let job = NewJob(deviceID: deviceID, publicID: UUID().uuidString.lowercased(), payload: payload, reportsOutcome: waits)
         writer.submit(job) { result in
             switch result {
+            case .success(.queued) where waits:
+                let deadline = ContinuousClock.now + testWait
+                DispatchQueue.global().async { awaitOutcome(of: job.publicID, until: deadline, responder: responder) }
             case .success(.queued):
-                responder.respond(.json(202, "{\"status\":\"queued\",\"id\":\"\(job.publicID)\"}"))
+                responder.respond(Self.queued(job.publicID))
             case .success(.deviceGone):
                 // Off the writer thread: the tombstone lookup reads the disk and the writer must keep committing.
                 DispatchQueue.global().async { answerUnknownDevice(deviceID, client: client, responder: responder) }
             case .failure(let error):
                 logger.error("webhook not stored", ["error": error.description])
                 responder.respond(Self.queueUnavailable)
+            }
+        }
+    }
+
+    static func queued(_ publicID: String) -> HTTPResponse {
+        .json(202, "{\"status\":\"queued\",\"id\":\"\(publicID)\"}")
+    }
+
+    /// Polls for the outcome a deliverer (this process's or another's) records for a Test push, every 10 ms on a
+    /// timer (no thread waits): 200 delivered, 410 unregistered, 502 rejected, or 202 when TEST_WAIT runs out.
+    private func awaitOutcome(of publicID: String, until deadline: ContinuousClock.Instant, responder: any HTTPResponder) {
+        let outcome = try? store.reportedOutcome(publicID: publicID)
+        switch outcome?.kind {
+        case .delivered?:
+            responder.respond(.json(200, "{\"status\":\"delivered\"}"))
+        case .unregistered?:
+            responder.respond(.error(410, "device unregistered"))
+        case .rejected?:
+            responder.respond(.error(502, "apns rejected: \(outcome?.reason ?? "")"))
+        case nil:
+            guard ContinuousClock.now < deadline else { return responder.respond(Self.queued(publicID)) }
+            DispatchQueue.global().asyncAfter(deadline: .now() + 0.01) {
+                awaitOutcome(of: publicID, until: deadline, responder: responder)
             }
         }
     }

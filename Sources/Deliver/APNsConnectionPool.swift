@@ -1,0 +1,127 @@
+import Common
+import Dispatch
+import HTTP2
+import Synchronization
+
+/// `APNS_CONNECTIONS` persistent HTTP/2 connections to APNs, each on its own event loop, reconnecting with backoff
+/// (1 s doubling to 60 s, reset once a connection is ready). Requests go to the connection with the most free
+/// streams, so a server's per-connection stream limit (APNs starts token connections at 1) is respected.
+public final class APNsConnectionPool: Sendable {
+    struct Slot: Sendable {
+        var connection: HTTP2ClientConnection?
+        var failures = 0
+        /// Which connection of this slot is current; events of an older one (still draining) are ignored.
+        var generation = 0
+    }
+
+    private let configuration: HTTP2ClientConnection.Configuration
+    private let tls: TLSContext
+    private let loops: [EventLoop]
+    private let logger: Logger
+    private let onChange: @Sendable () -> Void
+    private let slots: Mutex<[Slot]>
+    private let stopped = Atomic<Bool>(false)
+    private let reconnects = DispatchQueue(label: "apns.reconnect")
+    private let backoff = Backoff(base: .seconds(1), cap: .seconds(60))
+
+    public init(configuration: HTTP2ClientConnection.Configuration, connections: Int, tls: TLSContext, logger: Logger,
+                onChange: @escaping @Sendable () -> Void) {
+        self.configuration = configuration
+        self.tls = tls
+        self.logger = logger
+        self.onChange = onChange
+        loops = (0..<connections).map { EventLoop(name: "apns-\($0)") }
+        slots = Mutex(Array(repeating: Slot(), count: connections))
+    }
+
+    public func start() {
+        for index in loops.indices { open(index) }
+    }
+
+    /// The connection with the most free streams, or nil when none has room.
+    public func pick() -> HTTP2ClientConnection? {
+        slots.withLock { slots in
+            slots.compactMap(\.connection).max { $0.currentStatus.freeStreams < $1.currentStatus.freeStreams }
+                .flatMap { $0.currentStatus.freeStreams > 0 ? $0 : nil }
+        }
+    }
+
+    /// Streams free across all connections.
+    public var freeStreams: Int { slots.withLock { $0.compactMap(\.connection).map(\.currentStatus.freeStreams).reduce(0, +) } }
+    public var readyConnections: Int { slots.withLock { $0.compactMap(\.connection).filter { $0.currentStatus.isReady && !$0.currentStatus.isClosed }.count } }
+    /// True while no connection is up and the last attempts failed.
+    public var allDown: Bool { slots.withLock { slots in slots.allSatisfy { $0.failures > 0 } } }
+
+    /// Replaces `connection` with a fresh one (after ExpiredProviderToken: APNs wedges a connection whose token
+    /// it rejected). The old one finishes its streams and closes.
+    public func recycle(_ connection: HTTP2ClientConnection) {
+        let index = slots.withLock { slots in slots.firstIndex { $0.connection === connection } }
+        guard let index else { return }
+        connection.close()
+        slots.withLock { $0[index].connection = nil }
+        open(index)
+    }
+
+    public func shutdown() {
+        stopped.store(true, ordering: .relaxed)
+        let connections = slots.withLock { $0.compactMap(\.connection) }
+        for connection in connections { connection.close(immediately: true) }
+        reconnects.sync {}
+        for loop in loops { loop.shutdown() }
+    }
+
+    private func open(_ index: Int) {
+        guard !stopped.load(ordering: .relaxed) else { return }
+        let generation = slots.withLock { slots -> Int in
+            slots[index].generation += 1
+            return slots[index].generation
+        }
+        let connection = HTTP2ClientConnection(configuration, tls: tls, loop: loops[index]) { [weak self] event in
+            self?.event(event, slot: index, generation: generation)
+        }
+        slots.withLock { $0[index].connection = connection }
+        // DNS and connect() block: never on an event loop.
+        reconnects.async { connection.connect() }
+    }
+
+    private func event(_ event: HTTP2ClientConnection.Event, slot index: Int, generation: Int) {
+        guard !stopped.load(ordering: .relaxed), slots.withLock({ $0[index].generation == generation }) else {
+            onChange()
+            return
+        }
+        switch event {
+        case .ready:
+            slots.withLock { $0[index].failures = 0 }
+            logger.info("APNs connection ready", ["conn.id": String(index)])
+        case .streamLimitChanged:
+            break
+        case .goingAway(let reason):
+            logger.info("APNs connection going away", ["conn.id": String(index), "apns.reason": reason])
+            replaceLater(index, after: .zero)
+        case .closed(let reason):
+            let failures = slots.withLock { slots -> Int in
+                let wasReady = slots[index].connection?.currentStatus.isReady ?? false
+                slots[index].failures = wasReady ? 0 : slots[index].failures + 1
+                return slots[index].failures
+            }
+            if failures > 0 {
+                logger.warning("APNs connection failed", ["conn.id": String(index), "error": reason, "attempt": String(failures)])
+            }
+            replaceLater(index, after: failures == 0 ? .zero : .milliseconds(backoff.ceilingMillis(afterAttempt: failures)))
+        }
+        onChange()
+    }
+
+    private func replaceLater(_ index: Int, after delay: Duration) {
+        guard !stopped.load(ordering: .relaxed) else { return }
+        reconnects.asyncAfter(deadline: .now() + delay.seconds) { [weak self] in
+            guard let self, !self.stopped.load(ordering: .relaxed) else { return }
+            let current = self.slots.withLock { $0[index].connection }
+            // Only replace a connection that is closed or going away (a recycle may have replaced it already).
+            if let current, !current.currentStatus.isClosed, !current.currentStatus.isGoingAway { return }
+            self.open(index)
+        }
+    }
+
+    public var connectionCount: Int { slots.withLock { $0.compactMap(\.connection).filter { !$0.currentStatus.isClosed }.count } }
+}

@@ -1,0 +1,42 @@
+import Common
+import Foundation
+import HTTP2
+import Queue
+
+/// Builds the APNs request for a claimed job (SPEC §3): the push is worded at send time, so a late one says so.
+public struct APNsRequestFactory: Sendable {
+    public let topic: String
+    public let builder: PushBuilder
+
+    public init(topic: String, lateNotice: Duration) {
+        self.topic = topic
+        builder = PushBuilder(lateNotice: lateNotice)
+    }
+
+    public struct InvalidPayload: Error {}
+
+    /// `POST /3/device/<token>` with the headers APNs wants and the JSON payload (≤ 4096 bytes).
+    /// - Parameter providerToken: the current ES256 JWT.
+    public func request(for job: ClaimedJob, providerToken: String, now: Int64) throws(InvalidPayload) -> HTTP2Request {
+        guard let event = try? JSONDecoder().decode(AlertEvent.self, from: Data(job.payload)) else { throw InvalidPayload() }
+        let push = builder.notification(for: event, timeSensitiveDown: job.downNotificationLevel == .timeSensitive,
+                                        acceptedAt: job.createdAt, now: now)
+        return HTTP2Request(
+            path: "/3/device/\(job.deviceToken)",
+            headers: [
+                ("authorization", "bearer \(providerToken)"),
+                ("apns-push-type", "alert"),
+                ("apns-priority", "10"),
+                ("apns-topic", topic),
+                // Until when APNs should keep trying an offline phone (seconds): acceptance + JOB_TTL.
+                ("apns-expiration", String(job.expiresAt / 1000)),
+                // Fixed per job across retries, so APNs and the phone see one notification, not several.
+                ("apns-id", job.publicID),
+                ("apns-collapse-id", job.publicID),
+                ("content-type", "application/json"),
+            ],
+            body: APNsPayload.encode(push),
+            // Unique per request: kept out of the HPACK table, as Apple asks for :path (which never is indexed).
+            sensitiveHeaders: ["apns-id", "apns-collapse-id", "apns-expiration"])
+    }
+}

@@ -1,0 +1,367 @@
+import Common
+import Foundation
+import HTTP2
+import Queue
+import Synchronization
+
+/// The worker pool of one deliver process (SPEC §4): claims due head-of-device jobs sized to the free HTTP/2
+/// stream capacity, sends them over the connection pool, applies each verdict, and records results in batched
+/// transactions. One thread runs the loop; answers arrive on the connections' event loops and are handed over.
+public final class DeliveryEngine: Sendable {
+    public struct Configuration: Sendable {
+        public var worker: String
+        public var concurrency: Int
+        public var lease: Duration
+        public var backoff: Backoff
+        public var deadLetterRetention: Duration
+        public var tombstoneRetention: Duration
+        /// How often an idle engine checks the database for jobs written by other processes.
+        public var pollInterval: Duration = .milliseconds(5)
+
+        public init(settings: Settings, worker: String) {
+            self.worker = worker
+            concurrency = settings.deliverConcurrency
+            lease = settings.leaseTimeout
+            backoff = Backoff(base: settings.retryBase, cap: settings.retryMax)
+            deadLetterRetention = settings.deadLetterRetention
+            tombstoneRetention = settings.tombstoneRetention
+        }
+    }
+
+    struct InFlight: Sendable {
+        let job: ClaimedJob
+        let generation: Int
+        let isProbe: Bool
+        var resends: Int
+        let started: ContinuousClock.Instant
+    }
+
+    struct Answer: Sendable {
+        let jobID: Int64
+        let result: Result<HTTP2Response, HTTP2Failure>
+        let connection: HTTP2ClientConnection
+    }
+
+    struct Shared: Sendable {
+        var answers: [Answer] = []
+        var wakeRequested = true
+        var stopping = false
+    }
+
+    let configuration: Configuration
+    let store: any RelayStore
+    let pool: APNsConnectionPool
+    let tokens: ProviderTokenSource
+    let factory: APNsRequestFactory
+    let clock: any WallClock
+    let logger: Logger
+    let metrics: MetricsRegistry
+    private let shared = Mutex(Shared())
+    private let condition = NSCondition()
+    private let finished = DispatchSemaphore(value: 0)
+    /// Loop-thread state, boxed so the Sendable engine can own it (touched only by the delivery thread).
+    private let loopState = UncheckedLoopState()
+
+    public init(configuration: Configuration, store: any RelayStore, pool: APNsConnectionPool, tokens: ProviderTokenSource,
+                factory: APNsRequestFactory, clock: any WallClock, logger: Logger, metrics: MetricsRegistry) {
+        self.configuration = configuration
+        self.store = store
+        self.pool = pool
+        self.tokens = tokens
+        self.factory = factory
+        self.clock = clock
+        self.logger = logger
+        self.metrics = metrics
+        DeliveryMetrics.describe(metrics, pool: pool, tokens: tokens)
+    }
+
+    public func start() {
+        let thread = Thread { [self] in run() }
+        thread.name = "delivery"
+        thread.start()
+    }
+
+    /// New jobs may be waiting (called by ingest in `serve`, and by the connection pool when capacity returns).
+    public func wake() {
+        shared.withLock { $0.wakeRequested = true }
+        signal()
+    }
+
+    /// Stops claiming, waits up to `grace` for pushes in flight, gives back the leases of the rest. Blocks.
+    public func shutdown(grace: Duration) {
+        loopState.graceDeadline.withLock { $0 = .now + grace }
+        shared.withLock { $0.stopping = true }
+        signal()
+        finished.wait()
+    }
+
+    private func signal() {
+        condition.lock()
+        condition.signal()
+        condition.unlock()
+    }
+
+    // MARK: The loop
+
+    private func run() {
+        let state = loopState
+        var lastHousekeeping = ContinuousClock.now - .seconds(3600)
+        var lastPurge = ContinuousClock.now - .seconds(3600)
+        var lastChange = (try? store.changeCounter()) ?? 0
+        while true {
+            let (answers, wakeRequested, stopping) = shared.withLock { shared -> ([Answer], Bool, Bool) in
+                defer {
+                    shared.answers.removeAll(keepingCapacity: true)
+                    shared.wakeRequested = false
+                }
+                return (shared.answers, shared.wakeRequested, shared.stopping)
+            }
+            var outcomes: [JobOutcome] = []
+            for answer in answers { handle(answer, into: &outcomes) }
+            dispatchResends()
+            if !outcomes.isEmpty { record(outcomes) }
+
+            if stopping {
+                if state.inFlight.isEmpty || ContinuousClock.now >= state.graceDeadline.withLock({ $0 ?? .now }) { break }
+            } else {
+                let now = clock.nowMillis()
+                if ContinuousClock.now - lastHousekeeping >= .seconds(1) {
+                    lastHousekeeping = .now
+                    housekeeping(now: now, purge: ContinuousClock.now - lastPurge >= .seconds(600))
+                    if ContinuousClock.now - lastPurge >= .seconds(600) { lastPurge = .now }
+                    state.claimDue = true
+                }
+                let change = (try? store.changeCounter()) ?? lastChange
+                if change != lastChange || wakeRequested || state.nextRetryAt.map({ $0 <= now }) == true {
+                    lastChange = change
+                    state.claimDue = true
+                    state.nextRetryAt = nil
+                }
+                if pool.allDown, case .opened = state.breaker.connectionsDown(now: now) {
+                    logger.error("APNs unreachable: every connection failing, delivery paused until a probe succeeds")
+                }
+                claimAndSend(now: now)
+            }
+            waitForWork()
+        }
+        releaseRemaining()
+        finished.signal()
+    }
+
+    /// Sleeps until an answer or a wake-up arrives, or the poll interval passes.
+    private func waitForWork() {
+        condition.lock()
+        defer { condition.unlock() }
+        let busy = shared.withLock { !$0.answers.isEmpty || $0.stopping && loopState.inFlight.isEmpty }
+        if busy { return }
+        _ = condition.wait(until: Date().addingTimeInterval(configuration.pollInterval.seconds))
+    }
+
+    private func claimAndSend(now: Int64) {
+        let state = loopState
+        let allowance = state.breaker.allowance(now: now)
+        let capacity = min(configuration.concurrency - state.inFlight.count, pool.freeStreams) - state.resendQueue.count
+        guard capacity > 0 else { return }
+        let limit: Int
+        switch allowance {
+        case .normal:
+            guard state.claimDue else { return }
+            limit = min(capacity, 1000)
+        case .probe:
+            limit = 1
+        case .nothing:
+            return
+        }
+        state.claimDue = false
+        let jobs: [ClaimedJob]
+        do {
+            jobs = try store.claim(worker: configuration.worker, limit: limit, now: now, lease: configuration.lease)
+        } catch {
+            logger.error("claim failed", ["error": error.description])
+            return
+        }
+        if jobs.count == limit { state.claimDue = true }
+        if allowance == .probe, !jobs.isEmpty {
+            state.breaker.probeSent()
+            logger.info("probing APNs with one push")
+        }
+        var outcomes: [JobOutcome] = []
+        for job in jobs {
+            if now > job.expiresAt {
+                outcomes.append(JobOutcome(jobID: job.id, attempt: job.attempt, kind: .deadLetter(reason: "Expired")))
+                continue
+            }
+            send(job, isProbe: allowance == .probe, resends: 0, outcomes: &outcomes)
+        }
+        if !outcomes.isEmpty { record(outcomes) }
+    }
+
+    private func send(_ job: ClaimedJob, isProbe: Bool, resends: Int, outcomes: inout [JobOutcome]) {
+        let state = loopState
+        let request: HTTP2Request
+        let generation: Int
+        do {
+            let (token, tokenGeneration) = try tokens.token()
+            generation = tokenGeneration
+            request = try factory.request(for: job, providerToken: token, now: clock.nowMillis())
+        } catch {
+            outcomes.append(JobOutcome(jobID: job.id, attempt: job.attempt, kind: .deadLetter(reason: "InvalidPayload")))
+            return
+        }
+        guard let connection = pool.pick() else {
+            state.resendQueue.append((job, isProbe, resends))
+            return
+        }
+        state.inFlight[job.id] = InFlight(job: job, generation: generation, isProbe: isProbe, resends: resends, started: .now)
+        metrics.observe("kumapush_webhook_to_apns_seconds", value: Double(max(0, clock.nowMillis() - job.createdAt)) / 1000)
+        connection.send(request) { [weak self] result in
+            guard let self else { return }
+            self.shared.withLock { $0.answers.append(Answer(jobID: job.id, result: result, connection: connection)) }
+            self.signal()
+        }
+    }
+
+    private func dispatchResends() {
+        let state = loopState
+        guard !state.resendQueue.isEmpty, pool.freeStreams > 0 else { return }
+        let queued = state.resendQueue
+        state.resendQueue.removeAll()
+        var outcomes: [JobOutcome] = []
+        for (job, isProbe, resends) in queued { send(job, isProbe: isProbe, resends: resends, outcomes: &outcomes) }
+        if !outcomes.isEmpty { record(outcomes) }
+    }
+
+    /// Turns one APNs answer into an outcome (or a resend).
+    private func handle(_ answer: Answer, into outcomes: inout [JobOutcome]) {
+        let state = loopState
+        guard let flight = state.inFlight.removeValue(forKey: answer.jobID) else { return }
+        let job = flight.job
+        let verdict: Verdict
+        switch answer.result {
+        case .success(let response):
+            metrics.observe("kumapush_apns_request_seconds", value: (ContinuousClock.now - flight.started).seconds)
+            verdict = Verdict.forResponse(status: response.status, reason: Verdict.reason(fromBody: response.body))
+        case .failure(.refused):
+            verdict = .resend
+        case .failure(.timedOut):
+            verdict = .retry(reason: "Timeout", outage: true)
+        case .failure(.connectionLost):
+            verdict = .retry(reason: "ConnectionLost", outage: true)
+        case .failure(.reset(let code)):
+            verdict = .retry(reason: "StreamReset\(code)", outage: true)
+        }
+        let now = clock.nowMillis()
+        switch state.breaker.record(verdict, wasProbe: flight.isProbe, now: now) {
+        case .opened:
+            logger.error("APNs outage: most recent pushes failed; pausing, probing with one push at a time")
+        case .recovered:
+            let due = (try? store.makeRetryableDue(now: now)) ?? 0
+            logger.info("APNs answers again: sending the backlog now", ["jobs.due": String(due)])
+            state.claimDue = true
+        case .paused(let reason):
+            logger.error("APNs rejects our credentials or topic: delivery paused, jobs kept. Fix APNS_KEY_ID, APNS_TEAM_ID, APP_BUNDLE_IDENTIFIER or the key, then restart",
+                         ["apns.reason": reason])
+        case .none:
+            break
+        }
+        let outcome = Self.outcome(for: verdict, job: job, backoff: configuration.backoff, now: now)
+        switch verdict {
+        case .resend where flight.resends < 5:
+            state.resendQueue.append((job, flight.isProbe, flight.resends + 1))
+            return
+        case .refreshProviderToken where flight.resends < 5:
+            tokens.expired(generation: flight.generation)
+            pool.recycle(answer.connection)
+            state.resendQueue.append((job, flight.isProbe, flight.resends + 1))
+            return
+        default:
+            break
+        }
+        if case .retry(let at, _) = outcome.kind {
+            state.nextRetryAt = min(state.nextRetryAt ?? at, at)
+        }
+        metrics.increment("kumapush_deliveries_total", [("outcome", Self.label(outcome.kind)), ("reason", Self.reason(verdict))])
+        if case .removeDevice = outcome.kind { metrics.increment("kumapush_devices_removed_total") }
+        if case .deadLetter(let reason) = outcome.kind {
+            logger.warning("push dead-lettered", ["job.id": job.publicID, "apns.reason": reason, "device.token": Redact.token(job.deviceToken)])
+        }
+        outcomes.append(outcome)
+    }
+
+    /// The queue outcome of a verdict: retries wait with full-jitter backoff, and a job whose next try would fall
+    /// after its JOB_TTL is dead-lettered as `Expired` instead.
+    static func outcome(for verdict: Verdict, job: ClaimedJob, backoff: Backoff, now: Int64) -> JobOutcome {
+        let kind: JobOutcome.Kind
+        switch verdict {
+        case .delivered: kind = .delivered
+        case .removeDevice(let reason): kind = .removeDevice(reason: reason)
+        case .deadLetter(let reason): kind = .deadLetter(reason: reason)
+        case .retry(let reason, _), .pause(let reason):
+            let at = now + max(1, backoff.delayMillis(afterAttempt: job.attempt))
+            kind = at > job.expiresAt ? .deadLetter(reason: "Expired") : .retry(at: at, error: reason)
+        case .resend, .refreshProviderToken:
+            // Only reached when resending kept failing: treat as a transient failure.
+            let at = now + max(1, backoff.delayMillis(afterAttempt: job.attempt))
+            kind = at > job.expiresAt ? .deadLetter(reason: "Expired") : .retry(at: at, error: "Refused")
+        }
+        return JobOutcome(jobID: job.id, attempt: job.attempt, kind: kind)
+    }
+
+    private func record(_ outcomes: [JobOutcome]) {
+        do {
+            _ = try store.finish(outcomes, worker: configuration.worker, now: clock.nowMillis())
+            // A finished head lets the device's next job become due: look again at once.
+            loopState.claimDue = true
+        } catch {
+            // The leases expire and the jobs are retried; nothing is lost, at worst sent twice.
+            logger.error("recording delivery results failed", ["error": error.description, "count": String(outcomes.count)])
+        }
+    }
+
+    private func housekeeping(now: Int64, purge: Bool) {
+        if let rescued = try? store.rescueExpiredLeases(now: now), rescued > 0 {
+            logger.warning("rescued jobs from expired leases", ["count": String(rescued)])
+        }
+        guard purge else { return }
+        _ = try? store.purgeDeadLetters(before: now - configuration.deadLetterRetention.wholeMilliseconds)
+        _ = try? store.purgeTombstones(before: now - configuration.tombstoneRetention.wholeMilliseconds)
+        _ = try? store.purgeReportedOutcomes(before: now - 600_000)
+    }
+
+    private func releaseRemaining() {
+        let state = loopState
+        let remaining = Array(state.inFlight.keys) + state.resendQueue.map(\.0.id)
+        guard !remaining.isEmpty else { return }
+        let released = (try? store.release(jobIDs: remaining, worker: configuration.worker, now: clock.nowMillis())) ?? 0
+        logger.warning("released leases of pushes still in flight at shutdown", ["count": String(released)])
+    }
+
+    static func label(_ kind: JobOutcome.Kind) -> String {
+        switch kind {
+        case .delivered: return "delivered"
+        case .retry: return "retry"
+        case .deadLetter: return "dead_letter"
+        case .removeDevice: return "device_removed"
+        }
+    }
+
+    static func reason(_ verdict: Verdict) -> String {
+        switch verdict {
+        case .delivered: return ""
+        case .removeDevice(let reason), .deadLetter(let reason), .retry(let reason, _), .pause(let reason): return reason
+        case .resend: return "Refused"
+        case .refreshProviderToken: return "ExpiredProviderToken"
+        }
+    }
+}
+
+/// State only the delivery thread touches. @unchecked Sendable: every field except `graceDeadline` (a Mutex) is
+/// read and written by the delivery thread alone; the engine holds it only to keep it alive.
+final class UncheckedLoopState: @unchecked Sendable {
+    var inFlight: [Int64: DeliveryEngine.InFlight] = [:]
+    var resendQueue: [(ClaimedJob, Bool, Int)] = []
+    var breaker = OutageBreaker()
+    var claimDue = true
+    var nextRetryAt: Int64?
+    let graceDeadline = Mutex<ContinuousClock.Instant?>(nil)
+}

@@ -1,0 +1,17 @@
+import Common
+
+/// The delivery side's Prometheus metrics (SPEC §2.3).
+enum DeliveryMetrics {
+    static func describe(_ metrics: MetricsRegistry, pool: APNsConnectionPool, tokens: ProviderTokenSource) {
+        metrics.describe("kumapush_deliveries_total", .counter, "APNs answers by outcome and APNs reason.")
+        metrics.describe("kumapush_devices_removed_total", .counter, "Devices removed because APNs reported their token gone.")
+        metrics.describe("kumapush_webhook_to_apns_seconds", .histogram, "From webhook accepted to APNs request sent.", buckets: latencyBuckets)
+        metrics.describe("kumapush_apns_request_seconds", .histogram, "APNs request round trip.", buckets: latencyBuckets)
+        metrics.describe("kumapush_apns_connections", .gauge, "Open HTTP/2 connections to APNs.")
+        metrics.describe("kumapush_provider_token_refreshes_total", .counter, "Provider tokens (JWT) made.")
+        metrics.collect {
+            [(name: "kumapush_apns_connections", labels: [], value: Double(pool.connectionCount)),
+             (name: "kumapush_provider_token_refreshes_total", labels: [], value: Double(tokens.refreshes.load(ordering: .relaxed)))]
+        }
+    }
+}

@@ -1,0 +1,77 @@
+import Common
+import Foundation
+import Synchronization
+
+/// The one provider token of this process (SPEC §4, reference/apns.md §1.5): made from the .p8 key, reused for
+/// 50 minutes (APNs accepts 20–60), renewed early only after APNs says `ExpiredProviderToken`, and then at most
+/// once a minute however many in-flight requests report it.
+public final class ProviderTokenSource: Sendable {
+    public static let lifetime: Duration = .seconds(50 * 60)
+    public static let minimumForcedInterval: Duration = .seconds(60)
+
+    struct Current: Sendable {
+        var token: String
+        var issuedAt: Int64   // ms
+        var generation: Int
+    }
+
+    private let key: ES256.PrivateKey
+    private let keyID: String
+    private let teamID: String
+    private let clock: any WallClock
+    private let current: Mutex<Current?>
+    public let refreshes = Atomic<Int>(0)
+
+    public init(key: ES256.PrivateKey, keyID: String, teamID: String, clock: any WallClock) {
+        self.key = key
+        self.keyID = keyID
+        self.teamID = teamID
+        self.clock = clock
+        current = Mutex(nil)
+    }
+
+    /// Loads the key named by APNS_AUTH_KEY_PATH; failures name the variable (exit 2 at start-up).
+    public static func load(settings: Settings, clock: any WallClock) throws(ConfigurationError) -> ProviderTokenSource {
+        try settings.validateForDelivery()
+        let path = settings.apnsAuthKeyPath ?? ""
+        guard let pem = FileManager.default.contents(atPath: path) else {
+            throw ConfigurationError(variable: "APNS_AUTH_KEY_PATH", message: "cannot read \(path)")
+        }
+        do {
+            let key = try ES256.PrivateKey(pem: Array(pem))
+            let source = ProviderTokenSource(key: key, keyID: settings.apnsKeyID ?? "", teamID: settings.apnsTeamID ?? "", clock: clock)
+            _ = try source.token()
+            return source
+        } catch {
+            throw ConfigurationError(variable: "APNS_AUTH_KEY_PATH", message: "\(path) is not a usable APNs signing key: \(error)")
+        }
+    }
+
+    /// The current token and its generation (which identifies it when reporting it expired).
+    public func token() throws(ES256.KeyError) -> (token: String, generation: Int) {
+        let now = clock.nowMillis()
+        if let current = current.withLock({ $0 }), now - current.issuedAt < Self.lifetime.wholeMilliseconds {
+            return (current.token, current.generation)
+        }
+        return try renew(now: now, replacing: nil)
+    }
+
+    /// APNs said the token of `generation` expired: make a new one unless that already happened, or the last
+    /// renewal was under a minute ago (a burst of 403s for the same token must not become a burst of renewals).
+    public func expired(generation: Int) {
+        let now = clock.nowMillis()
+        guard let current = current.withLock({ $0 }), current.generation == generation,
+              now - current.issuedAt >= Self.minimumForcedInterval.wholeMilliseconds else { return }
+        _ = try? renew(now: now, replacing: generation)
+    }
+
+    private func renew(now: Int64, replacing: Int?) throws(ES256.KeyError) -> (token: String, generation: Int) {
+        let token = try JSONWebToken.providerToken(keyID: keyID, teamID: teamID, issuedAt: now / 1000, key: key)
+        refreshes.add(1, ordering: .relaxed)
+        return current.withLock { current in
+            let generation = (current?.generation ?? 0) + 1
+            current = Current(token: token, issuedAt: now, generation: generation)
+            return (token, generation)
+        }
+    }
+}

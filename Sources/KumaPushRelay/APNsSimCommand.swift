@@ -1,0 +1,80 @@
+import Common
+import Foundation
+import Simulator
+
+enum APNsSimCommand: Command {
+    static let name = "apns-sim"
+    static let summary = "a local APNs simulator for development, demos and benchmarks"
+    static let help = """
+        Usage: kumapush-relay apns-sim --cert PEM --key PEM --token-key PEM [--listen HOST:PORT] [--topic T]
+                                       [--latency MS] [--streams N] [--threads N] [--quiet]
+
+          --cert, --key    TLS certificate chain and private key the simulator serves
+          --token-key      public key (or the .p8) that provider tokens must verify against
+          --listen         address to listen on (default 127.0.0.1:8443)
+          --topic          the only apns-topic accepted (default: any)
+          --latency MS     delay every answer (simulated APNs round trip)
+          --streams N      SETTINGS_MAX_CONCURRENT_STREAMS per connection (default 1000)
+          --threads N      event-loop threads (default 1)
+          --quiet          do not print each push
+
+        Verifies what APNs verifies (path, topic, push type, priority, ids, payload size, ES256 provider token) and
+        answers like APNs. Faults on request: POST /sim/faults with JSON {"byToken":{"<token>":{"status":410,
+        "reason":"Unregistered"}},"unavailableUntil":<ms>,"goAwayAfter":N,"dropNext":true,"silent":true,
+        "latencyMillis":N}; GET /sim/stats. Prints one line per push unless --quiet.
+        """
+
+    static func run(settings: Settings, arguments: [String]) throws -> Int32 {
+        var options = OptionParser(arguments)
+        guard let cert = try options.value("--cert"), let key = try options.value("--key"), let tokenKey = try options.value("--token-key") else {
+            throw UsageError("--cert, --key and --token-key are required")
+        }
+        var configuration = APNsSimulator.Configuration(certificateFile: cert, privateKeyFile: key, tokenKeyFile: tokenKey)
+        if let listen = try options.value("--listen") {
+            guard let address = ListenAddress(listen) else { throw UsageError("--listen takes HOST:PORT with an IP host") }
+            configuration.host = address.host
+            configuration.port = address.port
+        }
+        configuration.topic = try options.value("--topic")
+        if let streams = try options.value("--streams") {
+            guard let value = UInt32(streams), value > 0 else { throw UsageError("--streams takes a positive number") }
+            configuration.maxConcurrentStreams = value
+        }
+        if let threads = try options.value("--threads") {
+            guard let value = Int(threads), value > 0, value <= 64 else { throw UsageError("--threads takes 1 to 64") }
+            configuration.threads = value
+        }
+        let latency = try options.value("--latency").map { text -> Int in
+            guard let value = Int(text), value >= 0 else { throw UsageError("--latency takes milliseconds") }
+            return value
+        }
+        let quiet = options.flag("--quiet")
+        try options.finish()
+
+        TerminationSignals.block()
+        let logger = Logger(label: "apns-sim", level: settings.logLevel, sink: .standardError(format: settings.logFormat))
+        let simulator: APNsSimulator
+        do {
+            simulator = try APNsSimulator(configuration, onPush: quiet ? nil : printPush)
+        } catch {
+            throw StartupError(description: "cannot start the simulator: \(error)", exitCode: ExitCode.usage)
+        }
+        simulator.keepLog(false)
+        if let latency { simulator.faults.withLock { $0.latencyMillis = latency } }
+        logger.info("APNs simulator listening", ["listen": "\(configuration.host):\(simulator.port)", "topic": configuration.topic ?? "any"])
+        _ = TerminationSignals.wait()
+        simulator.stop()
+        return ExitCode.ok
+    }
+}
+
+/// One line per push, written straight to stdout (no buffering) so a watching person sees it arrive.
+/// This is a development tool: it shows what the phone would show.
+@Sendable func printPush(_ push: APNsSimulator.Received) {
+    let alert = (try? JSONSerialization.jsonObject(with: Data(push.payload)) as? [String: Any])
+        .flatMap { ($0["aps"] as? [String: Any])?["alert"] as? [String: Any] }
+    let title = alert?["title"] as? String ?? ""
+    let body = (alert?["body"] as? String ?? "").replacingOccurrences(of: "\n", with: " ⏎ ")
+    let outcome = push.status == 200 ? "200" : "\(push.status) \(push.reason)"
+    FileHandle.standardOutput.write(Data("push → \(push.token.prefix(8))… [\(outcome)] \(title): \(body)\n".utf8))
+}

@@ -1,0 +1,44 @@
+import Common
+import Ingest
+import Queue
+
+enum ServeCommand: Command {
+    static let name = "serve"
+    static let summary = "ingest and deliver in one process (the single-host default)"
+    static let help = """
+        Usage: kumapush-relay serve [--port N] [--database-path PATH] [...any setting flag]
+
+        The HTTP API and the APNs workers in one process, sharing one database connection pool; each committed
+        webhook wakes the workers directly. Needs the APNs settings of `deliver`. SIGTERM/SIGINT: stop accepting,
+        answer requests in flight, wait for pushes in flight (SHUTDOWN_GRACE), exit 0.
+        """
+
+    static func run(settings: Settings, arguments: [String]) throws -> Int32 {
+        try OptionParser(arguments).finish()
+        TerminationSignals.block()
+        let logger = Logger(label: "relay", level: settings.logLevel, sink: .standardError(format: settings.logFormat))
+        let store = try openStore(settings)
+        let metrics = MetricsRegistry()
+        let delivery = try DeliveryRuntime(settings: settings, store: store, logger: logger.child(label: "deliver"), metrics: metrics)
+        var withoutMetrics = settings
+        withoutMetrics.metricsAddress = nil
+        let ingest = IngestService(settings: withoutMetrics, store: store, logger: logger.child(label: "ingest"), metrics: metrics,
+                                   onCommit: { delivery.engine.wake() })
+        do {
+            try ingest.start()
+        } catch {
+            throw StartupError(description: "cannot start ingest: \(error) (PORT/HOST)", exitCode: ExitCode.runtimeError)
+        }
+        let metricsServer = try startMetrics(settings, metrics)
+        delivery.start()
+        logger.info("relay listening", ["http.port": String(ingest.port), "base_path": settings.basePath,
+                                        "metrics": settings.metricsAddress?.description ?? "off", "database": settings.databasePath])
+        let signal = TerminationSignals.wait()
+        logger.info("shutting down", ["signal": signal])
+        ingest.shutdown(grace: settings.shutdownGrace)
+        delivery.shutdown(grace: settings.shutdownGrace)
+        metricsServer?.stop()
+        logger.info("stopped")
+        return ExitCode.ok
+    }
+}
