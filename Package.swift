@@ -40,6 +40,8 @@ let package = Package(
                           swiftSettings: strictSettings),
         .target(name: "TestSupport", dependencies: ["CSQLite"], path: "Tests/TestSupport", swiftSettings: strictSettings),
         .testTarget(name: "CommonTests", dependencies: ["Common"], swiftSettings: strictSettings),
+        .testTarget(name: "DeliverTests", dependencies: ["Common", "Queue", "HTTP2", "Deliver", "Simulator", "TestSupport"],
+                    swiftSettings: strictSettings),
         .testTarget(name: "HTTP2Tests", dependencies: ["HTTP2", "TestSupport"], swiftSettings: strictSettings),
         .testTarget(name: "IngestTests", dependencies: ["Common", "Queue", "Ingest", "TestSupport"], swiftSettings: strictSettings),
         .testTarget(name: "QueueTests", dependencies: ["Common", "Queue", "TestSupport"], swiftSettings: strictSettings),

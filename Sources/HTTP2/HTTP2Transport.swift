@@ -36,6 +36,9 @@ class HTTP2Transport {
     }
 
     private var pendingConnect = false
+    /// After our close_notify and FIN: reading (and dropping) what the peer still sends until it closes, so the
+    /// kernel does not answer its last packets with a reset that could destroy our final frames in flight.
+    private var lingering = false
 
     // MARK: Hooks for subclasses
 
@@ -65,7 +68,9 @@ class HTTP2Transport {
         var buffer = [UInt8](repeating: 0, count: Self.readBufferSize)
         while !isClosed {
             let count = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
-            if count > 0 {
+            if count > 0 && lingering {
+                continue
+            } else if count > 0 {
                 buffer.withUnsafeBytes { tls.feed(UnsafeRawBufferPointer(rebasing: $0[0..<count])) }
                 if !handshakeFinished {
                     advanceHandshake()
@@ -73,7 +78,7 @@ class HTTP2Transport {
                 }
                 decryptAndDeliver()
             } else if count == 0 {
-                return fail("connection closed by peer")
+                return fail(lingering ? lingerReason : "connection closed by peer")
             } else if errno == EAGAIN || errno == EWOULDBLOCK {
                 return
             } else if errno != EINTR {
@@ -171,7 +176,13 @@ class HTTP2Transport {
             } else if count < 0 && errno == EINTR {
                 continue
             } else {
-                return fail("write: \(String(cString: strerror(errno)))")
+                // The peer is gone. Its last frames (responses!) may still be in our receive buffer: read them
+                // before giving up on the streams they answer.
+                let reason = "write: \(String(cString: strerror(errno)))"
+                outbound.removeAll()
+                outboundOffset = 0
+                readIn()
+                return fail(reason)
             }
         }
         outbound.removeAll(keepingCapacity: true)
@@ -205,6 +216,13 @@ class HTTP2Transport {
         guard !isClosed else { return }
         tls.shutdown()
         flushTLS()
-        fail(reason)
+        guard !isClosed, !lingering else { return }
+        // Half-close and linger (bounded) instead of close(): see `lingering`.
+        lingering = true
+        lingerReason = reason
+        Glibc.shutdown(fd, Int32(SHUT_WR))
+        loop.schedule(after: .seconds(2)) { [weak self] in self?.fail(reason) }
     }
+
+    private var lingerReason = ""
 }

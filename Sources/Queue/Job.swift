@@ -36,7 +36,7 @@ public struct NewJob: Sendable {
 }
 
 /// The final outcome of a job that reports one (see `NewJob.reportsOutcome`).
-public struct ReportedOutcome: Sendable, Equatable {
+public struct ReportedOutcome: Sendable, Hashable {
     public enum Kind: String, Sendable {
         /// APNs accepted it.
         case delivered

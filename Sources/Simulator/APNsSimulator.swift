@@ -114,7 +114,10 @@ public final class APNsSimulator: Sendable {
         }
         switch fault {
         case .drop: return responder.dropConnection()
-        case .goAway: return responder.goAway(debugData: "{\"reason\":\"Shutdown\"}", refusingThisStream: true)
+        case .goAway:
+            // As APNs does when it restarts: GOAWAY naming the last stream it processed (this one, answered
+            // below); streams the client opened after it are refused and must be resent on a new connection.
+            responder.goAway(debugData: "{\"reason\":\"Shutdown\"}")
         case .silence: return
         case nil: break
         }

@@ -1,0 +1,151 @@
+import Common
+import Foundation
+import Deliver
+import Queue
+import Simulator
+import TestSupport
+import Testing
+
+/// The delivery engine against the in-process APNs simulator: real TLS, HTTP/2, JWT and SQLite.
+@Suite struct DeliveryEngineTests {
+    @Test func pushesArriveSignedAndShapedInPerDeviceOrder() throws {
+        let h = try DeliveryHarness()
+        defer { h.stop() }
+        let devices = try (1...5).map { try h.device($0) }
+        for device in devices { try h.enqueue(device.id, (0..<20).map { "\($0)" }) }
+        #expect(try h.waitUntil { try h.store.liveJobCount() == 0 })
+        for device in devices {
+            #expect(h.acceptedBodies(device.token) == (0..<20).map { "\($0)" })
+        }
+        let push = try #require(h.simulator.received.first)
+        #expect(push.headers["apns-push-type"] == "alert" && push.headers["apns-priority"] == "10")
+        #expect(push.headers["apns-topic"] == DeliveryHarness.topic)
+        #expect(push.headers["apns-id"] == push.headers["apns-collapse-id"])
+        #expect(Int64(push.headers["apns-expiration"] ?? "") != nil)
+        let stored = try #require(try h.store.device(id: devices[0].id))
+        #expect(stored.lastSuccessfulNotification != nil && stored.lastDeliveryError == "")
+        #expect(h.tokens.refreshes.load(ordering: .relaxed) == 1, "one provider token for everything")
+    }
+
+    @Test func unregisteredRemovesTheDeviceAndLeavesATombstone() throws {
+        let h = try DeliveryHarness()
+        defer { h.stop() }
+        let device = try h.device(1)
+        h.simulator.faults.withLock { $0.byToken[device.token] = .init(status: 410, reason: "Unregistered") }
+        try h.enqueue(device.id, ["a", "b", "c"])
+        #expect(try h.waitUntil { try h.store.device(id: device.id) == nil })
+        #expect(try h.store.tombstone(deviceID: device.id)?.reason == "Unregistered")
+        #expect(try h.store.liveJobCount() == 0)
+    }
+
+    @Test func badDeviceTokenDeadLettersButKeepsTheDevice() throws {
+        let h = try DeliveryHarness()
+        defer { h.stop() }
+        let device = try h.device(1)
+        h.simulator.faults.withLock { $0.byToken[device.token] = .init(status: 400, reason: "BadDeviceToken") }
+        try h.enqueue(device.id, ["a", "b"])
+        #expect(try h.waitUntil { try h.store.countDeadLetters(DeadLetterFilter(reason: "BadDeviceToken")) == 2 })
+        let stored = try #require(try h.store.device(id: device.id))
+        #expect(stored.lastDeliveryError == "BadDeviceToken")
+    }
+
+    @Test func testButtonOutcomesAreReported() throws {
+        let h = try DeliveryHarness()
+        defer { h.stop() }
+        let good = try h.device(1)
+        let bad = try h.device(2)
+        h.simulator.faults.withLock { $0.byToken[bad.token] = .init(status: 400, reason: "DeviceTokenNotForTopic") }
+        try h.enqueue(good.id, ["ok"], test: true)
+        try h.enqueue(bad.id, ["nope"], test: true)
+        #expect(try h.waitUntil { try h.store.liveJobCount() == 0 })
+        let outcomes = h.simulator.received.map(\.apnsID).compactMap { try? h.store.reportedOutcome(publicID: $0) }
+        #expect(Set(outcomes) == [ReportedOutcome(kind: .delivered), ReportedOutcome(kind: .rejected, reason: "DeviceTokenNotForTopic")])
+    }
+
+    @Test func aStreamLimitOf1StillDeliversEverythingInOrder() throws {
+        let h = try DeliveryHarness(streams: 1, connections: 1)
+        defer { h.stop() }
+        let devices = try (1...4).map { try h.device($0) }
+        for device in devices { try h.enqueue(device.id, (0..<10).map { "\($0)" }) }
+        #expect(try h.waitUntil { try h.store.liveJobCount() == 0 })
+        for device in devices { #expect(h.acceptedBodies(device.token) == (0..<10).map { "\($0)" }) }
+    }
+
+    @Test func goAwayMidBatchResendsOnANewConnectionAndLosesNothing() throws {
+        let h = try DeliveryHarness(connections: 1)
+        defer { h.stop() }
+        let devices = try (1...20).map { try h.device($0) }
+        h.simulator.faults.withLock { $0.goAwayAfter = 5 }
+        for device in devices { try h.enqueue(device.id, ["0", "1", "2"]) }
+        #expect(try h.waitUntil { try h.store.liveJobCount() == 0 })
+        for device in devices { #expect(h.acceptedBodies(device.token) == ["0", "1", "2"]) }
+        #expect(try h.store.countDeadLetters(DeadLetterFilter()) == 0)
+    }
+
+    @Test func aDroppedConnectionWithStreamsInFlightIsRetried() throws {
+        let h = try DeliveryHarness(connections: 1)
+        defer { h.stop() }
+        let devices = try (1...10).map { try h.device($0) }
+        h.simulator.faults.withLock { $0.dropNext = true }
+        for device in devices { try h.enqueue(device.id, ["0", "1"]) }
+        #expect(try h.waitUntil { try h.store.liveJobCount() == 0 })
+        for device in devices { #expect(Array(h.acceptedBodies(device.token).suffix(2)) == ["0", "1"] || h.acceptedBodies(device.token) == ["0", "1"]) }
+        #expect(try h.store.countDeadLetters(DeadLetterFilter()) == 0)
+    }
+
+    @Test func aServerThatNeverAnswersTimesOutAndTheJobIsRetried() throws {
+        let h = try DeliveryHarness(connections: 1, requestTimeout: .milliseconds(300))
+        defer { h.stop() }
+        let device = try h.device(1)
+        h.simulator.faults.withLock { $0.silent = true }
+        try h.enqueue(device.id, ["late"])
+        #expect(h.waitUntil { h.metrics.value("kumapush_deliveries_total", [("outcome", "retry"), ("reason", "Timeout")]) >= 1 })
+        h.simulator.faults.withLock { $0.silent = false }
+        #expect(try h.waitUntil { try h.store.liveJobCount() == 0 })
+        #expect(h.acceptedBodies(device.token) == ["late"])
+    }
+
+    @Test func expiredProviderTokenMakesOneNewTokenOnANewConnection() throws {
+        let h = try DeliveryHarness(connections: 1)
+        defer { h.stop() }
+        let device = try h.device(1)
+        try h.enqueue(device.id, ["first"])
+        #expect(h.waitUntil { h.acceptedBodies(device.token) == ["first"] })
+        // APNs now considers the current token stale; our clock has moved on by more than a minute.
+        h.simulator.faults.withLock { $0.expireTokensIssuedBefore = SystemClock().nowMillis() / 1000 + 30 }
+        h.clock.advance(.seconds(61))
+        try h.enqueue(device.id, ["second", "third"])
+        #expect(h.waitUntil { h.acceptedBodies(device.token) == ["first", "second", "third"] })
+        #expect(h.tokens.refreshes.load(ordering: .relaxed) == 2, "exactly one new token")
+        #expect(h.simulator.answersByStatus[403] == 1)
+    }
+
+    /// APNs answers 503 for a while: attempts stop after the breaker opens (only probes go out), and once APNs
+    /// is back the backlog goes out at once, in order.
+    @Test func anOutageSpendsFewAttemptsAndTheBacklogFollowsRecoveryInOrder() throws {
+        let h = try DeliveryHarness()
+        defer { h.stop() }
+        let devices = try (1...10).map { try h.device($0) }
+        let until = SystemClock().nowMillis() + 2500
+        h.simulator.faults.withLock { $0.unavailableUntil = until }
+        for device in devices { try h.enqueue(device.id, (0..<10).map { "\($0)" }) }
+        #expect(try h.waitUntil { try h.store.liveJobCount() == 0 })
+        let failed = h.simulator.answersByStatus[503] ?? 0
+        #expect(failed <= 25, "attempts during the outage stay bounded, not one per job per retry (\(failed))")
+        for device in devices { #expect(h.acceptedBodies(device.token) == (0..<10).map { "\($0)" }) }
+        let lastFailureToDone = SystemClock().nowMillis() - until
+        #expect(lastFailureToDone < 10_000, "the backlog drains within seconds of recovery")
+    }
+
+    @Test func shutdownReleasesLeasesOfPushesStillInFlight() throws {
+        let h = try DeliveryHarness(connections: 1)
+        let device = try h.device(1)
+        h.simulator.faults.withLock { $0.silent = true }
+        try h.enqueue(device.id, ["stuck"])
+        #expect(h.waitUntil { (try? h.store.stats().jobsByState[.running]) == 1 })
+        h.engine.shutdown(grace: .milliseconds(100))
+        #expect(try h.store.stats().jobsByState[.available] == 1)
+        h.pool.shutdown()
+        h.simulator.stop()
+    }
+}

@@ -1,0 +1,107 @@
+import Common
+import Foundation
+import Deliver
+import HTTP2
+import Queue
+import Simulator
+import Synchronization
+import TestSupport
+
+/// A clock tests can move forward (provider-token ages), starting at real time.
+final class MovableClock: WallClock {
+    let offset = Atomic<Int64>(0)
+    func nowMillis() -> Int64 { SystemClock().nowMillis() + offset.load(ordering: .relaxed) }
+    func advance(_ duration: Duration) { offset.add(duration.wholeMilliseconds, ordering: .relaxed) }
+}
+
+/// A real delivery engine, SQLite store and connection pool against the in-process APNs simulator.
+final class DeliveryHarness {
+    let directory = TemporaryDirectory()
+    let store: SQLiteStore
+    let simulator: APNsSimulator
+    let pool: APNsConnectionPool
+    let engine: DeliveryEngine
+    let tokens: ProviderTokenSource
+    let clock = MovableClock()
+    let metrics = MetricsRegistry()
+    static let topic = "com.example.kumapush"
+
+    init(streams: UInt32 = 1000, connections: Int = 2, requestTimeout: Duration = .seconds(5), ttl: Duration = .seconds(3600)) throws {
+        store = try SQLiteStore(path: directory.path("relay.db"), now: SystemClock().nowMillis())
+        var simConfig = APNsSimulator.Configuration(certificateFile: TLSFixtures.path("server.pem"), privateKeyFile: TLSFixtures.path("server.key"),
+                                                    tokenKeyFile: TLSFixtures.signingPublicKey)
+        simConfig.port = 0
+        simConfig.topic = Self.topic
+        simConfig.maxConcurrentStreams = streams
+        simulator = try APNsSimulator(simConfig)
+        let key = try ES256.PrivateKey(pem: Array(try Data(contentsOf: URL(fileURLWithPath: TLSFixtures.signingKey))))
+        tokens = ProviderTokenSource(key: key, keyID: "KEY1234567", teamID: "TEAM123456", clock: clock)
+        var connection = HTTP2ClientConnection.Configuration(host: "127.0.0.1", port: simulator.port)
+        connection.requestTimeout = requestTimeout
+        let logger = Logger(label: "test", level: .error)
+        let waker = Waker()
+        pool = APNsConnectionPool(configuration: connection, connections: connections,
+                                  tls: try TLSContext.client(extraCAFile: TLSFixtures.caFile), logger: logger, onChange: { waker.wake() })
+        var settings = Settings()
+        settings.retryBase = .milliseconds(10)
+        settings.retryMax = .milliseconds(200)
+        settings.leaseTimeout = .seconds(30)
+        settings.jobTTL = ttl
+        var configuration = DeliveryEngine.Configuration(settings: settings, worker: "test-worker")
+        configuration.pollInterval = .milliseconds(2)
+        engine = DeliveryEngine(configuration: configuration, store: store, pool: pool, tokens: tokens,
+                                factory: APNsRequestFactory(topic: Self.topic, lateNotice: .seconds(120)),
+                                clock: clock, logger: logger, metrics: metrics)
+        waker.engine.withLock { $0 = engine }
+        pool.start()
+        engine.start()
+    }
+
+    func stop() {
+        engine.shutdown(grace: .seconds(2))
+        pool.shutdown()
+        simulator.stop()
+    }
+
+    /// Registers a device for `seed`; returns (id, token).
+    func device(_ seed: Int) throws -> (id: String, token: String) {
+        let token = String(format: "%064x", seed)
+        let id = try store.registerDevice(token: token, authTokenHash: "h", now: clock.nowMillis(), newID: { try DeviceID.generate() }).device.id
+        return (id, token)
+    }
+
+    /// Enqueues a monitor-down alert whose message is `label`.
+    func enqueue(_ deviceID: String, _ labels: [String], test: Bool = false) throws {
+        let jobs = try labels.map { label in
+            let event = test ? AlertEvent.test(label) : AlertEvent(kind: .monitor, status: .down, monitorID: 1, monitorName: "DB", message: label)
+            return NewJob(deviceID: deviceID, publicID: UUID().uuidString.lowercased(), payload: Array(try JSONEncoder().encode(event)),
+                          reportsOutcome: test)
+        }
+        _ = try store.enqueue(jobs, now: clock.nowMillis(), ttl: .seconds(3600))
+        engine.wake()
+    }
+
+    /// Waits (with a deadline) until `condition` holds.
+    @discardableResult
+    func waitUntil(timeout: Duration = .seconds(20), _ condition: () throws -> Bool) rethrows -> Bool {
+        let deadline = ContinuousClock.now + timeout
+        while ContinuousClock.now < deadline {
+            if try condition() { return true }
+            Thread.sleep(forTimeInterval: 0.005)
+        }
+        return try condition()
+    }
+
+    /// Bodies of the pushes APNs accepted for `token`, in arrival order.
+    func acceptedBodies(_ token: String) -> [String] {
+        simulator.received.filter { $0.token == token && $0.status == 200 }.compactMap { push in
+            let object = try? JSONSerialization.jsonObject(with: Data(push.payload)) as? [String: Any]
+            return ((object?["aps"] as? [String: Any])?["alert"] as? [String: Any])?["body"] as? String
+        }
+    }
+}
+
+final class Waker: Sendable {
+    let engine = Mutex<DeliveryEngine?>(nil)
+    func wake() { engine.withLock { $0 }?.wake() }
+}

@@ -1,0 +1,129 @@
+import Common
+import Deliver
+import Queue
+import Testing
+
+/// The verdict table, row by row (SPEC §4; reference/apns.md §1.4).
+@Suite struct VerdictTests {
+    static let rows: [(Int, String, Verdict)] = [
+        (200, "", .delivered),
+        (410, "Unregistered", .removeDevice(reason: "Unregistered")),
+        (410, "ExpiredToken", .removeDevice(reason: "ExpiredToken")),
+        (410, "", .removeDevice(reason: "Unregistered")),
+        (400, "BadDeviceToken", .deadLetter(reason: "BadDeviceToken")),
+        (400, "DeviceTokenNotForTopic", .deadLetter(reason: "DeviceTokenNotForTopic")),
+        (400, "BadCollapseId", .deadLetter(reason: "BadCollapseId")),
+        (400, "BadExpirationDate", .deadLetter(reason: "BadExpirationDate")),
+        (400, "BadMessageId", .deadLetter(reason: "BadMessageId")),
+        (400, "BadPriority", .deadLetter(reason: "BadPriority")),
+        (400, "DuplicateHeaders", .deadLetter(reason: "DuplicateHeaders")),
+        (400, "InvalidPushType", .deadLetter(reason: "InvalidPushType")),
+        (400, "MissingDeviceToken", .deadLetter(reason: "MissingDeviceToken")),
+        (400, "PayloadEmpty", .deadLetter(reason: "PayloadEmpty")),
+        (413, "PayloadTooLarge", .deadLetter(reason: "PayloadTooLarge")),
+        (404, "BadPath", .deadLetter(reason: "BadPath")),
+        (405, "MethodNotAllowed", .deadLetter(reason: "MethodNotAllowed")),
+        (400, "IdleTimeout", .resend),
+        (400, "BadTopic", .pause(reason: "BadTopic")),
+        (400, "TopicDisallowed", .pause(reason: "TopicDisallowed")),
+        (400, "MissingTopic", .pause(reason: "MissingTopic")),
+        (403, "ExpiredProviderToken", .refreshProviderToken),
+        (403, "InvalidProviderToken", .pause(reason: "InvalidProviderToken")),
+        (403, "MissingProviderToken", .pause(reason: "MissingProviderToken")),
+        (403, "BadCertificate", .pause(reason: "BadCertificate")),
+        (403, "BadCertificateEnvironment", .pause(reason: "BadCertificateEnvironment")),
+        (403, "Forbidden", .pause(reason: "Forbidden")),
+        (403, "UnrelatedKeyIdInToken", .pause(reason: "UnrelatedKeyIdInToken")),
+        (403, "BadEnvironmentKeyInToken", .pause(reason: "BadEnvironmentKeyInToken")),
+        (429, "TooManyRequests", .retry(reason: "TooManyRequests", outage: false)),
+        (429, "TooManyProviderTokenUpdates", .retry(reason: "TooManyProviderTokenUpdates", outage: true)),
+        (500, "InternalServerError", .retry(reason: "InternalServerError", outage: true)),
+        (503, "ServiceUnavailable", .retry(reason: "ServiceUnavailable", outage: true)),
+        (503, "Shutdown", .retry(reason: "Shutdown", outage: true)),
+        (502, "", .retry(reason: "HTTP 502", outage: true)),
+        (400, "SomethingNew", .deadLetter(reason: "SomethingNew")),
+    ]
+
+    @Test(arguments: rows.indices)
+    func eachStatusAndReasonHasItsVerdict(row: Int) {
+        let (status, reason, verdict) = Self.rows[row]
+        #expect(Verdict.forResponse(status: status, reason: reason) == verdict, "\(status) \(reason)")
+    }
+
+    @Test func badDeviceTokenNeverRemovesTheDevice() {
+        for reason in ["BadDeviceToken", "DeviceTokenNotForTopic"] {
+            if case .removeDevice = Verdict.forResponse(status: 400, reason: reason) { Issue.record("\(reason) must keep the device") }
+        }
+    }
+
+    @Test func reasonsAreReadFromAPNsErrorBodiesAndSanitised() {
+        #expect(Verdict.reason(fromBody: Array("{\"reason\":\"Unregistered\",\"timestamp\":1700000000000}".utf8)) == "Unregistered")
+        #expect(Verdict.reason(fromBody: []) == "")
+        #expect(Verdict.reason(fromBody: Array("not json".utf8)) == "")
+        #expect(Verdict.reason(fromBody: Array("{\"reason\":\"Bad\\nToken <script>\"}".utf8)) == "BadTokenscript")
+    }
+}
+
+@Suite struct BackoffTests {
+    @Test func ceilingsDoubleFromTheBaseUpToTheCap() {
+        let backoff = Backoff(base: .seconds(1), cap: .seconds(300))
+        #expect([1, 2, 3, 5, 8, 9, 30, 10_000].map { backoff.ceilingMillis(afterAttempt: $0) }
+            == [1000, 2000, 4000, 16_000, 128_000, 256_000, 300_000, 300_000])
+    }
+
+    @Test func fullJitterSpansZeroToTheCeiling() {
+        let backoff = Backoff(base: .seconds(1), cap: .seconds(300))
+        #expect(backoff.delayMillis(afterAttempt: 3, random: 0) == 0)
+        #expect(backoff.delayMillis(afterAttempt: 3, random: 1) == 4000)
+        #expect(backoff.delayMillis(afterAttempt: 3, random: 0.5) == 2000)
+        let draws = (0..<1000).map { _ in backoff.delayMillis(afterAttempt: 4) }
+        #expect(draws.allSatisfy { (0...8000).contains($0) })
+        #expect(Set(draws).count > 100, "jitter spreads retries")
+    }
+}
+
+@Suite struct OutageBreakerTests {
+    @Test func mostlyFailingAnswersOpenItAndOnlyProbesGoOutUntilOneSucceeds() {
+        var breaker = OutageBreaker(windowSize: 10, minimumSamples: 4, threshold: 0.75)
+        let outage = Verdict.retry(reason: "ServiceUnavailable", outage: true)
+        #expect(breaker.record(outage, wasProbe: false, now: 0) == .none)
+        #expect(breaker.record(outage, wasProbe: false, now: 0) == .none)
+        #expect(breaker.record(outage, wasProbe: false, now: 0) == .none)
+        #expect(breaker.record(outage, wasProbe: false, now: 0) == .opened)
+        #expect(breaker.allowance(now: 999) == .nothing)
+        #expect(breaker.allowance(now: 1000) == .probe)
+        breaker.probeSent()
+        #expect(breaker.allowance(now: 5000) == .nothing, "one probe at a time")
+        #expect(breaker.record(outage, wasProbe: true, now: 5000) == .none)
+        #expect(breaker.allowance(now: 5000) == .nothing, "the next probe waits longer")
+        #expect(breaker.nextProbeAt.map { $0 > 5000 } == true)
+        let next = breaker.nextProbeAt!
+        breaker.probeSent()
+        #expect(breaker.record(.delivered, wasProbe: true, now: next) == .recovered)
+        #expect(breaker.allowance(now: next) == .normal)
+    }
+
+    @Test func permanentRejectionsProveAPNsIsUp() {
+        var breaker = OutageBreaker(windowSize: 10, minimumSamples: 4, threshold: 0.75)
+        for _ in 0..<20 { #expect(breaker.record(.deadLetter(reason: "BadDeviceToken"), wasProbe: false, now: 0) == .none) }
+        for _ in 0..<2 { _ = breaker.record(.retry(reason: "x", outage: true), wasProbe: false, now: 0) }
+        #expect(breaker.state == .closed)
+        #expect(breaker.record(.retry(reason: "TooManyRequests", outage: false), wasProbe: false, now: 0) == .none)
+        #expect(breaker.state == .closed)
+    }
+
+    @Test func aConfigurationFaultPausesAndProbesRarely() {
+        var breaker = OutageBreaker(pauseProbeInterval: .seconds(60))
+        #expect(breaker.record(.pause(reason: "InvalidProviderToken"), wasProbe: false, now: 0) == .paused(reason: "InvalidProviderToken"))
+        #expect(breaker.allowance(now: 59_999) == .nothing)
+        #expect(breaker.allowance(now: 60_000) == .probe)
+        breaker.probeSent()
+        #expect(breaker.record(.delivered, wasProbe: true, now: 60_000) == .recovered)
+    }
+
+    @Test func allConnectionsDownOpensIt() {
+        var breaker = OutageBreaker()
+        #expect(breaker.connectionsDown(now: 0) == .opened)
+        #expect(breaker.connectionsDown(now: 0) == .none)
+    }
+}
