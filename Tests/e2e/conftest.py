@@ -35,3 +35,40 @@ def relay(relay_binary, tmp_path):
 
     run.tmp_path = tmp_path
     return run
+
+
+TLS = ROOT / "Tests" / "Fixtures" / "tls"
+TOPIC = "com.example.kumapush"
+
+
+@pytest.fixture
+def fake_apns():
+    from fake_apns import FakeAPNs
+    fake = FakeAPNs(str(TLS / "server.pem"), str(TLS / "server.key"), str(TLS / "apns-key.pub.pem"), TOPIC).start()
+    yield fake
+    fake.stop()
+
+
+@pytest.fixture
+def relays(relay_binary, tmp_path, fake_apns):
+    """Starts relay processes (serve, ingest, deliver) wired to the fake APNs and one database; stops them after."""
+    from relayproc import Relay, relay_env, free_port
+    started = []
+
+    def start(command, **overrides):
+        settings = dict(APNS_URL=f"https://127.0.0.1:{fake_apns.port}", APNS_CA_FILE=TLS / "ca.pem",
+                        APNS_AUTH_KEY_PATH=TLS / "apns-key.p8", APNS_KEY_ID="KEY1234567", APNS_TEAM_ID="TEAM123456",
+                        APP_BUNDLE_IDENTIFIER=TOPIC, RETRY_BASE="50ms", RETRY_MAX="500ms", RATE_LIMIT_REGISTER="off")
+        settings.update(overrides)
+        env = relay_env(tmp_path, **settings)
+        if command == "deliver":
+            env["PORT"] = str(free_port())  # unused by deliver, but keeps processes from sharing anything
+        relay = Relay(relay_binary, command, env, tmp_path / f"{command}-{len(started)}.log")
+        if command != "deliver":
+            relay.wait_healthy()
+        started.append(relay)
+        return relay
+
+    yield start
+    for relay in started:
+        relay.stop()

@@ -50,6 +50,20 @@ class Relay:
         wait_until(healthy, timeout, what="/health")
         return self
 
+    def wait_metrics(self, timeout=20.0):
+        """Waits for the Prometheus listener (the sign a `deliver` process is up: it has no /health)."""
+        url = f"http://{self.env['METRICS_ADDR']}/metrics"
+
+        def up():
+            if self.process.poll() is not None:
+                raise RuntimeError(f"relay exited with {self.process.returncode}")
+            try:
+                return request("GET", url)[0] == 200
+            except (OSError, ValueError):
+                return False
+        wait_until(up, timeout, what="/metrics")
+        return self
+
     def signal(self, sig):
         self.process.send_signal(sig)
 
@@ -72,7 +86,7 @@ def request(method, url, body=None, headers=None, timeout=10.0):
     try:
         with urllib.request.urlopen(req, timeout=timeout) as response:
             raw = response.read()
-            return response.status, (json.loads(raw) if raw else None), dict(response.headers)
+            return response.status, (json.loads(raw) if raw and response.headers.get_content_type() == "application/json" else raw or None), dict(response.headers)
     except urllib.error.HTTPError as error:
         raw = error.read()
         return error.code, (json.loads(raw) if raw else None), dict(error.headers)

@@ -1,0 +1,197 @@
+"""Whole relay against an independent APNs fake (Python h2 + cryptography): what reaches the phone, and when."""
+import json
+import pathlib
+import signal
+import sqlite3
+import subprocess
+import threading
+import concurrent.futures
+
+from relayproc import request, wait_until
+
+FIXTURES = pathlib.Path(__file__).resolve().parents[1] / "Fixtures" / "webhooks"
+
+
+def token(seed):
+    return f"{seed:064x}"
+
+
+def register(relay, seed):
+    status, body, _ = request("POST", relay.base + "/devices", {"device_token": token(seed)})
+    assert status in (200, 201), body
+    return body["id"], body["auth_token"]
+
+
+def alert(monitor_id, name, status, msg):
+    return {"heartbeat": {"monitorID": monitor_id, "status": status, "msg": msg, "important": True},
+            "monitor": {"id": monitor_id, "name": name}, "msg": f"[{name}] {msg}"}
+
+
+def test_an_alert_reaches_apns_signed_and_shaped(relays, fake_apns):
+    relay = relays("serve")
+    device_id, _ = register(relay, 1)
+    status, body, _ = request("POST", f"{relay.base}/wh/{device_id}", (FIXTURES / "g-multiline-emoji-ping-down.json").read_bytes())
+    assert status == 202
+    push = wait_until(lambda: fake_apns.pushes(token(1)), what="the push")[0]
+    assert push["jwt"] == {"kid": "KEY1234567", "iss": "TEAM123456", "iat": push["jwt"]["iat"]}
+    headers = push["headers"]
+    assert headers["apns-topic"] == "com.example.kumapush" and headers["apns-push-type"] == "alert"
+    assert headers["apns-priority"] == "10" and headers["apns-id"] == body["id"] == headers["apns-collapse-id"]
+    assert int(headers["apns-expiration"]) > 0
+    aps = push["payload"]["aps"]
+    assert aps["alert"]["title"] == 'DB 🐘 "primary" is down'
+    assert aps["alert"]["body"].startswith('PING db.internal "primary" 🔴🧯\n')
+    assert aps["sound"] == "default" and aps["thread-id"] == "monitor-31" and aps["interruption-level"] == "active"
+
+
+def test_time_sensitive_devices_get_time_sensitive_down_alerts_only(relays, fake_apns):
+    relay = relays("serve")
+    device_id, auth = register(relay, 2)
+    request("PATCH", f"{relay.base}/devices/{device_id}", {"down_notification_level": "time-sensitive"},
+            headers={"Authorization": f"Bearer {auth}"})
+    request("POST", f"{relay.base}/wh/{device_id}", alert(1, "Web", 0, "timeout"))
+    request("POST", f"{relay.base}/wh/{device_id}", alert(1, "Web", 1, "200 - OK"))
+    pushes = wait_until(lambda: len(fake_apns.pushes(token(2))) == 2 and fake_apns.pushes(token(2)), what="two pushes")
+    assert [p["payload"]["aps"]["interruption-level"] for p in pushes] == ["time-sensitive", "active"]
+    assert [p["payload"]["aps"]["alert"]["title"] for p in pushes] == ["Web is down", "Web is up"]
+
+
+def test_the_test_button_shows_the_real_outcome(relays, fake_apns):
+    relay = relays("serve")
+    good, _ = register(relay, 3)
+    gone, _ = register(relay, 4)
+    wrong, wrong_auth = register(relay, 5)
+    fake_apns.by_token[token(4)] = (410, "Unregistered")
+    fake_apns.by_token[token(5)] = (400, "BadDeviceToken")
+    test_body = (FIXTURES / "d-test-button.json").read_bytes()
+
+    assert request("POST", f"{relay.base}/wh/{good}", test_body)[:2] == (200, {"status": "delivered"})
+    assert request("POST", f"{relay.base}/wh/{gone}", test_body)[:2] == (410, {"error": "device unregistered"})
+    assert request("POST", f"{relay.base}/wh/{wrong}", test_body)[:2] == (502, {"error": "apns rejected: BadDeviceToken"})
+
+    # 410 removed the device, and its URL keeps answering 410; BadDeviceToken kept the device.
+    assert request("POST", f"{relay.base}/wh/{gone}", (FIXTURES / "a-1.23-http-down.json").read_bytes())[0] == 410
+    status, device, _ = request("GET", f"{relay.base}/devices/{wrong}", headers={"Authorization": f"Bearer {wrong_auth}"})
+    assert status == 200 and device["last_delivery_error"] == "BadDeviceToken"
+
+
+def test_per_device_order_holds_through_retries(relays, fake_apns):
+    relay = relays("serve")
+    device_id, _ = register(relay, 6)
+    fake_apns.fail_first[token(6)] = 3
+    for n in range(8):
+        assert request("POST", f"{relay.base}/wh/{device_id}", alert(1, "DB", n % 2, f"event {n}"))[0] == 202
+    wait_until(lambda: len(fake_apns.bodies(token(6))) == 8, what="eight pushes")
+    assert fake_apns.bodies(token(6)) == [f"event {n}" for n in range(8)]
+
+
+def test_outage_then_recovery_delivers_the_backlog_in_order_with_few_attempts(relays, fake_apns):
+    relay = relays("serve")
+    devices = [register(relay, 100 + n)[0] for n in range(10)]
+    fake_apns.unavailable = True
+    for n in range(10):
+        for device_id in devices:
+            assert request("POST", f"{relay.base}/wh/{device_id}", alert(1, "DB", 0, f"event {n}"))[0] == 202
+    wait_until(lambda: fake_apns.count(503) >= 8, what="the outage to be noticed")
+    failures_during_outage = fake_apns.count(503)
+    fake_apns.unavailable = False
+    wait_until(lambda: all(len(fake_apns.bodies(token(100 + n))) == 10 for n in range(10)), timeout=30, what="the backlog")
+    for n in range(10):
+        assert fake_apns.bodies(token(100 + n)) == [f"event {k}" for k in range(10)]
+    assert fake_apns.count(503) <= failures_during_outage + 10, "attempts during the outage stay bounded"
+
+
+def test_goaway_and_dropped_connections_lose_nothing(relays, fake_apns):
+    relay = relays("serve")
+    devices = [register(relay, 200 + n)[0] for n in range(20)]
+    fake_apns.goaway_after = 7
+    for n in range(3):
+        for device_id in devices:
+            request("POST", f"{relay.base}/wh/{device_id}", alert(1, "DB", 0, f"event {n}"))
+    fake_apns.drop_next = True
+    for device_id in devices:
+        request("POST", f"{relay.base}/wh/{device_id}", alert(1, "DB", 1, "event 3"))
+    wait_until(lambda: all(fake_apns.bodies(token(200 + n))[-1:] == ["event 3"] for n in range(20)), timeout=30, what="all pushes")
+    for n in range(20):
+        bodies = fake_apns.bodies(token(200 + n))
+        # At least once, in order: a push lost with a dropped connection may arrive twice, never out of order.
+        assert [b for i, b in enumerate(bodies) if i == 0 or bodies[i - 1] != b] == [f"event {k}" for k in range(4)]
+    assert fake_apns.connections >= 2, "the relay reconnected"
+
+
+def test_sigterm_stops_serve_and_deliver_with_exit_0(relays):
+    serve = relays("serve")
+    serve.signal(signal.SIGTERM)
+    assert serve.wait() == 0
+    deliver = relays("deliver").wait_metrics()
+    deliver.signal(signal.SIGTERM)
+    assert deliver.wait() == 0
+
+
+def test_missing_or_bad_signing_key_stops_deliver_with_exit_2(relays, relay_binary, tmp_path):
+    from relayproc import relay_env
+    env = relay_env(tmp_path, APNS_AUTH_KEY_PATH=tmp_path / "missing.p8", APNS_KEY_ID="K", APNS_TEAM_ID="T", APP_BUNDLE_IDENTIFIER="b")
+    result = subprocess.run([str(relay_binary), "deliver"], env=env, capture_output=True, text=True, timeout=30)
+    assert result.returncode == 2 and "APNS_AUTH_KEY_PATH" in result.stderr
+    (tmp_path / "bad.p8").write_text("-----BEGIN PRIVATE KEY-----\nnope\n-----END PRIVATE KEY-----\n")
+    env["APNS_AUTH_KEY_PATH"] = str(tmp_path / "bad.p8")
+    result = subprocess.run([str(relay_binary), "deliver"], env=env, capture_output=True, text=True, timeout=30)
+    assert result.returncode == 2 and "APNS_AUTH_KEY_PATH" in result.stderr
+    env.pop("APNS_TEAM_ID")
+    result = subprocess.run([str(relay_binary), "serve"], env=env, capture_output=True, text=True, timeout=30)
+    assert result.returncode == 2 and "APNS_TEAM_ID" in result.stderr
+
+
+def test_replay_and_stats_after_dead_letters(relays, fake_apns, relay_binary, tmp_path):
+    relay = relays("serve")
+    device_id, _ = register(relay, 7)
+    fake_apns.by_token[token(7)] = (400, "DeviceTokenNotForTopic")
+    for n in range(3):
+        request("POST", f"{relay.base}/wh/{device_id}", alert(1, "DB", 0, f"event {n}"))
+    wait_until(lambda: len(fake_apns.pushes(token(7), status=400)) == 3, what="three rejections")
+
+    def cli(*args):
+        return subprocess.run([str(relay_binary), *args], env=relay.env, capture_output=True, text=True, timeout=30)
+
+    stats = wait_until(lambda: (s := json.loads(cli("stats", "--json").stdout))["jobs"]["discarded"] == 3 and s, what="dead letters")
+    assert stats["dead_letters_by_reason"] == {"DeviceTokenNotForTopic": 3} and stats["devices"] == 1
+    del fake_apns.by_token[token(7)]
+    result = cli("replay", "--reason", "DeviceTokenNotForTopic")
+    assert result.returncode == 0 and "replayed 3 dead letters" in result.stdout
+    wait_until(lambda: fake_apns.bodies(token(7)) == [f"event {n}" for n in range(3)], what="the replayed pushes, in order")
+
+
+def test_split_processes_with_a_deliverer_killed_midway_deliver_everything_once_in_order(relays, fake_apns, tmp_path):
+    """1 ingest + 2 deliver processes on one database; 10,000 webhooks over 500 devices; one deliverer is killed
+    with SIGKILL midway. Every accepted job is delivered, per-device order holds, and no push is in flight from two
+    processes at once (its lease expires first: LEASE_TIMEOUT is short here)."""
+    ingest = relays("ingest", RATE_LIMIT_WEBHOOK="off", RATE_LIMIT_REGISTER="off")
+    first = relays("deliver", LEASE_TIMEOUT="2s")
+    second = relays("deliver", LEASE_TIMEOUT="2s")
+    devices = [register(ingest, 1000 + n)[0] for n in range(500)]
+    accepted = {}
+    killed = threading.Event()
+
+    def post_all(worker):
+        for n in range(20):
+            for index in range(worker, 500, 8):
+                status, body, _ = request("POST", f"{ingest.base}/wh/{devices[index]}", alert(index, "M", n % 2, f"{n}"))
+                assert status == 202, body
+                accepted[body["id"]] = (index, n)
+                if len(accepted) >= 5000 and not killed.is_set():
+                    killed.set()
+                    first.signal(signal.SIGKILL)
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=8) as pool:
+        list(pool.map(post_all, range(8)))
+    assert len(accepted) == 10_000 and killed.is_set()
+
+    wait_until(lambda: len(fake_apns.pushes(status=200)) >= 10_000, timeout=120, what="10,000 deliveries")
+    delivered_ids = {p["headers"]["apns-id"] for p in fake_apns.pushes(status=200)}
+    assert set(accepted) <= delivered_ids, "every accepted job is delivered"
+    for index in range(0, 500, 7):
+        bodies = fake_apns.bodies(token(1000 + index))
+        deduplicated = [b for i, b in enumerate(bodies) if i == 0 or bodies[i - 1] != b]
+        assert deduplicated == [str(n) for n in range(20)], f"device {index}: {bodies}"
+    with sqlite3.connect(tmp_path / "relay.db") as connection:
+        assert connection.execute("SELECT count(*) FROM jobs WHERE state != 'discarded'").fetchone()[0] == 0
