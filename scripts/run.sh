@@ -1,13 +1,85 @@
 #!/usr/bin/env bash
-# `make run`. The relay's `serve` and the APNs simulator land with issues #3–#5; until then this shows the
-# built binary and what it links, and the queue's stats on the development database.
+# `make run`: the relay with its embedded SQLite and, unless real APNs credentials are set, the local APNs
+# simulator; then a walk-through to try it. Ctrl-C stops everything.
+#
+#   scripts/run.sh           run until Ctrl-C
+#   scripts/run.sh --check   run the walk-through itself, verify the push arrived, stop (used to test this script)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-binary=.build/release/kumapush-relay
-mkdir -p .dev
-"$binary" version
-echo
-echo "Database .dev/kumapush.db:"
-"$binary" stats --database-path .dev/kumapush.db
-echo
-echo "serve is not built yet (issues #3 and #4); this target will start it next to the APNs simulator."
+binary=${KUMAPUSH_RELAY_BINARY:-.build/release/kumapush-relay}
+dev=${DEV_DIR:-.dev}
+mkdir -p "$dev"
+[ -f "$dev/tls/server.pem" ] || scripts/generate-test-certs.sh "$dev/tls" >/dev/null
+
+port=${PORT:-4321}
+sim_port=${SIM_PORT:-8443}
+export DATABASE_PATH=${DATABASE_PATH:-$dev/kumapush.db}
+export PORT=$port HOST=${HOST:-127.0.0.1}
+export METRICS_ADDR=${METRICS_ADDR:-127.0.0.1:9464}
+
+pids=()
+stop() {
+  for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+}
+trap stop EXIT
+trap 'exit 0' INT TERM
+
+if [ -n "${APNS_AUTH_KEY_PATH:-}" ] && [ -z "${APNS_URL:-}" ]; then
+  echo "==> using Apple's APNs ($([ "${ENV:-}" = development ] && echo sandbox || echo "${APNS_ENVIRONMENT:-production}")) with your key"
+else
+  export APNS_AUTH_KEY_PATH=$dev/tls/apns-key.p8 APNS_KEY_ID=DEVKEY0001 APNS_TEAM_ID=DEVTEAM001
+  export APP_BUNDLE_IDENTIFIER=${APP_BUNDLE_IDENTIFIER:-dev.kumapush.app}
+  export APNS_URL=https://127.0.0.1:$sim_port APNS_CA_FILE=$dev/tls/ca.pem
+  echo "==> starting the APNs simulator on 127.0.0.1:$sim_port (pushes print below)"
+  "$binary" apns-sim --cert "$dev/tls/server.pem" --key "$dev/tls/server.key" --token-key "$dev/tls/apns-key.pub.pem" \
+    --listen "127.0.0.1:$sim_port" --topic "$APP_BUNDLE_IDENTIFIER" > >(tee "$dev/pushes.log") 2>"$dev/apns-sim.log" &
+  pids+=($!)
+fi
+
+echo "==> starting kumapush-relay serve on http://127.0.0.1:$port (database $DATABASE_PATH, log $dev/relay.log)"
+"$binary" serve 2>"$dev/relay.log" &
+pids+=($!)
+for _ in $(seq 1 100); do
+  "$binary" healthcheck >/dev/null 2>&1 && break
+  sleep 0.1
+done
+"$binary" healthcheck || { echo "the relay did not become healthy; see $dev/relay.log"; exit 1; }
+
+token=$(printf 'ab%.0s' $(seq 1 32))
+cat <<TXT
+
+The relay is up. Try it (in another terminal):
+
+  # 1. Register a device, as the iPhone app does (any even-length hex token works with the simulator):
+  curl -s -X POST http://127.0.0.1:$port/devices -H 'Content-Type: application/json' \\
+       -d '{"device_token":"$token"}'
+
+  # 2. Send an Uptime Kuma alert to the webhook URL it gives you (use the "id" from step 1):
+  curl -s -X POST http://127.0.0.1:$port/wh/<id> -H 'Content-Type: application/json' \\
+       -d '{"heartbeat":{"status":0,"msg":"connect ECONNREFUSED","important":true},"monitor":{"id":1,"name":"Shop API"},"msg":"down"}'
+
+  # 3. Press Uptime Kuma's "Test" button equivalent: it waits for APNs' answer and says {"status":"delivered"}:
+  curl -s -X POST http://127.0.0.1:$port/wh/<id> -H 'Content-Type: application/json' \\
+       -d '{"heartbeat":null,"monitor":null,"msg":"My Webhook Alert (1) Testing"}'
+
+  The pushes appear below as the simulator receives them. Queue: $binary stats --database-path $DATABASE_PATH
+  Metrics: curl -s http://$METRICS_ADDR/metrics. Ctrl-C stops everything.
+
+TXT
+
+if [ "${1:-}" = "--check" ]; then
+  id=$(curl -s -X POST "http://127.0.0.1:$port/devices" -H 'Content-Type: application/json' -d "{\"device_token\":\"$token\"}" |
+       python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])')
+  curl -sf -X POST "http://127.0.0.1:$port/wh/$id" -H 'Content-Type: application/json' \
+       -d '{"heartbeat":{"status":0,"msg":"connect ECONNREFUSED","important":true},"monitor":{"id":1,"name":"Shop API"},"msg":"down"}'
+  echo
+  answer=$(curl -s -X POST "http://127.0.0.1:$port/wh/$id" -H 'Content-Type: application/json' \
+       -d '{"heartbeat":null,"monitor":null,"msg":"My Webhook Alert (1) Testing"}')
+  echo "$answer"
+  [ "$answer" = '{"status":"delivered"}' ] || { echo "check failed: the Test push was not delivered"; exit 1; }
+  grep -q "Shop API is down" "$dev/pushes.log" || { echo "check failed: the alert did not reach the simulator"; exit 1; }
+  echo "check passed: both pushes reached the simulator"
+  exit 0
+fi
+wait
