@@ -25,11 +25,11 @@ release: deps
 test: venv
 	swift build --build-tests
 	swift test
-	$(PYTEST) Tests/e2e
+	$(PYTEST) -v Tests/e2e
 
 test-e2e: venv
 	swift build
-	$(PYTEST) Tests/e2e
+	$(PYTEST) -v Tests/e2e
 
 run: release
 	@scripts/run.sh

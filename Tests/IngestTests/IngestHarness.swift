@@ -2,6 +2,7 @@ import Common
 import Foundation
 import Ingest
 import Queue
+import Synchronization
 import TestSupport
 
 /// An ingest service on port 0 over a fresh database, with a client pointed at it.
@@ -11,12 +12,15 @@ final class IngestHarness {
     let service: IngestService
     let client: RawHTTPClient
 
+    /// Every log line the service wrote, as text.
+    let logLines = LogCapture()
+
     init(_ environment: [String: String] = [:], wrap: (SQLiteStore) -> any RelayStore = { $0 }) throws {
         var environment = environment
         environment["METRICS_ADDR"] = environment["METRICS_ADDR"] ?? "off"
         let (settings, _) = try Settings.load(environment: environment, arguments: [])
         store = try SQLiteStore(path: directory.path("relay.db"), now: SystemClock().nowMillis())
-        let logger = Logger(label: "test", level: .error)
+        let logger = Logger(label: "test", level: .debug, sink: LogSink(format: .text) { [logLines] line in logLines.append(line) })
         service = IngestService(settings: settings, store: wrap(store), logger: logger)
         var configuration = HTTPServer.Configuration(host: "127.0.0.1", port: 0)
         configuration.threads = 2
@@ -47,3 +51,10 @@ final class IngestHarness {
     }
 }
 
+
+/// Collects log lines for assertions about what is (never) logged.
+final class LogCapture: Sendable {
+    private let lines = Mutex<[String]>([])
+    func append(_ line: String) { lines.withLock { $0.append(line) } }
+    var text: String { lines.withLock { $0.joined(separator: "\n") } }
+}

@@ -162,41 +162,8 @@ import Testing
 }
 
 /// A store whose writes fail as a full disk or a long-held lock would: reads work, enqueue throws `.unavailable`.
-final class UnavailableForWrites: RelayStore {
-    let inner: SQLiteStore
-    init(inner: SQLiteStore) { self.inner = inner }
-
-    func enqueue(_ jobs: some Sequence<NewJob>, now: Int64, ttl: Duration) throws(StoreError) -> [EnqueueResult] {
+final class UnavailableForWrites: ForwardingStore, @unchecked Sendable {
+    override func enqueue(_ jobs: some Sequence<NewJob>, now: Int64, ttl: Duration) throws(StoreError) -> [EnqueueResult] {
         throw StoreError(.unavailable, "database or disk is full")
     }
-    func registerDevice(token: String, authTokenHash: String, now: Int64, newID: () throws -> String) throws(StoreError) -> Registration {
-        try inner.registerDevice(token: token, authTokenHash: authTokenHash, now: now, newID: newID)
-    }
-    func device(id: String) throws(StoreError) -> Device? { try inner.device(id: id) }
-    func updateDevice(id: String, token: String?, level: Device.DownNotificationLevel?) throws(StoreError) -> Device? {
-        try inner.updateDevice(id: id, token: token, level: level)
-    }
-    func deleteDevice(id: String) throws(StoreError) -> Bool { try inner.deleteDevice(id: id) }
-    func tombstone(deviceID: String) throws(StoreError) -> Tombstone? { try inner.tombstone(deviceID: deviceID) }
-    func purgeTombstones(before: Int64) throws(StoreError) -> Int { try inner.purgeTombstones(before: before) }
-    func claim(worker: String, limit: Int, now: Int64, lease: Duration) throws(StoreError) -> [ClaimedJob] {
-        try inner.claim(worker: worker, limit: limit, now: now, lease: lease)
-    }
-    func finish(_ outcomes: [JobOutcome], worker: String, now: Int64) throws(StoreError) -> [Bool] {
-        try inner.finish(outcomes, worker: worker, now: now)
-    }
-    func release(jobIDs: [Int64], worker: String, now: Int64) throws(StoreError) -> Int { try inner.release(jobIDs: jobIDs, worker: worker, now: now) }
-    func rescueExpiredLeases(now: Int64) throws(StoreError) -> Int { try inner.rescueExpiredLeases(now: now) }
-    func makeRetryableDue(now: Int64) throws(StoreError) -> Int { try inner.makeRetryableDue(now: now) }
-    func countDeadLetters(_ filter: DeadLetterFilter) throws(StoreError) -> Int { try inner.countDeadLetters(filter) }
-    func replayDeadLetters(_ filter: DeadLetterFilter, limit: Int, now: Int64, ttl: Duration) throws(StoreError) -> Int {
-        try inner.replayDeadLetters(filter, limit: limit, now: now, ttl: ttl)
-    }
-    func purgeDeadLetters(before: Int64) throws(StoreError) -> Int { try inner.purgeDeadLetters(before: before) }
-    func liveJobCount() throws(StoreError) -> Int { try inner.liveJobCount() }
-    func reportedOutcome(publicID: String) throws(StoreError) -> ReportedOutcome? { try inner.reportedOutcome(publicID: publicID) }
-    func purgeReportedOutcomes(before: Int64) throws(StoreError) -> Int { try inner.purgeReportedOutcomes(before: before) }
-    func changeCounter() throws(StoreError) -> Int64 { try inner.changeCounter() }
-    func stats() throws(StoreError) -> QueueStats { try inner.stats() }
-    func ping() throws(StoreError) { try inner.ping() }
 }
