@@ -35,6 +35,10 @@ let package = Package(
             swiftSettings: strictSettings
         ),
 
+        // `make bench` helpers.
+        .executableTarget(name: "QueueBench", dependencies: ["Common", "Queue", "CSQLite"], path: "bench/QueueBench",
+                          swiftSettings: strictSettings),
+
         // Tests. QueueProbe is a helper process the queue tests start, kill and race against each other.
         .executableTarget(name: "QueueProbe", dependencies: ["Common", "Queue"], path: "Tests/QueueProbe",
                           swiftSettings: strictSettings),

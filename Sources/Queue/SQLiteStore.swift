@@ -31,9 +31,10 @@ public final class SQLiteStore: Sendable {
                 busyTimeoutMillis: Int32(clamping: options.busyTimeout.wholeMilliseconds),
                 synchronousFull: options.synchronousFull))
             try Migrations.apply(on: opened, now: now)
+            // Reads are point lookups and the occasional stats scan: a small cache keeps the process small.
             let readConnection = try SQLiteConnection(path: path, options: .init(
                 busyTimeoutMillis: Int32(clamping: options.busyTimeout.wholeMilliseconds),
-                synchronousFull: options.synchronousFull))
+                synchronousFull: options.synchronousFull, cacheKiB: 4096))
             connection = Mutex(opened)
             reader = Mutex(readConnection)
         } catch {
