@@ -1,13 +1,14 @@
 import Common
 import Foundation
 import Simulator
+import Synchronization
 
 enum APNsSimCommand: Command {
     static let name = "apns-sim"
     static let summary = "a local APNs simulator for development, demos and benchmarks"
     static let help = """
         Usage: kumapush-relay apns-sim --cert PEM --key PEM --token-key PEM [--listen HOST:PORT] [--topic T]
-                                       [--latency MS] [--streams N] [--threads N] [--quiet]
+                                       [--latency MS] [--streams N] [--threads N] [--quiet] [--record FILE]
 
           --cert, --key    TLS certificate chain and private key the simulator serves
           --token-key      public key (or the .p8) that provider tokens must verify against
@@ -17,6 +18,7 @@ enum APNsSimCommand: Command {
           --streams N      SETTINGS_MAX_CONCURRENT_STREAMS per connection (default 1000)
           --threads N      event-loop threads (default 1)
           --quiet          do not print each push
+          --record FILE    append "<apns-id> <status> <microseconds since 1970>" per push (benchmarks)
 
         Verifies what APNs verifies (path, topic, push type, priority, ids, payload size, ES256 provider token) and
         answers like APNs. Faults on request: POST /sim/faults with JSON {"byToken":{"<token>":{"status":410,
@@ -49,13 +51,21 @@ enum APNsSimCommand: Command {
             return value
         }
         let quiet = options.flag("--quiet")
+        let record = try options.value("--record")
         try options.finish()
 
         TerminationSignals.block()
         let logger = Logger(label: "apns-sim", level: settings.logLevel, sink: .standardError(format: settings.logFormat))
         let simulator: APNsSimulator
+        var recorderToFlush: PushRecorder?
         do {
-            simulator = try APNsSimulator(configuration, onPush: quiet ? nil : printPush)
+            let recorder = try record.map { try PushRecorder(path: $0) }
+            recorderToFlush = recorder
+            let printer: (@Sendable (APNsSimulator.Received) -> Void)? = quiet ? nil : printPush
+            simulator = try APNsSimulator(configuration, onPush: { push in
+                recorder?.record(push)
+                printer?(push)
+            })
         } catch {
             throw StartupError(description: "cannot start the simulator: \(error)", exitCode: ExitCode.usage)
         }
@@ -64,6 +74,7 @@ enum APNsSimCommand: Command {
         logger.info("APNs simulator listening", ["listen": "\(configuration.host):\(simulator.port)", "topic": configuration.topic ?? "any"])
         _ = TerminationSignals.wait()
         simulator.stop()
+        recorderToFlush?.flush()
         return ExitCode.ok
     }
 }
@@ -77,4 +88,38 @@ enum APNsSimCommand: Command {
     let body = (alert?["body"] as? String ?? "").replacingOccurrences(of: "\n", with: " ⏎ ")
     let outcome = push.status == 200 ? "200" : "\(push.status) \(push.reason)"
     FileHandle.standardOutput.write(Data("push → \(push.token.prefix(8))… [\(outcome)] \(title): \(body)\n".utf8))
+}
+
+/// Arrival times of pushes, for latency measurements. One line per push, buffered, flushed at 64 KiB and on exit.
+final class PushRecorder: Sendable {
+    private let handle: FileHandle
+    private let buffer = Mutex<[UInt8]>([])
+
+    init(path: String) throws {
+        _ = FileManager.default.createFile(atPath: path, contents: nil)
+        guard let handle = FileHandle(forWritingAtPath: path) else { throw UsageError("--record: cannot write \(path)") }
+        self.handle = handle
+    }
+
+    func record(_ push: APNsSimulator.Received) {
+        var now = timespec()
+        clock_gettime(CLOCK_REALTIME, &now)
+        let micros = Int64(now.tv_sec) * 1_000_000 + Int64(now.tv_nsec) / 1000
+        let line = Array("\(push.apnsID) \(push.status) \(micros)\n".utf8)
+        let full = buffer.withLock { buffer -> [UInt8]? in
+            buffer += line
+            guard buffer.count >= 65_536 else { return nil }
+            defer { buffer.removeAll(keepingCapacity: true) }
+            return buffer
+        }
+        if let full { handle.write(Data(full)) }
+    }
+
+    func flush() {
+        let rest = buffer.withLock { buffer -> [UInt8] in
+            defer { buffer.removeAll() }
+            return buffer
+        }
+        handle.write(Data(rest))
+    }
 }

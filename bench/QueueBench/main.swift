@@ -11,8 +11,31 @@ import Queue
 // Both claim runs have the same shape — 1,000 devices, each with jobs waiting behind its head, so every
 // completion promotes the next job — and differ only in how much is queued: 10 or 1,000 jobs per device.
 // Usage: QueueBench DIRECTORY [--million N]   (N defaults to 1,000,000)
+//        QueueBench prefill DATABASE JOBS DEVICES  (fills a relay database for the delivery benchmarks; prints the
+//                                                   device tokens' seed range on stderr)
 
 let arguments = CommandLine.arguments
+if arguments.count == 5, arguments[1] == "prefill" {
+    let clock = SystemClock()
+    let store = try SQLiteStore(path: arguments[2], now: clock.nowMillis())
+    let jobs = Int(arguments[3])!, deviceCount = Int(arguments[4])!
+    let ids = try (0..<deviceCount).map { index in
+        try store.registerDevice(token: String(format: "%064x", index + 1), authTokenHash: "h", now: 0, newID: { try DeviceID.generate() }).device.id
+    }
+    var batch: [NewJob] = []
+    for index in 0..<jobs {
+        let event = AlertEvent(kind: .monitor, status: .down, monitorID: index % deviceCount, monitorName: "Monitor \(index % deviceCount)",
+                               message: "\(index / deviceCount)")
+        batch.append(NewJob(deviceID: ids[index % deviceCount], publicID: UUID().uuidString.lowercased(),
+                            payload: Array(try JSONEncoder().encode(event))))
+        if batch.count == 1000 {
+            _ = try store.enqueue(batch, now: clock.nowMillis(), ttl: .seconds(86_400))
+            batch.removeAll(keepingCapacity: true)
+        }
+    }
+    if !batch.isEmpty { _ = try store.enqueue(batch, now: clock.nowMillis(), ttl: .seconds(86_400)) }
+    exit(0)
+}
 let directory = arguments.count > 1 ? arguments[1] : NSTemporaryDirectory()
 let million = arguments.firstIndex(of: "--million").map { Int(arguments[$0 + 1])! } ?? 1_000_000
 let devices = 1_000
