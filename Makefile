@@ -3,11 +3,12 @@ SHELL := /bin/bash
 .DEFAULT_GOAL := help
 PYTEST := .venv/bin/pytest
 
-.PHONY: help deps venv build release test test-swift test-e2e run clean
+.PHONY: help deps venv build release test test-swift test-e2e run bench clean
 
 help:
 	@echo "make run    install what is missing, build, start the relay (see README)"
 	@echo "make test   install what is missing, build, run every test"
+	@echo "make bench  measure the relay against its ceilings (bench/results/)"
 
 deps:
 	@scripts/install-deps.sh
@@ -33,6 +34,13 @@ test-e2e: venv
 
 run: release
 	@scripts/run.sh
+
+# SPEC §7's figures against their ceilings; results in bench/results/. BENCH=ingest,deliver,queue,latency,outage
+# runs a subset.
+bench: venv
+	@scripts/install-deps.sh bench
+	@scripts/setup-venv.sh bench/requirements.txt
+	.venv/bin/python bench/run.py
 
 clean:
 	rm -rf .build .dev

@@ -13,6 +13,11 @@ packages=(
   curl                # make run walk-through, healthchecks in scripts
 )
 
+# `install-deps.sh bench` adds what `make bench` measures against.
+if [ "${1:-}" = "bench" ]; then
+  packages+=(nginx-light wrk nghttp2-client)
+fi
+
 missing=()
 for package in "${packages[@]}"; do
   if ! dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed"; then

@@ -4,9 +4,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# Extra requirement files (bench/requirements.txt) are installed on top of the test tools.
 requirements=Tests/requirements.txt
-stamp=.venv/.requirements.sha256
-wanted=$(sha256sum "$requirements" | cut -d' ' -f1)
+extra=${1:-}
+stamp=.venv/.requirements${extra:+-$(basename "$(dirname "$extra")")}.sha256
+wanted=$(cat "$requirements" ${extra:+"$extra"} | sha256sum | cut -d' ' -f1)
 
 if [ -x .venv/bin/python ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$wanted" ]; then
   exit 0
@@ -19,7 +21,7 @@ if ! python3 -m venv --help >/dev/null 2>&1; then
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends python3-venv >/dev/null
 fi
 
-echo "==> preparing .venv ($requirements)"
-python3 -m venv .venv
-.venv/bin/pip install --quiet --disable-pip-version-check -r "$requirements"
+echo "==> preparing .venv ($requirements${extra:+ + $extra})"
+[ -x .venv/bin/python ] || python3 -m venv .venv
+.venv/bin/pip install --quiet --disable-pip-version-check -r "$requirements" ${extra:+-r "$extra"}
 echo "$wanted" > "$stamp"
