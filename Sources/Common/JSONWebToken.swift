@@ -17,10 +17,9 @@ public enum JSONWebToken {
         guard parts.count == 3, let headerBytes = Base64URL.decode(String(parts[0])), let claimBytes = Base64URL.decode(String(parts[1])),
               let signature = Base64URL.decode(String(parts[2])),
               key.verify(signature, of: Array("\(parts[0]).\(parts[1])".utf8)),
-              let header = try? JSONSerialization.jsonObject(with: Data(headerBytes)) as? [String: Any],
-              let claims = try? JSONSerialization.jsonObject(with: Data(claimBytes)) as? [String: Any],
-              header["alg"] as? String == "ES256", let keyID = header["kid"] as? String,
-              let teamID = claims["iss"] as? String, let issuedAt = (claims["iat"] as? NSNumber)?.int64Value
+              let header = try? JSONParser.parse(headerBytes), let claims = try? JSONParser.parse(claimBytes),
+              header["alg"]?.stringValue == "ES256", let keyID = header["kid"]?.stringValue,
+              let teamID = claims["iss"]?.stringValue, let issuedAt = claims["iat"]?.intValue.map(Int64.init)
         else { return nil }
         return (keyID, teamID, issuedAt)
     }

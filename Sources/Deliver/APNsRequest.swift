@@ -18,7 +18,7 @@ public struct APNsRequestFactory: Sendable {
     /// `POST /3/device/<token>` with the headers APNs wants and the JSON payload (≤ 4096 bytes).
     /// - Parameter providerToken: the current ES256 JWT.
     public func request(for job: ClaimedJob, providerToken: String, now: Int64) throws(InvalidPayload) -> HTTP2Request {
-        guard let event = try? JSONDecoder().decode(AlertEvent.self, from: Data(job.payload)) else { throw InvalidPayload() }
+        guard let event = AlertEvent(jobPayload: job.payload) else { throw InvalidPayload() }
         let push = builder.notification(for: event, timeSensitiveDown: job.downNotificationLevel == .timeSensitive,
                                         acceptedAt: job.createdAt, now: now)
         return HTTP2Request(

@@ -1,4 +1,4 @@
-import Foundation
+import Common
 
 /// What to do with a job after one APNs answer (SPEC §4, reference/apns.md §1.4). One table, tested row by row.
 public enum Verdict: Sendable, Equatable {
@@ -49,10 +49,7 @@ public enum Verdict: Sendable, Equatable {
 
     /// APNs' error body is `{"reason":"…"}` (plus `timestamp` on 410).
     public static func reason(fromBody body: [UInt8]) -> String {
-        guard !body.isEmpty,
-              let object = try? JSONSerialization.jsonObject(with: Data(body)) as? [String: Any],
-              let reason = object["reason"] as? String
-        else { return "" }
+        guard !body.isEmpty, let reason = (try? JSONParser.parse(body))?["reason"]?.stringValue else { return "" }
         // Reasons are short identifiers; anything else is not worth storing or logging verbatim.
         return String(reason.prefix(64).filter { $0.isASCII && ($0.isLetter || $0.isNumber) })
     }

@@ -72,9 +72,9 @@ final class DeliveryHarness {
 
     /// Enqueues a monitor-down alert whose message is `label`.
     func enqueue(_ deviceID: String, _ labels: [String], test: Bool = false) throws {
-        let jobs = try labels.map { label in
+        let jobs = labels.map { label in
             let event = test ? AlertEvent.test(label) : AlertEvent(kind: .monitor, status: .down, monitorID: 1, monitorName: "DB", message: label)
-            return NewJob(deviceID: deviceID, publicID: UUID().uuidString.lowercased(), payload: Array(try JSONEncoder().encode(event)),
+            return NewJob(deviceID: deviceID, publicID: UUID().uuidString.lowercased(), payload: event.jobPayload,
                           reportsOutcome: test)
         }
         _ = try store.enqueue(jobs, now: clock.nowMillis(), ttl: .seconds(3600))

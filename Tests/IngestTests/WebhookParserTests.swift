@@ -196,8 +196,10 @@ import Testing
     }
 
     @Test func eventsSurviveTheJobPayloadRoundTrip() throws {
-        let event = AlertEvent(kind: .monitor, status: .down, important: false, monitorID: 4, monitorName: "🐘", message: "a\nb")
-        let data = try JSONEncoder().encode(event)
-        #expect(try JSONDecoder().decode(AlertEvent.self, from: data) == event)
+        let events = [AlertEvent(kind: .monitor, status: .down, important: false, monitorID: 4, monitorName: "🐘 \"x\"", message: "a\nb\\"),
+                      AlertEvent(kind: .monitor, status: nil, message: ""), .test("Testing"),
+                      AlertEvent(kind: .generic, title: "T", message: "B")]
+        for event in events { #expect(AlertEvent(jobPayload: event.jobPayload) == event) }
+        #expect(AlertEvent(jobPayload: Array("not json".utf8)) == nil)
     }
 }

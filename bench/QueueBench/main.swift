@@ -27,7 +27,7 @@ if arguments.count == 5, arguments[1] == "prefill" {
         let event = AlertEvent(kind: .monitor, status: .down, monitorID: index % deviceCount, monitorName: "Monitor \(index % deviceCount)",
                                message: "\(index / deviceCount)")
         batch.append(NewJob(deviceID: ids[index % deviceCount], publicID: UUID().uuidString.lowercased(),
-                            payload: Array(try JSONEncoder().encode(event))))
+                            payload: event.jobPayload))
         if batch.count == 1000 {
             _ = try store.enqueue(batch, now: clock.nowMillis(), ttl: .seconds(86_400))
             batch.removeAll(keepingCapacity: true)
@@ -55,8 +55,8 @@ func freshStore(_ name: String) throws -> (SQLiteStore, [String], String) {
     return (store, ids, path)
 }
 
-let payload = Array(try JSONEncoder().encode(AlertEvent(kind: .monitor, status: .down, monitorID: 1, monitorName: "Shop API",
-                                                        message: "Request failed with status code 503")))
+let payload = AlertEvent(kind: .monitor, status: .down, monitorID: 1, monitorName: "Shop API",
+                         message: "Request failed with status code 503").jobPayload
 
 func enqueue(_ store: SQLiteStore, _ ids: [String], perDevice: Int) throws -> Double {
     let start = ContinuousClock.now

@@ -1,7 +1,7 @@
 /// What a webhook said, as stored in the job and turned into a push at send time (so a late push can say it is
 /// late). Ingest decides the shape; the deliverer decides the words.
-public struct AlertEvent: Sendable, Equatable, Codable {
-    public enum Kind: String, Sendable, Codable {
+public struct AlertEvent: Sendable, Equatable {
+    public enum Kind: String, Sendable {
         /// A monitor changed state (Uptime Kuma's heartbeat + monitor).
         case monitor
         /// No heartbeat or no monitor: the Test button, certificate or domain expiry. Carries `message` only.
@@ -11,7 +11,7 @@ public struct AlertEvent: Sendable, Equatable, Codable {
     }
 
     /// Uptime Kuma's heartbeat statuses.
-    public enum Status: Int, Sendable, Codable {
+    public enum Status: Int, Sendable {
         case down = 0, up = 1, pending = 2, maintenance = 3
     }
 
@@ -43,7 +43,27 @@ public struct AlertEvent: Sendable, Equatable, Codable {
     /// Tests wait for APNs' answer so the Test button shows real errors (SPEC §2.2); real alerts never wait.
     public var waitsForDelivery: Bool { kind == .test }
 
-    enum CodingKeys: String, CodingKey {
-        case kind = "k", status = "s", important = "i", monitorID = "id", monitorName = "n", title = "t", message = "m"
+    /// The job payload: compact JSON, written and read by hand on the hot path (Foundation's coders cost more
+    /// than the rest of a webhook). Keys: k kind, s status, i important, id monitor id, n name, t title, m message.
+    public var jobPayload: [UInt8] {
+        var text = "{\"k\":\"\(kind.rawValue)\""
+        if let status { text += ",\"s\":\(status.rawValue)" }
+        if !important { text += ",\"i\":false" }
+        if let monitorID { text += ",\"id\":\(monitorID)" }
+        if !monitorName.isEmpty { text += ",\"n\":" + JSONText.quoted(monitorName) }
+        if !title.isEmpty { text += ",\"t\":" + JSONText.quoted(title) }
+        text += ",\"m\":" + JSONText.quoted(message) + "}"
+        return Array(text.utf8)
+    }
+
+    /// Reads a job payload written by `jobPayload`; nil if it is not one.
+    public init?(jobPayload: [UInt8]) {
+        guard let object = try? JSONParser.parse(jobPayload), let kind = object["k"]?.stringValue.flatMap(Kind.init(rawValue:)) else {
+            return nil
+        }
+        self.init(kind: kind, status: object["s"]?.intValue.flatMap(Status.init(rawValue:)),
+                  important: object["i"]?.boolValue ?? true, monitorID: object["id"]?.intValue,
+                  monitorName: object["n"]?.stringValue ?? "", title: object["t"]?.stringValue ?? "",
+                  message: object["m"]?.stringValue ?? "")
     }
 }

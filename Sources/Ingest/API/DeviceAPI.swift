@@ -1,5 +1,4 @@
 import Common
-import Foundation
 import Queue
 
 /// `/devices` and `/devices/:id` (SPEC §2.1). Runs off the MHD threads (it touches the disk), one request per call.
@@ -17,7 +16,7 @@ struct DeviceAPI: Sendable {
         if case .limited(let seconds) = registerLimiter.hit(client, now: clock.nowMillis()) {
             return .error(429, "too many requests", headers: [("Retry-After", String(seconds))])
         }
-        guard let object = Self.jsonObject(request), let raw = object["device_token"] as? String, !(object["device_token"] is NSNumber) else {
+        guard let object = Self.jsonObject(request), let raw = object["device_token"]?.stringValue else {
             return .error(400, "invalid request body")
         }
         guard let token = DeviceToken.normalized(raw) else { return .error(400, "invalid device token") }
@@ -42,20 +41,20 @@ struct DeviceAPI: Sendable {
     func update(_ request: HTTPRequest, id: String) -> HTTPResponse {
         authenticated(request, id: id) { _ in
             guard let object = Self.jsonObject(request) else { return .error(400, "invalid request body") }
-            let rawToken = object["device_token"].flatMap { $0 is NSNull ? nil : $0 }
-            let rawLevel = object["down_notification_level"].flatMap { $0 is NSNull ? nil : $0 }
-            guard rawToken == nil || (rawToken is String && !(rawToken is NSNumber)),
-                  rawLevel == nil || (rawLevel is String && !(rawLevel is NSNumber)) else {
+            // A JSON null counts as absent (the app's optional fields).
+            let rawToken = object["device_token"].flatMap { $0.isNull ? nil : $0 }
+            let rawLevel = object["down_notification_level"].flatMap { $0.isNull ? nil : $0 }
+            guard rawToken == nil || rawToken?.stringValue != nil, rawLevel == nil || rawLevel?.stringValue != nil else {
                 return .error(400, "invalid request body")
             }
             guard rawToken != nil || rawLevel != nil else { return .error(400, "nothing to update") }
             var token: String?
-            if let raw = rawToken as? String {
+            if let raw = rawToken?.stringValue {
                 guard let normalized = DeviceToken.normalized(raw) else { return .error(400, "invalid device token") }
                 token = normalized
             }
             var level: Device.DownNotificationLevel?
-            if let raw = rawLevel as? String {
+            if let raw = rawLevel?.stringValue {
                 guard let parsed = Device.DownNotificationLevel(rawValue: raw) else {
                     return .error(400, "invalid down_notification_level")
                 }
@@ -106,9 +105,10 @@ struct DeviceAPI: Sendable {
         return token.isEmpty ? nil : token
     }
 
-    static func jsonObject(_ request: HTTPRequest) -> [String: Any]? {
-        guard request.mediaType == "application/json" || request.mediaType == nil else { return nil }
-        return (try? JSONSerialization.jsonObject(with: Data(request.body))) as? [String: Any]
+    static func jsonObject(_ request: HTTPRequest) -> JSONValue? {
+        guard request.mediaType == "application/json" || request.mediaType == nil,
+              let value = try? JSONParser.parse(request.body), value.isObject else { return nil }
+        return value
     }
 
     private func failure(_ error: StoreError) -> HTTPResponse {

@@ -41,12 +41,7 @@ struct WebhookEndpoint: Sendable {
             logger.warning("queue full, webhook refused", ["queue.max": String(queueMax)])
             return responder.respond(Self.queueUnavailable)
         }
-        let payload: [UInt8]
-        do {
-            payload = Array(try JSONEncoder().encode(event))
-        } catch {
-            return responder.respond(.error(500, "internal server error"))
-        }
+        let payload = event.jobPayload
         let waits = event.waitsForDelivery && testWait > .zero
         let job = NewJob(deviceID: deviceID, publicID: UUID().uuidString.lowercased(), payload: payload, reportsOutcome: waits)
         writer.submit(job) { result in

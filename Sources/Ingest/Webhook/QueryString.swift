@@ -24,7 +24,7 @@ enum QueryString {
             default: bytes.append(byte)
             }
         }
-        return String(validatingUTF8Bytes: bytes)
+        return String(validating: bytes, as: UTF8.self)
     }
 
     private static func hexValue(_ byte: UInt8) -> UInt8? {

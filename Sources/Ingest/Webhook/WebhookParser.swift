@@ -1,5 +1,4 @@
 import Common
-import Foundation
 
 /// Reads an alert out of every body Uptime Kuma can send (SPEC §2.2, reference/uptime-kuma-webhook.md):
 /// JSON; multipart/form-data with the JSON in its `data` part; custom bodies under
@@ -39,7 +38,7 @@ public enum WebhookParser {
         }
         var fields: [String: String] = [:]
         for field in request.formFields {
-            guard let value = String(validatingUTF8Bytes: field.value) else { return .failure(.invalidBody) }
+            guard let value = String(validating: field.value, as: UTF8.self) else { return .failure(.invalidBody) }
             fields[field.name] = value
         }
         if let data = fields["data"] { return fromJSONText(Array(data.utf8)) }
@@ -49,134 +48,107 @@ public enum WebhookParser {
     /// GET mode (Uptime Kuma 2.1+): `msg`, and `heartbeat`/`monitor` as JSON texts; `+` is a space.
     static func fromQuery(_ query: String) -> Result<AlertEvent, Rejection> {
         guard let parameters = QueryString.parse(query) else { return .failure(.invalidBody) }
-        var object: [String: Any] = [:]
+        var members: [(key: String, value: JSONValue)] = []
         for key in ["heartbeat", "monitor"] {
             guard let text = parameters[key] else { continue }
-            guard let value = try? JSONSerialization.jsonObject(with: Data(text.utf8), options: [.fragmentsAllowed]) else {
-                return .failure(.invalidBody)
-            }
-            object[key] = value
+            guard let value = try? JSONParser.parse(Array(text.utf8)) else { return .failure(.invalidBody) }
+            members.append((key, value))
         }
-        if let message = parameters["msg"] { object["msg"] = message }
-        for key in ["title", "body"] where parameters[key] != nil { object[key] = parameters[key] }
-        return fromObject(object)
+        for key in ["msg", "title", "body"] {
+            if let text = parameters[key] { members.append((key, .string(text))) }
+        }
+        return fromObject(.object(members))
     }
 
     static func fromJSONText(_ bytes: [UInt8]) -> Result<AlertEvent, Rejection> {
-        guard let value = try? JSONSerialization.jsonObject(with: Data(bytes), options: [.fragmentsAllowed]) else {
-            return .failure(.invalidBody)
-        }
-        if let object = value as? [String: Any] { return fromObject(object) }
+        guard let value = try? JSONParser.parse(bytes) else { return .failure(.invalidBody) }
+        if value.isObject { return fromObject(value) }
         // Double encoding (#7211): a JSON string whose text is the JSON object.
-        if let text = value as? String,
-           let inner = try? JSONSerialization.jsonObject(with: Data(text.utf8)) as? [String: Any] {
+        if let text = value.stringValue, let inner = try? JSONParser.parse(Array(text.utf8)), inner.isObject {
             return fromObject(inner)
         }
         return .failure(.invalidBody)
     }
 
     /// Recognises Uptime Kuma's shape first, then a generic `{title, body}`.
-    static func fromObject(_ object: [String: Any]) -> Result<AlertEvent, Rejection> {
-        if object.keys.contains(where: { $0 == "heartbeat" || $0 == "monitor" || $0 == "msg" }) {
+    static func fromObject(_ object: JSONValue) -> Result<AlertEvent, Rejection> {
+        if object["heartbeat"] != nil || object["monitor"] != nil || object["msg"] != nil {
             return uptimeKuma(object).map(Result.success) ?? .failure(.invalidBody)
         }
         let title = object["title"]
         let body = object["body"]
         guard title != nil || body != nil,
-              title == nil || title is String, body == nil || body is String,
-              !(isNumber(title) || isNumber(body))
+              title == nil || title?.stringValue != nil, body == nil || body?.stringValue != nil
         else { return .failure(.invalidBody) }
-        return .success(AlertEvent(kind: .generic, title: title as? String ?? "", message: body as? String ?? ""))
+        return .success(AlertEvent(kind: .generic, title: title?.stringValue ?? "", message: body?.stringValue ?? ""))
     }
 
-    /// `{heartbeat, monitor, msg}`; nil when a field has the wrong type.
-    static func uptimeKuma(_ object: [String: Any]) -> AlertEvent? {
-        guard let heartbeat = optionalObject(object["heartbeat"]), let monitor = optionalObject(object["monitor"]),
+    /// `{heartbeat, monitor, msg}`; nil when a field has the wrong type. Absent and null are the same to
+    /// Uptime Kuma, so they are here.
+    static func uptimeKuma(_ object: JSONValue) -> AlertEvent? {
+        guard let heartbeat = optional(object["heartbeat"], \.isObject), let monitor = optional(object["monitor"], \.isObject),
               let message = optionalString(object["msg"])
         else { return nil }
         guard let heartbeat = heartbeat.value, let monitor = monitor.value else {
             return .test(message.value ?? "")
         }
         guard let status = optionalInt(heartbeat["status"]), let beatMessage = optionalString(heartbeat["msg"]),
-              let important = optionalBool(heartbeat["important"]),
+              let important = optional(heartbeat["important"], { $0.boolValue != nil }),
               let name = optionalString(monitor["name"]), let id = optionalInt(monitor["id"] ?? heartbeat["monitorID"])
         else { return nil }
         return AlertEvent(kind: .monitor, status: AlertEvent.Status(rawValue: status.value ?? 0),
-                          important: important.value ?? true, monitorID: id.value, monitorName: name.value ?? "",
+                          important: important.value?.boolValue ?? true, monitorID: id.value, monitorName: name.value ?? "",
                           message: beatMessage.value ?? "")
     }
 
     /// Bracket-notation forms (`heartbeat[status]=0&monitor[name]=DB&msg=…`), which Uptime Kuma's JSON mode produces
     /// when a user overrides the Content-Type to urlencoded; and flat `title`/`body`/`msg` fields.
     static func fromFlatFields(_ fields: [String: String]) -> Result<AlertEvent, Rejection> {
-        var heartbeat: [String: Any] = [:]
-        var monitor: [String: Any] = [:]
-        var object: [String: Any] = [:]
-        for (key, value) in fields {
+        var heartbeat: [(key: String, value: JSONValue)] = []
+        var monitor: [(key: String, value: JSONValue)] = []
+        var members: [(key: String, value: JSONValue)] = []
+        for (key, value) in fields.sorted(by: { $0.key < $1.key }) {
             if key.hasPrefix("heartbeat["), key.hasSuffix("]") {
-                heartbeat[String(key.dropFirst(10).dropLast())] = formValue(value)
+                heartbeat.append((String(key.dropFirst(10).dropLast()), formValue(value)))
             } else if key.hasPrefix("monitor["), key.hasSuffix("]") {
-                monitor[String(key.dropFirst(8).dropLast())] = formValue(value)
+                monitor.append((String(key.dropFirst(8).dropLast()), formValue(value)))
             } else if ["msg", "title", "body"].contains(key) {
-                object[key] = value
+                members.append((key, .string(value)))
             }
         }
-        if !heartbeat.isEmpty { object["heartbeat"] = heartbeat }
-        if !monitor.isEmpty { object["monitor"] = monitor }
-        guard !object.isEmpty else { return .failure(.invalidBody) }
-        return fromObject(object)
+        if !heartbeat.isEmpty { members.append(("heartbeat", .object(heartbeat))) }
+        if !monitor.isEmpty { members.append(("monitor", .object(monitor))) }
+        guard !members.isEmpty else { return .failure(.invalidBody) }
+        return fromObject(.object(members))
     }
 
     /// A form value as the JSON value it stood for: numbers and booleans lose their type in a form.
-    static func formValue(_ text: String) -> Any {
-        if let number = Int(text) { return NSNumber(value: number) }
-        if text == "true" || text == "false" { return NSNumber(value: text == "true") }
-        return text
+    static func formValue(_ text: String) -> JSONValue {
+        if Int(text) != nil { return .number(text) }
+        if text == "true" || text == "false" { return .bool(text == "true") }
+        return .string(text)
     }
 
-    // MARK: - Typed access to JSONSerialization's output. Each returns nil for a wrong type and a wrapped nil for
-    // absent or null, which Uptime Kuma uses interchangeably.
+    // MARK: - Typed access. Each returns nil for a wrong type and a wrapped nil for absent or null.
 
     struct Field<T> { let value: T? }
 
-    static func optionalObject(_ value: Any?) -> Field<[String: Any]>? {
-        guard let value, !(value is NSNull) else { return Field(value: nil) }
-        return (value as? [String: Any]).map { Field(value: $0) }
+    static func optional(_ value: JSONValue?, _ isExpected: (JSONValue) -> Bool) -> Field<JSONValue>? {
+        guard let value, !value.isNull else { return Field(value: nil) }
+        return isExpected(value) ? Field(value: value) : nil
     }
 
-    static func optionalString(_ value: Any?) -> Field<String>? {
-        guard let value, !(value is NSNull) else { return Field(value: nil) }
-        guard !isNumber(value), let text = value as? String else { return nil }
-        return Field(value: text)
+    static func optionalString(_ value: JSONValue?) -> Field<String>? {
+        guard let value, !value.isNull else { return Field(value: nil) }
+        return value.stringValue.map { Field(value: $0) }
     }
 
-    static func optionalInt(_ value: Any?) -> Field<Int>? {
-        guard let value, !(value is NSNull) else { return Field(value: nil) }
-        guard let number = value as? NSNumber, !isBoolean(number), number.doubleValue == number.doubleValue.rounded() else { return nil }
-        return Field(value: number.intValue)
+    static func optionalInt(_ value: JSONValue?) -> Field<Int>? {
+        guard let value, !value.isNull else { return Field(value: nil) }
+        return value.intValue.map { Field(value: $0) }
     }
-
-    static func optionalBool(_ value: Any?) -> Field<Bool>? {
-        guard let value, !(value is NSNull) else { return Field(value: nil) }
-        guard let number = value as? NSNumber, isBoolean(number) else { return nil }
-        return Field(value: number.boolValue)
-    }
-
-    /// Foundation bridges JSON numbers and booleans both to NSNumber, and `as? Int` succeeds on `true`.
-    /// JSONSerialization makes booleans with the `c` (char) type code and numbers with others.
-    static func isBoolean(_ number: NSNumber) -> Bool { String(cString: number.objCType) == "c" }
-
-    static func isNumber(_ value: Any?) -> Bool { value is NSNumber }
 }
 
 extension UInt8 {
     var isJSONWhitespace: Bool { self == 0x20 || self == 0x09 || self == 0x0a || self == 0x0d }
-}
-
-extension String {
-    /// The text of `bytes` when they are valid UTF-8, else nil (never replacement characters).
-    init?(validatingUTF8Bytes bytes: [UInt8]) {
-        guard let text = String(bytes: bytes, encoding: .utf8) else { return nil }
-        self = text
-    }
 }

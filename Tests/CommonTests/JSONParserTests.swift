@@ -1,0 +1,69 @@
+import Common
+import Foundation
+import Testing
+
+@Suite struct JSONParserTests {
+    func parse(_ text: String) throws -> JSONValue { try JSONParser.parse(Array(text.utf8)) }
+
+    @Test func parsesEveryKindOfValue() throws {
+        let value = try parse(#" {"a": [1, -2.5e3, true, false, null], "b": {"c": "d"}, "e": "", "f": 0} "#)
+        #expect(value["a"] == .array([.number("1"), .number("-2.5e3"), .bool(true), .bool(false), .null]))
+        #expect(value["b"]?["c"]?.stringValue == "d")
+        #expect(value["e"]?.stringValue == "" && value["f"]?.intValue == 0)
+        #expect(value["missing"] == nil)
+    }
+
+    @Test func decodesEscapesSurrogatePairsAndRawUTF8() throws {
+        let value = try parse(#"["a\"b\\c\/d\b\f\n\r\t", "\u00e9\ud83d\udd34", "é🔴"]"#)
+        #expect(value == .array([.string("a\"b\\c/d\u{8}\u{c}\n\r\t"), .string("é🔴"), .string("é🔴")]))
+    }
+
+    @Test func laterDuplicateKeysWin() throws {
+        #expect(try parse(#"{"a":1,"a":2}"#)["a"]?.intValue == 2)
+    }
+
+    @Test(arguments: ["", " ", "{", "}", "[1,]", "{\"a\":1,}", "{\"a\"1}", "{a:1}", "01", "-", "1.", ".5", "1e", "+1", "tru",
+                      "nul", "\"abc", "\"\\x\"", "\"\\u12\"", "\"\\ud800\"", "\"\\udc00\"", "\"a\u{1}b\"", "[1 2]", "{} {}",
+                      "NaN", "Infinity", "'a'", "[", "\"\\ud83d\\u0041\""])
+    func rejectsInvalidDocuments(text: String) {
+        #expect(throws: JSONParser.SyntaxError.self) { _ = try parse(text) }
+    }
+
+    @Test func rejectsInvalidUTF8InStrings() {
+        #expect(throws: JSONParser.SyntaxError.self) { _ = try JSONParser.parse([0x22, 0xc3, 0x28, 0x22]) }
+        #expect(throws: JSONParser.SyntaxError.self) { _ = try JSONParser.parse([0x22, 0xed, 0xa0, 0x80, 0x22]) }
+    }
+
+    @Test func refusesNestingDeeperThanTheLimit() throws {
+        let ok = String(repeating: "[", count: JSONParser.maximumDepth) + String(repeating: "]", count: JSONParser.maximumDepth)
+        _ = try parse(ok)
+        let deep = String(repeating: "[", count: 100_000) + String(repeating: "]", count: 100_000)
+        #expect(throws: JSONParser.SyntaxError.self) { _ = try parse(deep) }
+    }
+
+    @Test func agreesWithFoundationOnTheFixtures() throws {
+        let fixtures = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .appendingPathComponent("Fixtures/webhooks")
+        for name in try FileManager.default.contentsOfDirectory(atPath: fixtures.path) where name.hasSuffix(".json") {
+            let data = try Data(contentsOf: fixtures.appendingPathComponent(name))
+            let ours = try JSONParser.parse(Array(data))
+            let theirs = try JSONSerialization.jsonObject(with: data, options: [.fragmentsAllowed])
+            #expect(Self.same(ours, theirs), "\(name)")
+        }
+    }
+
+    static func same(_ ours: JSONValue, _ theirs: Any) -> Bool {
+        switch ours {
+        case .object(let members):
+            guard let dictionary = theirs as? [String: Any], dictionary.count == Set(members.map(\.key)).count else { return false }
+            return members.allSatisfy { member in dictionary[member.key].map { same(ours[member.key]!, $0) } ?? false }
+        case .array(let elements):
+            guard let array = theirs as? [Any], array.count == elements.count else { return false }
+            return zip(elements, array).allSatisfy { same($0, $1) }
+        case .string(let text): return theirs as? String == text
+        case .number(let text): return (theirs as? NSNumber)?.doubleValue == Double(text)
+        case .bool(let value): return (theirs as? NSNumber)?.boolValue == value
+        case .null: return theirs is NSNull
+        }
+    }
+}
