@@ -73,3 +73,22 @@ public enum Base64URL {
         return String(decoding: out, as: UTF8.self)
     }
 }
+
+/// Job ids: random (version 4) UUIDs in lower case, from OpenSSL's CSPRNG. Foundation's UUID() reads
+/// /dev/urandom with an open() per call, which showed up in ingest's profile.
+public enum JobID {
+    public static func generate() throws(Crypto.RandomnessUnavailable) -> String {
+        var bytes = try Crypto.randomBytes(16)
+        bytes[6] = bytes[6] & 0x0f | 0x40   // version 4
+        bytes[8] = bytes[8] & 0x3f | 0x80   // RFC 4122 variant
+        let digits: [UInt8] = Array("0123456789abcdef".utf8)
+        var text = [UInt8]()
+        text.reserveCapacity(36)
+        for (index, byte) in bytes.enumerated() {
+            if index == 4 || index == 6 || index == 8 || index == 10 { text.append(UInt8(ascii: "-")) }
+            text.append(digits[Int(byte >> 4)])
+            text.append(digits[Int(byte & 0x0f)])
+        }
+        return String(decoding: text, as: UTF8.self)
+    }
+}

@@ -3,6 +3,8 @@
 public enum JSONText {
     /// `value` as a JSON string literal, with quotes, backslashes and control characters escaped.
     public static func quoted(_ value: String) -> String {
+        // Most values need no escaping: one scan of the UTF-8, one concatenation.
+        if !value.utf8.contains(where: { $0 < 0x20 || $0 == 0x22 || $0 == 0x5c }) { return "\"" + value + "\"" }
         var out = "\""
         out.reserveCapacity(value.utf8.count + 2)
         for scalar in value.unicodeScalars {

@@ -26,6 +26,9 @@ public struct Logger: Sendable {
         return child
     }
 
+    /// Whether a line at `level` would be written (to skip building costly metadata on hot paths).
+    public func isEnabled(_ level: LogLevel) -> Bool { level >= self.level }
+
     public func log(_ level: LogLevel, _ message: @autoclosure () -> String, _ extra: [String: String] = [:]) {
         guard level >= self.level else { return }
         let merged = extra.isEmpty ? metadata : metadata.merging(extra) { _, new in new }

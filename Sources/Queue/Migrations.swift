@@ -31,7 +31,7 @@ enum Migrations {
             -- Times are milliseconds since 1970. id order is acceptance order.
             CREATE TABLE jobs (
                 id INTEGER PRIMARY KEY,
-                public_id TEXT NOT NULL UNIQUE,
+                public_id TEXT NOT NULL,
                 device_id TEXT NOT NULL REFERENCES devices (id) ON DELETE CASCADE,
                 state TEXT NOT NULL CHECK (state IN ('pending', 'available', 'running', 'retryable', 'discarded')),
                 payload BLOB NOT NULL,

@@ -108,3 +108,17 @@ import Testing
         #expect(throws: ES256.KeyError.self) { _ = try ES256.PublicKey(pem: []) }
     }
 }
+
+@Suite struct JobIDTests {
+    @Test func jobIDsAreVersion4UUIDsInLowerCase() throws {
+        var seen = Set<String>()
+        for _ in 0..<1000 {
+            let id = try JobID.generate()
+            let uuid = try #require(UUID(uuidString: id))
+            #expect(id == uuid.uuidString.lowercased())
+            #expect(Array(id)[14] == "4" && "89ab".contains(Array(id)[19]))
+            seen.insert(id)
+        }
+        #expect(seen.count == 1000)
+    }
+}

@@ -13,21 +13,34 @@ public struct JSONParser {
 
     public static let maximumDepth = 64
 
-    private let bytes: [UInt8]
+    /// The document, valid only during `parse` (which keeps the array alive around the whole run).
+    private let bytes: UnsafeBufferPointer<UInt8>
     private var index = 0
     private var depth = 0
+    /// When set, object members with other keys are validated but not kept (webhooks carry ~60 monitor fields
+    /// of which the relay reads two). Compared as raw bytes, so a dropped key never becomes a String.
+    private var keeping: [[UInt8]]?
 
-    /// Parses a whole document (surrounding whitespace allowed, nothing else).
-    public static func parse(_ bytes: [UInt8]) throws(SyntaxError) -> JSONValue {
-        var parser = JSONParser(bytes: bytes)
-        parser.skipWhitespace()
-        let value = try parser.parseValue()
-        parser.skipWhitespace()
-        guard parser.index == bytes.count else { throw parser.error("trailing characters") }
-        return value
+    /// Parses a whole document (surrounding whitespace allowed, nothing else). With `keeping`, only members whose
+    /// key is in the set are materialised, at every depth; the rest is still fully validated.
+    public static func parse(_ bytes: [UInt8], keeping: Set<String>? = nil) throws(SyntaxError) -> JSONValue {
+        let result: Result<JSONValue, SyntaxError> = bytes.withUnsafeBufferPointer { buffer in
+            var parser = JSONParser(bytes: buffer)
+            parser.keeping = keeping.map { $0.map { Array($0.utf8) } }
+            do throws(SyntaxError) {
+                parser.skipWhitespace()
+                let value = try parser.parseValue()
+                parser.skipWhitespace()
+                guard parser.index == buffer.count else { throw parser.error("trailing characters") }
+                return .success(value)
+            } catch {
+                return .failure(error)
+            }
+        }
+        return try result.get()
     }
 
-    private init(bytes: [UInt8]) { self.bytes = bytes }
+    private init(bytes: UnsafeBufferPointer<UInt8>) { self.bytes = bytes }
 
     private func error(_ reason: String) -> SyntaxError { SyntaxError(offset: index, reason: reason) }
 
@@ -78,12 +91,18 @@ public struct JSONParser {
         while true {
             skipWhitespace()
             guard index < bytes.count, bytes[index] == UInt8(ascii: "\"") else { throw error("expected a key") }
-            let key = try parseString()
+            let keyStart = index + 1
+            let keep = try keyIsKept()
+            let key = keep ? try keyString(from: keyStart) : ""
             skipWhitespace()
             guard index < bytes.count, bytes[index] == UInt8(ascii: ":") else { throw error("expected ':'") }
             index += 1
             skipWhitespace()
-            members.append((key, try parseValue()))
+            if keep {
+                members.append((key, try parseValue()))
+            } else {
+                try skipValue()
+            }
             skipWhitespace()
             guard index < bytes.count else { throw error("unexpected end") }
             if bytes[index] == UInt8(ascii: ",") {
@@ -123,6 +142,95 @@ public struct JSONParser {
         }
     }
 
+    /// Reads past the key at `index` and says whether its member is kept. Keys with escapes are decoded to compare.
+    private mutating func keyIsKept() throws(SyntaxError) -> Bool {
+        let start = index + 1
+        try skipString()
+        guard let keeping else { return true }
+        let raw = UnsafeBufferPointer(rebasing: bytes[start..<(index - 1)])
+        if raw.contains(UInt8(ascii: "\\")) {
+            var probe = self
+            probe.index = start - 1
+            let decoded = Array(try probe.parseString().utf8)
+            return keeping.contains(decoded)
+        }
+        return keeping.contains { $0.count == raw.count && $0.elementsEqual(raw) }
+    }
+
+    /// The key string whose opening quote preceded `start` (already validated by `keyIsKept`).
+    private func keyString(from start: Int) throws(SyntaxError) -> String {
+        var probe = self
+        probe.index = start - 1
+        probe.keeping = nil
+        return try probe.parseString()
+    }
+
+    /// Validates one value without building it.
+    private mutating func skipValue() throws(SyntaxError) {
+        guard index < bytes.count else { throw error("unexpected end") }
+        switch bytes[index] {
+        case UInt8(ascii: "{"), UInt8(ascii: "["):
+            let saved = keeping
+            keeping = []
+            defer { keeping = saved }
+            _ = try parseValue()
+            return
+        case UInt8(ascii: "\""):
+            try skipString()
+        case UInt8(ascii: "-"), UInt8(ascii: "0")...UInt8(ascii: "9"):
+            _ = try parseNumber()
+        default:
+            _ = try parseValue()
+        }
+    }
+
+    /// Validates a string (escapes and UTF-8) without building it.
+    private mutating func skipString() throws(SyntaxError) {
+        index += 1
+        let start = index
+        var combined: UInt8 = 0
+        while index < bytes.count {
+            let byte = bytes[index]
+            if byte == UInt8(ascii: "\"") {
+                if combined >= 0x80, !Self.isValidUTF8(UnsafeBufferPointer(rebasing: bytes[start..<index])) {
+                    throw error("invalid UTF-8 in string")
+                }
+                index += 1
+                return
+            }
+            if byte == UInt8(ascii: "\\") || byte < 0x20 { break }
+            combined |= byte
+            index += 1
+        }
+        index = start - 1
+        _ = try parseString()
+    }
+
+    /// RFC 3629 UTF-8: no overlong forms, no surrogates, nothing above U+10FFFF.
+    static func isValidUTF8(_ bytes: UnsafeBufferPointer<UInt8>) -> Bool {
+        var i = 0
+        while i < bytes.count {
+            let b0 = bytes[i]
+            if b0 < 0x80 { i += 1; continue }
+            let length: Int
+            var low: UInt8 = 0x80, high: UInt8 = 0xBF
+            switch b0 {
+            case 0xC2...0xDF: length = 2
+            case 0xE0: length = 3; low = 0xA0
+            case 0xE1...0xEC, 0xEE...0xEF: length = 3
+            case 0xED: length = 3; high = 0x9F
+            case 0xF0: length = 4; low = 0x90
+            case 0xF1...0xF3: length = 4
+            case 0xF4: length = 4; high = 0x8F
+            default: return false
+            }
+            guard i + length <= bytes.count, (low...high).contains(bytes[i + 1]) else { return false }
+            for k in 2..<length where !(0x80...0xBF).contains(bytes[i + k]) { return false }
+            i += length
+        }
+        return true
+    }
+
     private mutating func parseNumber() throws(SyntaxError) -> String {
         let start = index
         if bytes[index] == UInt8(ascii: "-") { index += 1 }
@@ -148,9 +256,31 @@ public struct JSONParser {
 
     private func isDigit(_ byte: UInt8) -> Bool { byte >= UInt8(ascii: "0") && byte <= UInt8(ascii: "9") }
 
-    /// A string literal, opening quote at `index`. Unescaped runs are copied as validated UTF-8.
+    /// A string literal, opening quote at `index`. The common case — no escapes — becomes a String straight from
+    /// the input bytes (ASCII needs no validation; other text is validated once).
     private mutating func parseString() throws(SyntaxError) -> String {
         index += 1
+        let start = index
+        var combined: UInt8 = 0
+        while index < bytes.count {
+            let byte = bytes[index]
+            if byte == UInt8(ascii: "\"") {
+                let run = UnsafeBufferPointer(rebasing: bytes[start..<index])
+                index += 1
+                if combined < 0x80 { return String(decoding: run, as: UTF8.self) }
+                guard let text = String(validating: run, as: UTF8.self) else { throw error("invalid UTF-8 in string") }
+                return text
+            }
+            if byte == UInt8(ascii: "\\") || byte < 0x20 { break }
+            combined |= byte
+            index += 1
+        }
+        index = start
+        return try parseEscapedString()
+    }
+
+    /// The slow path: a string with escapes, assembled into a byte buffer and validated.
+    private mutating func parseEscapedString() throws(SyntaxError) -> String {
         var out: [UInt8] = []
         var runStart = index
         while index < bytes.count {

@@ -15,7 +15,9 @@ public final class MetricsRegistry: Sendable {
 
     struct Series: Hashable, Sendable {
         let name: String
-        let labels: [String]   // "key=\"value\"" pairs, in the caller's order
+        /// key, value, key, value… in the caller's order; escaped and formatted only at scrape time, because
+        /// updates happen on every request and scrapes every few seconds.
+        let labels: [String]
     }
 
     struct HistogramState: Sendable {
@@ -84,16 +86,17 @@ public final class MetricsRegistry: Sendable {
             out += "# HELP \(name) \(family.help)\n# TYPE \(name) \(family.kind.rawValue)\n"
             if family.kind == .histogram {
                 for (series, histogram) in snapshot.histograms.filter({ $0.key.name == name }).sorted(by: { $0.key.labels.lexicographicallyPrecedes($1.key.labels) }) {
+                    let labels = Self.formatted(series.labels)
                     for (index, bound) in family.buckets.enumerated() {
-                        out += "\(name)_bucket\(Self.braces(series.labels + ["le=\"\(Self.number(bound))\""])) \(histogram.bucketCounts[index])\n"
+                        out += "\(name)_bucket\(Self.braces(labels + ["le=\"\(Self.number(bound))\""])) \(histogram.bucketCounts[index])\n"
                     }
-                    out += "\(name)_bucket\(Self.braces(series.labels + ["le=\"+Inf\""])) \(histogram.count)\n"
-                    out += "\(name)_sum\(Self.braces(series.labels)) \(Self.number(histogram.sum))\n"
-                    out += "\(name)_count\(Self.braces(series.labels)) \(histogram.count)\n"
+                    out += "\(name)_bucket\(Self.braces(labels + ["le=\"+Inf\""])) \(histogram.count)\n"
+                    out += "\(name)_sum\(Self.braces(labels)) \(Self.number(histogram.sum))\n"
+                    out += "\(name)_count\(Self.braces(labels)) \(histogram.count)\n"
                 }
             } else {
                 for (series, value) in values.filter({ $0.key.name == name }).sorted(by: { $0.key.labels.lexicographicallyPrecedes($1.key.labels) }) {
-                    out += "\(name)\(Self.braces(series.labels)) \(Self.number(value))\n"
+                    out += "\(name)\(Self.braces(Self.formatted(series.labels))) \(Self.number(value))\n"
                 }
             }
         }
@@ -101,9 +104,21 @@ public final class MetricsRegistry: Sendable {
     }
 
     private static func render(_ labels: [(String, String)]) -> [String] {
-        labels.map { key, value in
-            let escaped = value.replacingAll("\\", with: "\\\\").replacingAll("\"", with: "\\\"").replacingAll("\n", with: "\\n")
-            return "\(key)=\"\(escaped)\""
+        var flat: [String] = []
+        flat.reserveCapacity(labels.count * 2)
+        for (key, value) in labels {
+            flat.append(key)
+            flat.append(value)
+        }
+        return flat
+    }
+
+    /// `key="value"` pairs for the exposition, values escaped as the text format requires.
+    private static func formatted(_ flat: [String]) -> [String] {
+        stride(from: 0, to: flat.count - 1, by: 2).map { index in
+            let escaped = flat[index + 1].replacingAll("\\", with: "\\\\").replacingAll("\"", with: "\\\"")
+                .replacingAll("\n", with: "\\n")
+            return "\(flat[index])=\"\(escaped)\""
         }
     }
 

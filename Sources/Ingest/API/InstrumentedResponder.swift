@@ -18,9 +18,9 @@ struct InstrumentedResponder: HTTPResponder {
         let seconds = (ContinuousClock.now - started).seconds
         metrics.increment("kumapush_http_requests_total", [("route", route), ("method", method), ("status", String(response.status))])
         metrics.observe("kumapush_http_request_duration_seconds", [("route", route)], value: seconds)
-        if logRequest {
+        if logRequest, logger.isEnabled(.info) {
             logger.info("request", ["http.method": method, "http.route": route, "http.status": String(response.status),
-                                    "latency_ms": String(format: "%.2f", seconds * 1000), "client.ip": client])
+                                    "latency_ms": String(Double(Int(seconds * 100_000)) / 100), "client.ip": client])
         }
     }
 }

@@ -43,7 +43,8 @@ struct WebhookEndpoint: Sendable {
         }
         let payload = event.jobPayload
         let waits = event.waitsForDelivery && testWait > .zero
-        let job = NewJob(deviceID: deviceID, publicID: UUID().uuidString.lowercased(), payload: payload, reportsOutcome: waits)
+        guard let publicID = try? JobID.generate() else { return responder.respond(.error(500, "internal server error")) }
+        let job = NewJob(deviceID: deviceID, publicID: publicID, payload: payload, reportsOutcome: waits)
         writer.submit(job) { result in
             switch result {
             case .success(.queued) where waits:

@@ -30,6 +30,9 @@ public struct HTTPRequest: Sendable {
 
     /// The media type of `Content-Type` without parameters, lower-cased (`application/json`).
     public var mediaType: String? {
-        header("content-type").map { $0.split(separator: ";", maxSplits: 1)[0].trimmingWhitespace().lowercased() }
+        guard let value = headers["content-type"] else { return nil }
+        // The usual case, exactly "application/json", without splitting and lower-casing.
+        if value == "application/json" { return value }
+        return value.split(separator: ";", maxSplits: 1).first.map { $0.trimmingWhitespace().lowercased() } ?? ""
     }
 }

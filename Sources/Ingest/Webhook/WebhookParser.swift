@@ -60,11 +60,14 @@ public enum WebhookParser {
         return fromObject(.object(members))
     }
 
+    /// The only keys the relay reads, at any depth; everything else is validated and dropped while parsing.
+    static let keysRead: Set<String> = ["heartbeat", "monitor", "msg", "title", "body", "status", "important", "monitorID", "name", "id"]
+
     static func fromJSONText(_ bytes: [UInt8]) -> Result<AlertEvent, Rejection> {
-        guard let value = try? JSONParser.parse(bytes) else { return .failure(.invalidBody) }
+        guard let value = try? JSONParser.parse(bytes, keeping: keysRead) else { return .failure(.invalidBody) }
         if value.isObject { return fromObject(value) }
         // Double encoding (#7211): a JSON string whose text is the JSON object.
-        if let text = value.stringValue, let inner = try? JSONParser.parse(Array(text.utf8)), inner.isObject {
+        if let text = value.stringValue, let inner = try? JSONParser.parse(Array(text.utf8), keeping: keysRead), inner.isObject {
             return fromObject(inner)
         }
         return .failure(.invalidBody)
