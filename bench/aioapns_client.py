@@ -17,6 +17,7 @@ async def main(port, ca_file, key_file, topic, count, concurrency):
     apns_connection.APNsProductionClientProtocol.APNS_SERVER = "127.0.0.1"
     apns_connection.APNsProductionClientProtocol.APNS_PORT = port
     context = ssl.create_default_context(cafile=ca_file)
+    context.set_alpn_protocols(["h2"])  # HTTP/2 over TLS is negotiated by ALPN (APNs too)
     client = APNs(key=open(key_file).read(), key_id="BENCHKEY01", team_id="BENCHTEAM1", topic=topic,
                   use_sandbox=False, max_connections=2, ssl_context=context)
     payload = {"aps": {"alert": {"title": "Shop API is down", "body": "Request failed with status code 503"}, "sound": "default"}}

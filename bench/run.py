@@ -39,6 +39,11 @@ def free_port():
         return s.getsockname()[1]
 
 
+def run(args, **kwargs):
+    """subprocess.run with every argument turned into text."""
+    return subprocess.run([str(a) for a in args], **kwargs)
+
+
 def start(args, env=None, log=None):
     full_env = dict(os.environ, LOG_LEVEL="warning", **(env or {}))
     out = open(log or os.devnull, "ab")
@@ -118,13 +123,13 @@ def start_sim(latency=0, record=None):
     if record:
         args += ["--record", record]
     process = start(args, log=WORK / "sim.log")
-    wait_until(lambda: subprocess.run(["curl", "-s", "--http2", "--cacert", TLS / "ca.pem", f"https://127.0.0.1:{port}/sim/stats"],
+    wait_until(lambda: run(["curl", "-s", "--http2", "--cacert", TLS / "ca.pem", f"https://127.0.0.1:{port}/sim/stats"],
                                       capture_output=True).returncode == 0, what="simulator")
     return process, port
 
 
 def sim_faults(port, faults):
-    subprocess.run(["curl", "-s", "--http2", "--cacert", TLS / "ca.pem", "-X", "POST", "-d", json.dumps(faults),
+    run(["curl", "-s", "--http2", "--cacert", TLS / "ca.pem", "-X", "POST", "-d", json.dumps(faults),
                     f"https://127.0.0.1:{port}/sim/faults"], check=True, capture_output=True)
 
 
@@ -141,7 +146,7 @@ def wrk(url, body_file, seconds=10, connections=64):
     script = WORK / "post.lua"
     script.write_text('wrk.method = "POST"\nwrk.headers["Content-Type"] = "application/json"\n'
                       f'local f = io.open("{body_file}", "rb")\nwrk.body = f:read("*a")\nf:close()\n')
-    result = subprocess.run(["wrk", "-t1", f"-c{connections}", f"-d{seconds}s", "-s", str(script), url],
+    result = run(["wrk", "-t1", f"-c{connections}", f"-d{seconds}s", "-s", str(script), url],
                             capture_output=True, text=True)
     match = re.search(r"Requests/sec:\s+([\d.]+)", result.stdout)
     non2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", result.stdout)
@@ -160,8 +165,8 @@ def bench_ingest(results):
     relay_rps, relay_errors = wrk(f"http://127.0.0.1:{port}/wh/{device}", body)
     rss = peak_rss_mib(ingest)
     stop(ingest)
-    stored = int(subprocess.run([RELAY, "stats", "--json", "--database-path", WORK / "ingest.db"], capture_output=True,
-                                text=True).stdout and json.loads(subprocess.run([RELAY, "stats", "--json", "--database-path", WORK / "ingest.db"],
+    stored = int(run([RELAY, "stats", "--json", "--database-path", WORK / "ingest.db"], capture_output=True,
+                                text=True).stdout and json.loads(run([RELAY, "stats", "--json", "--database-path", WORK / "ingest.db"],
                                 capture_output=True, text=True).stdout)["jobs"]["available"] + 1)
 
     nginx_port = free_port()
@@ -186,7 +191,7 @@ http {{ access_log off; client_body_temp_path {WORK}; proxy_temp_path {WORK}; fa
 def drain(jobs, devices, latency=0, label="drain"):
     """Pre-fills `jobs` over `devices`, starts `deliver`, and times the drain. Returns (pushes/s, series, rss)."""
     db = WORK / f"{label}.db"
-    subprocess.run([BIN / "QueueBench", "prefill", db, jobs, devices], check=True)
+    run([BIN / "QueueBench", "prefill", db, jobs, devices], check=True)
     sim, sim_port = start_sim(latency=latency)
     metrics_port = free_port()
     deliver = start([RELAY, "deliver"], relay_env(db, METRICS_ADDR=f"127.0.0.1:{metrics_port}", **apns_env(sim_port)), WORK / f"{label}.log")
@@ -214,7 +219,7 @@ def bench_delivery(results, series_out):
 
     step("delivery ceiling: h2load against the same simulator with the same request (2 connections × 500 streams)")
     sys.path.insert(0, str(ROOT / "Tests" / "e2e"))
-    jwt = subprocess.run([PY, "-c", f"""
+    jwt = run([PY, "-c", f"""
 import base64, json, time
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
@@ -228,7 +233,7 @@ print(head + "." + b(r.to_bytes(32, "big") + s.to_bytes(32, "big")))
     payload = WORK / "payload.json"
     payload.write_text('{"aps":{"alert":{"title":"Monitor 1 is down","body":"Request failed with status code 503"},"sound":"default","interruption-level":"active","thread-id":"monitor-1"}}')
     sim, sim_port = start_sim()
-    h2 = subprocess.run(["h2load", "-n", "100000", "-c", "2", "-m", "500", "-d", str(payload),
+    h2 = run(["h2load", "-n", "100000", "-c", "2", "-m", "500", "-d", str(payload),
                          "-H", f"authorization: bearer {jwt}", "-H", f"apns-topic: {TOPIC}", "-H", "apns-push-type: alert",
                          "-H", "apns-priority: 10", "-H", "content-type: application/json",
                          f"https://127.0.0.1:{sim_port}/3/device/{'ab' * 32}"], capture_output=True, text=True)
@@ -238,7 +243,7 @@ print(head + "." + b(r.to_bytes(32, "big") + s.to_bytes(32, "big")))
     step(f"  h2load {h2load_pps:.0f} req/s ({ok.group(1) if ok else '?'} × 2xx)")
 
     step("delivery peer: Python aioapns sending 20,000 of the same pushes to the same simulator")
-    aio = subprocess.run([PY, ROOT / "bench" / "aioapns_client.py", sim_port, TLS / "ca.pem", TLS / "apns-key.p8", TOPIC, "20000", "1000"],
+    aio = run([PY, ROOT / "bench" / "aioapns_client.py", sim_port, TLS / "ca.pem", TLS / "apns-key.p8", TOPIC, "20000", "1000"],
                          capture_output=True, text=True)
     aioapns_pps = float(aio.stdout.split()[0]) if aio.returncode == 0 and aio.stdout else 0.0
     if aio.returncode != 0:
@@ -259,7 +264,7 @@ print(head + "." + b(r.to_bytes(32, "big") + s.to_bytes(32, "big")))
 
 def bench_queue(results):
     step("queue: raw SQLite inserts vs enqueue; claim + complete at 10,000 vs 1,000,000 queued (about a minute)")
-    out = subprocess.run([BIN / "QueueBench", WORK], capture_output=True, text=True, check=True)
+    out = run([BIN / "QueueBench", WORK], capture_output=True, text=True, check=True)
     queue = json.loads(out.stdout)
     queue["claim_ratio"] = round(queue["claim_rate_1m"] / queue["claim_rate_10k"], 3)
     queue["enqueue_ratio"] = round(queue["enqueue_rps"] / queue["raw_insert_rps"], 3)
@@ -300,7 +305,7 @@ def bench_latency(results, latencies_out):
     devices_file = WORK / "latency-devices.txt"
     devices_file.write_text("\n".join(register(port, range(1, 201))))
     out = WORK / "latency.out"
-    achieved = subprocess.run([PY, ROOT / "bench" / "loadgen.py", port, 1000, 15, devices_file, out], capture_output=True, text=True)
+    achieved = run([PY, ROOT / "bench" / "loadgen.py", port, 1000, 15, devices_file, out], capture_output=True, text=True)
     time.sleep(1)
     rss = peak_rss_mib(serve)
     stop(serve)
@@ -323,7 +328,7 @@ def bench_outage(results, series_out):
     devices_file = WORK / "outage-devices.txt"
     devices_file.write_text("\n".join(register(port, range(1, 101))))
     out = WORK / "outage.out"
-    load = subprocess.Popen([PY, ROOT / "bench" / "loadgen.py", str(port), "200", "80", str(devices_file), str(out)],
+    load = subprocess.Popen([str(a) for a in (PY, ROOT / "bench" / "loadgen.py", port, 200, 80, devices_file, out)],
                             stdout=subprocess.PIPE, text=True)
     time.sleep(10)
     outage_end = time.time() + 60
@@ -335,9 +340,9 @@ def bench_outage(results, series_out):
         arrivals = read_record(record) if record.exists() else {}
         return all(any(s == 200 for s, _ in arrivals.get(job, [])) for job in accepted)
     # The simulator writes its record in 64 KiB chunks; stop it to flush once the relay's queue is empty.
-    wait_until(lambda: json.loads(subprocess.run([RELAY, "stats", "--json", "--database-path", WORK / "outage.db"],
+    wait_until(lambda: json.loads(run([RELAY, "stats", "--json", "--database-path", WORK / "outage.db"],
                                                  capture_output=True, text=True).stdout)["jobs"]["available"] == 0 and
-               sum(json.loads(subprocess.run([RELAY, "stats", "--json", "--database-path", WORK / "outage.db"],
+               sum(json.loads(run([RELAY, "stats", "--json", "--database-path", WORK / "outage.db"],
                                              capture_output=True, text=True).stdout)["jobs"].values()) == 0,
                timeout=120, what="the backlog to drain")
     stop(serve)
@@ -444,17 +449,17 @@ def main():
     command = "make bench" + (f" BENCH={os.environ['BENCH']}" if os.environ.get("BENCH") else "")
     only = set(filter(None, os.environ.get("BENCH", "").split(",")))
     step(f"building release binaries; work folder {WORK}")
-    subprocess.run(["swift", "build", "-c", "release", "--product", "kumapush-relay"], cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
-    subprocess.run(["swift", "build", "-c", "release", "--product", "QueueBench"], cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
-    subprocess.run([ROOT / "scripts" / "generate-test-certs.sh", TLS], check=True, stdout=subprocess.DEVNULL)
+    run(["swift", "build", "-c", "release", "--product", "kumapush-relay"], cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
+    run(["swift", "build", "-c", "release", "--product", "QueueBench"], cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
+    run([ROOT / "scripts" / "generate-test-certs.sh", TLS], check=True, stdout=subprocess.DEVNULL)
     results, series, latencies = {}, {}, []
     started = time.monotonic()
     try:
-        for name, run in (("ingest", lambda: bench_ingest(results)), ("deliver", lambda: bench_delivery(results, series)),
+        for name, measure in (("ingest", lambda: bench_ingest(results)), ("deliver", lambda: bench_delivery(results, series)),
                           ("queue", lambda: bench_queue(results)), ("latency", lambda: bench_latency(results, latencies)),
                           ("outage", lambda: bench_outage(results, series))):
             if not only or name in only:
-                run()
+                measure()
     finally:
         for process in processes:
             if process.poll() is None:

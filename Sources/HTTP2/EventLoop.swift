@@ -103,8 +103,17 @@ public final class EventLoop: @unchecked Sendable {
         preconditionInLoop()
         nextTimerID += 1
         let timer = Timer(deadline: .now + delay, id: nextTimerID, action: action)
-        let index = timers.firstIndex { $0.deadline > timer.deadline } ?? timers.endIndex
-        timers.insert(timer, at: index)
+        // Deadlines usually arrive in order: append; otherwise binary-search the place.
+        if let last = timers.last, last.deadline > timer.deadline {
+            var low = 0, high = timers.count
+            while low < high {
+                let middle = (low + high) / 2
+                if timers[middle].deadline <= timer.deadline { low = middle + 1 } else { high = middle }
+            }
+            timers.insert(timer, at: low)
+        } else {
+            timers.append(timer)
+        }
         return timer.id
     }
 
