@@ -28,7 +28,7 @@ public struct OutageBreaker: Sendable {
     let pauseProbeInterval: Int64
 
     public init(windowSize: Int = 20, minimumSamples: Int = 8, threshold: Double = 0.75,
-                probeBackoff: Backoff = Backoff(base: .seconds(1), cap: .seconds(30)), pauseProbeInterval: Duration = .seconds(60)) {
+                probeBackoff: Backoff = Backoff(base: .milliseconds(500), cap: .seconds(5)), pauseProbeInterval: Duration = .seconds(60)) {
         self.windowSize = windowSize
         self.minimumSamples = minimumSamples
         self.threshold = threshold

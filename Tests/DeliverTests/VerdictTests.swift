@@ -84,7 +84,8 @@ import Testing
 
 @Suite struct OutageBreakerTests {
     @Test func mostlyFailingAnswersOpenItAndOnlyProbesGoOutUntilOneSucceeds() {
-        var breaker = OutageBreaker(windowSize: 10, minimumSamples: 4, threshold: 0.75)
+        var breaker = OutageBreaker(windowSize: 10, minimumSamples: 4, threshold: 0.75,
+                                    probeBackoff: Backoff(base: .seconds(1), cap: .seconds(30)))
         let outage = Verdict.retry(reason: "ServiceUnavailable", outage: true)
         #expect(breaker.record(outage, wasProbe: false, now: 0) == .none)
         #expect(breaker.record(outage, wasProbe: false, now: 0) == .none)
