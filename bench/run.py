@@ -150,7 +150,8 @@ def wrk(url, body_file, seconds=10, connections=64):
                             capture_output=True, text=True)
     match = re.search(r"Requests/sec:\s+([\d.]+)", result.stdout)
     non2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", result.stdout)
-    return float(match.group(1)) if match else 0.0, int(non2xx.group(1)) if non2xx else 0
+    total = re.search(r"(\d+) requests in", result.stdout)
+    return (float(match.group(1)) if match else 0.0, int(non2xx.group(1)) if non2xx else 0, int(total.group(1)) if total else 0)
 
 
 # --- the figures --------------------------------------------------------------------------------------------------
@@ -162,12 +163,11 @@ def bench_ingest(results):
     ingest = start([RELAY, "ingest"], relay_env(WORK / "ingest.db", PORT=port, METRICS_ADDR="off"), WORK / "ingest.log")
     wait_until(lambda: healthy(port), what="ingest")
     device = register(port, [1])[0]
-    relay_rps, relay_errors = wrk(f"http://127.0.0.1:{port}/wh/{device}", body)
+    relay_rps, relay_errors, relay_total = wrk(f"http://127.0.0.1:{port}/wh/{device}", body)
     rss = peak_rss_mib(ingest)
     stop(ingest)
-    stored = int(run([RELAY, "stats", "--json", "--database-path", WORK / "ingest.db"], capture_output=True,
-                                text=True).stdout and json.loads(run([RELAY, "stats", "--json", "--database-path", WORK / "ingest.db"],
-                                capture_output=True, text=True).stdout)["jobs"]["available"] + 1)
+    stats = json.loads(run([RELAY, "stats", "--json", "--database-path", WORK / "ingest.db"], capture_output=True, text=True).stdout)
+    stored = sum(stats["jobs"].values())
 
     nginx_port = free_port()
     conf = WORK / "nginx.conf"
@@ -180,10 +180,10 @@ http {{ access_log off; client_body_temp_path {WORK}; proxy_temp_path {WORK}; fa
 """)
     nginx = start(["nginx", "-c", conf, "-p", WORK], log=WORK / "nginx.log")
     wait_until(lambda: http("GET", f"http://127.0.0.1:{nginx_port}/")[0] == 202, what="nginx")
-    nginx_rps, _ = wrk(f"http://127.0.0.1:{nginx_port}/wh/x", body)
+    nginx_rps, _, _ = wrk(f"http://127.0.0.1:{nginx_port}/wh/x", body)
     stop(nginx)
     results["ingest"] = {"relay_rps": round(relay_rps), "nginx_rps": round(nginx_rps), "ratio": round(relay_rps / nginx_rps, 3),
-                         "errors": relay_errors, "jobs_stored": stored}
+                         "errors": relay_errors, "answered": relay_total, "jobs_stored": stored}
     results.setdefault("rss_mib", {})["ingest"] = rss
     step(f"  relay {relay_rps:.0f} req/s, nginx {nginx_rps:.0f} req/s, ratio {relay_rps / nginx_rps:.2f}")
 
@@ -355,9 +355,12 @@ def bench_outage(results, series_out):
         if ok:
             per_device.setdefault(device, []).append((min(ok), seq))
     violations = sum(1 for pushes in per_device.values() for (a, b) in zip(sorted(pushes), sorted(pushes)[1:]) if b[1] < a[1])
-    last_delivery = max((t for job in accepted for s, t in arrivals.get(job, []) if s == 200), default=0) / 1e6
+    # The backlog: jobs accepted before APNs came back. Drain time = its last delivery − the end of the outage.
+    sent_at = {job: sent for job, _, _, sent, status in rows if status == 202}
+    backlog = [job for job in accepted if sent_at[job] / 1e6 < outage_end]
+    last_delivery = max((t for job in backlog for s, t in arrivals.get(job, []) if s == 200), default=0) / 1e6
     failed_attempts = sum(1 for pushes in arrivals.values() for s, _ in pushes if s == 503)
-    results["outage"] = {"accepted": len(accepted), "lost": lost, "order_violations": violations,
+    results["outage"] = {"accepted": len(accepted), "backlog": len(backlog), "lost": lost, "order_violations": violations,
                          "drain_s": round(max(0.0, last_delivery - outage_end), 2), "attempts_503": failed_attempts}
     step(f"  accepted {len(accepted)}, lost {lost}, order violations {violations}, drained {results['outage']['drain_s']} s "
          f"after recovery, {failed_attempts} attempts answered 503")
@@ -434,7 +437,7 @@ def plot(series, latencies, path):
     left.set_ylabel("pushes/s")
     left.legend()
     if latencies:
-        right.hist(latencies, bins=100, range=(0, max(20, latencies[int(len(latencies) * 0.999)])))
+        right.hist(latencies, bins=100, range=(0, max(20, 3 * latencies[int(len(latencies) * 0.99)])))
         for q, style in ((0.5, "--"), (0.99, ":")):
             right.axvline(latencies[int(q * len(latencies))], linestyle=style, color="black", label=f"p{int(q * 100)}")
         right.legend()

@@ -155,3 +155,18 @@ import Testing
         #expect(Set(documented.keys) == Set(Settings.variables.map(\.name)))
     }
 }
+
+@Suite struct DeployedConfigurationTests {
+    /// deploy/kumapush.env.example names every variable the code reads, so operators see them all.
+    @Test func theEnvironmentExampleCoversEveryVariable() throws {
+        let example = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent().appendingPathComponent("deploy/kumapush.env.example")
+        let text = try String(contentsOf: example, encoding: .utf8)
+        let named = Set(text.split(separator: "\n").compactMap { line -> String? in
+            let trimmed = line.hasPrefix("#") ? line.dropFirst() : line[...]
+            guard let equals = trimmed.firstIndex(of: "="), trimmed[..<equals].allSatisfy({ $0.isUppercase || $0 == "_" }) else { return nil }
+            return String(trimmed[..<equals])
+        })
+        #expect(named == Set(Settings.variables.map(\.name)))
+    }
+}
