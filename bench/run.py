@@ -194,7 +194,9 @@ def drain(jobs, devices, latency=0, label="drain"):
     run([BIN / "QueueBench", "prefill", db, jobs, devices], check=True)
     sim, sim_port = start_sim(latency=latency)
     metrics_port = free_port()
-    deliver = start([RELAY, "deliver"], relay_env(db, METRICS_ADDR=f"127.0.0.1:{metrics_port}", **apns_env(sim_port)), WORK / f"{label}.log")
+    # DEVICE_BURST off: this measures the push rate, not how well storms are merged into digests.
+    deliver = start([RELAY, "deliver"], relay_env(db, METRICS_ADDR=f"127.0.0.1:{metrics_port}", DEVICE_BURST="off", **apns_env(sim_port)),
+                    WORK / f"{label}.log")
     series = []
     started = time.monotonic()
     delivered = 0

@@ -15,13 +15,25 @@ public struct APNsRequestFactory: Sendable {
 
     public struct InvalidPayload: Error {}
 
+    /// The push for one job, worded now.
+    public func push(for job: ClaimedJob, now: Int64) throws(InvalidPayload) -> PushMessage {
+        guard let event = AlertEvent(jobPayload: job.payload) else { throw InvalidPayload() }
+        return builder.notification(for: event, timeSensitiveDown: job.downNotificationLevel == .timeSensitive,
+                                    acceptedAt: job.createdAt, now: now)
+    }
+
+    /// One digest push for the head job and the pending jobs merged into it (oldest first).
+    public func digest(for job: ClaimedJob, merging pending: [PendingJob], now: Int64) throws(InvalidPayload) -> PushMessage {
+        guard let head = AlertEvent(jobPayload: job.payload) else { throw InvalidPayload() }
+        let events = [head] + pending.compactMap { AlertEvent(jobPayload: $0.payload) }
+        return DigestBuilder(lateNotice: builder.lateNotice)
+            .digest(events, timeSensitiveDown: job.downNotificationLevel == .timeSensitive, firstAcceptedAt: job.createdAt, now: now)
+    }
+
     /// `POST /3/device/<token>` with the headers APNs wants and the JSON payload (≤ 4096 bytes).
     /// - Parameter providerToken: the current ES256 JWT.
-    public func request(for job: ClaimedJob, providerToken: String, now: Int64) throws(InvalidPayload) -> HTTP2Request {
-        guard let event = AlertEvent(jobPayload: job.payload) else { throw InvalidPayload() }
-        let push = builder.notification(for: event, timeSensitiveDown: job.downNotificationLevel == .timeSensitive,
-                                        acceptedAt: job.createdAt, now: now)
-        return HTTP2Request(
+    public func request(for job: ClaimedJob, push: PushMessage, providerToken: String) -> HTTP2Request {
+        HTTP2Request(
             path: "/3/device/\(job.deviceToken)",
             headers: [
                 ("authorization", "bearer \(providerToken)"),

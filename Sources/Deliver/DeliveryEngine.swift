@@ -17,6 +17,13 @@ public final class DeliveryEngine: Sendable {
         public var tombstoneRetention: Duration
         /// How often an idle engine checks the database for jobs written by other processes.
         public var pollInterval: Duration = .milliseconds(5)
+        /// DEVICE_BURST: pushes per device per minute before waiting alerts merge into a digest (nil: never).
+        public var deviceBurst: Int?
+        /// Most alerts one digest merges.
+        public var maximumMerged = 200
+        /// Over its burst, a device gets at most one push per window; what arrives meanwhile waits and goes out as
+        /// one digest.
+        public var digestWindow: Duration = .seconds(5)
 
         public init(settings: Settings, worker: String) {
             self.worker = worker
@@ -25,6 +32,7 @@ public final class DeliveryEngine: Sendable {
             backoff = Backoff(base: settings.retryBase, cap: settings.retryMax)
             deadLetterRetention = settings.deadLetterRetention
             tombstoneRetention = settings.tombstoneRetention
+            deviceBurst = settings.deviceBurst
         }
     }
 
@@ -34,6 +42,8 @@ public final class DeliveryEngine: Sendable {
         let isProbe: Bool
         var resends: Int
         let started: ContinuousClock.Instant
+        /// Pending jobs this push is a digest of.
+        let merged: [Int64]
     }
 
     struct Answer: Sendable {
@@ -202,6 +212,11 @@ public final class DeliveryEngine: Sendable {
                 outcomes.append(JobOutcome(jobID: job.id, attempt: job.attempt, kind: .deadLetter(reason: "Expired")))
                 continue
             }
+            if let until = digestWindowEnd(for: job, now: now) {
+                outcomes.append(JobOutcome(jobID: job.id, attempt: job.attempt, kind: .postpone(until: until)))
+                state.nextRetryAt = min(state.nextRetryAt ?? until, until)
+                continue
+            }
             send(job, isProbe: allowance == .probe, resends: 0, outcomes: &outcomes)
         }
         if !outcomes.isEmpty { record(outcomes) }
@@ -209,21 +224,30 @@ public final class DeliveryEngine: Sendable {
 
     private func send(_ job: ClaimedJob, isProbe: Bool, resends: Int, outcomes: inout [JobOutcome]) {
         let state = loopState
+        let now = clock.nowMillis()
         let request: HTTP2Request
         let generation: Int
+        let merged = resends == 0 ? stormBacklog(of: job, now: now) : []
         do {
             let (token, tokenGeneration) = try tokens.token()
             generation = tokenGeneration
-            request = try factory.request(for: job, providerToken: token, now: clock.nowMillis())
+            let push = merged.isEmpty ? try factory.push(for: job, now: now) : try factory.digest(for: job, merging: merged, now: now)
+            request = factory.request(for: job, push: push, providerToken: token)
         } catch {
             outcomes.append(JobOutcome(jobID: job.id, attempt: job.attempt, kind: .deadLetter(reason: "InvalidPayload")))
             return
         }
+        if !merged.isEmpty {
+            metrics.increment("kumapush_digests_total")
+            metrics.increment("kumapush_alerts_merged_total", by: Double(merged.count + 1))
+        }
+        state.recordSend(to: job.deviceID, at: now)
         guard let connection = pool.pick() else {
             state.resendQueue.append((job, isProbe, resends))
             return
         }
-        state.inFlight[job.id] = InFlight(job: job, generation: generation, isProbe: isProbe, resends: resends, started: .now)
+        state.inFlight[job.id] = InFlight(job: job, generation: generation, isProbe: isProbe, resends: resends, started: .now,
+                                          merged: merged.map(\.id))
         metrics.observe("kumapush_webhook_to_apns_seconds", value: Double(max(0, clock.nowMillis() - job.createdAt)) / 1000)
         connection.send(request) { [weak self] result in
             guard let self else { return }
@@ -233,6 +257,27 @@ public final class DeliveryEngine: Sendable {
             }
             if sleeping { self.signal() }
         }
+    }
+
+    /// When a device over its burst had a push less than `digestWindow` ago: the time its next push may go, so
+    /// this job waits for the alerts still arriving and they leave together.
+    private func digestWindowEnd(for job: ClaimedJob, now: Int64) -> Int64? {
+        guard let burst = configuration.deviceBurst, !job.reportsOutcome,
+              loopState.recentSends(to: job.deviceID, now: now) >= burst,
+              let last = loopState.lastSend(to: job.deviceID) else { return nil }
+        let end = last + configuration.digestWindow.wholeMilliseconds
+        return now < end ? end : nil
+    }
+
+    /// Alert storms (SPEC §3): when the device has had more than DEVICE_BURST pushes sent or waiting within a
+    /// minute, the jobs waiting behind this head (oldest first, up to a Test-button job) go out with it as one digest.
+    /// A device with no push in the last minute is never merged, so a first alert always goes out alone and at once.
+    private func stormBacklog(of job: ClaimedJob, now: Int64) -> [PendingJob] {
+        guard let burst = configuration.deviceBurst else { return [] }
+        let recent = loopState.recentSends(to: job.deviceID, now: now)
+        guard recent > 0, let pending = try? store.pendingJobs(deviceID: job.deviceID, limit: configuration.maximumMerged),
+              recent + pending.count + 1 > burst else { return [] }
+        return Array(pending.prefix { !$0.reportsOutcome })
     }
 
     private func dispatchResends() {
@@ -278,7 +323,11 @@ public final class DeliveryEngine: Sendable {
         case .none:
             break
         }
-        let outcome = Self.outcome(for: verdict, job: job, backoff: configuration.backoff, now: now)
+        var outcome = Self.outcome(for: verdict, job: job, backoff: configuration.backoff, now: now)
+        switch outcome.kind {
+        case .delivered, .deadLetter: outcome.merged = flight.merged
+        case .retry, .removeDevice, .postpone: break
+        }
         switch verdict {
         case .resend where flight.resends < 5:
             state.resendQueue.append((job, flight.isProbe, flight.resends + 1))
@@ -356,6 +405,7 @@ public final class DeliveryEngine: Sendable {
         case .retry: return "retry"
         case .deadLetter: return "dead_letter"
         case .removeDevice: return "device_removed"
+        case .postpone: return "postponed"
         }
     }
 
@@ -373,6 +423,26 @@ public final class DeliveryEngine: Sendable {
 /// read and written by the delivery thread alone; the engine holds it only to keep it alive.
 final class UncheckedLoopState: @unchecked Sendable {
     var inFlight: [Int64: DeliveryEngine.InFlight] = [:]
+    /// Send times (ms) per device within the last minute, for DEVICE_BURST.
+    private var sends: [String: [Int64]] = [:]
+    private var sendsPrunedAt: Int64 = 0
+
+    func recordSend(to device: String, at now: Int64) {
+        sends[device, default: []].append(now)
+        if now - sendsPrunedAt > 60_000 {
+            sendsPrunedAt = now
+            sends = sends.compactMapValues { times in
+                let recent = times.filter { now - $0 < 60_000 }
+                return recent.isEmpty ? nil : recent
+            }
+        }
+    }
+
+    func lastSend(to device: String) -> Int64? { sends[device]?.last }
+
+    func recentSends(to device: String, now: Int64) -> Int {
+        sends[device]?.reduce(0) { $0 + (now - $1 < 60_000 ? 1 : 0) } ?? 0
+    }
     var resendQueue: [(ClaimedJob, Bool, Int)] = []
     var breaker = OutageBreaker()
     var claimDue = true

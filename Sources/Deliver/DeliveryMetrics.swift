@@ -9,6 +9,8 @@ enum DeliveryMetrics {
         metrics.describe("kumapush_apns_request_seconds", .histogram, "APNs request round trip.", buckets: latencyBuckets)
         metrics.describe("kumapush_apns_connections", .gauge, "Open HTTP/2 connections to APNs.")
         metrics.describe("kumapush_provider_token_refreshes_total", .counter, "Provider tokens (JWT) made.")
+        metrics.describe("kumapush_digests_total", .counter, "Digest pushes sent for alert storms.")
+        metrics.describe("kumapush_alerts_merged_total", .counter, "Alerts carried by digest pushes.")
         metrics.collect {
             [(name: "kumapush_apns_connections", labels: [], value: Double(pool.connectionCount)),
              (name: "kumapush_provider_token_refreshes_total", labels: [], value: Double(tokens.refreshes.load(ordering: .relaxed)))]

@@ -89,16 +89,38 @@ public struct JobOutcome: Sendable, Equatable {
         case deadLetter(reason: String)
         /// APNs says the token is gone: delete the device and its jobs, leave a tombstone with `reason`.
         case removeDevice(reason: String)
+        /// Not sent: wait until `until` (ms) without counting the attempt (an alert storm gathering into a digest).
+        case postpone(until: Int64)
     }
 
     public var jobID: Int64
     public var attempt: Int
     public var kind: Kind
+    /// Pending jobs of the same device merged into this one's push (an alert-storm digest): they complete with it
+    /// (delivered or dead-lettered); on a retry they stay pending and are merged again.
+    public var merged: [Int64]
 
-    public init(jobID: Int64, attempt: Int, kind: Kind) {
+    public init(jobID: Int64, attempt: Int, kind: Kind, merged: [Int64] = []) {
         self.jobID = jobID
         self.attempt = attempt
         self.kind = kind
+        self.merged = merged
+    }
+}
+
+/// A job waiting behind its device's head, as a digest merges it.
+public struct PendingJob: Sendable, Equatable {
+    public var id: Int64
+    public var payload: [UInt8]
+    public var createdAt: Int64
+    /// A Test-button job: its waiting request needs its own answer, so a digest stops before it.
+    public var reportsOutcome: Bool
+
+    public init(id: Int64, payload: [UInt8], createdAt: Int64, reportsOutcome: Bool = false) {
+        self.id = id
+        self.payload = payload
+        self.createdAt = createdAt
+        self.reportsOutcome = reportsOutcome
     }
 }
 

@@ -31,6 +31,8 @@ public protocol JobQueue: Sendable {
     /// Applies outcomes in one transaction. Returns, per outcome, whether the job was still leased to `worker` at
     /// that attempt (false: the lease expired and the answer was ignored).
     func finish(_ outcomes: [JobOutcome], worker: String, now: Int64) throws(StoreError) -> [Bool]
+    /// The oldest `limit` jobs waiting behind the device's head, in order (for alert-storm digests).
+    func pendingJobs(deviceID: String, limit: Int) throws(StoreError) -> [PendingJob]
     /// Gives leased jobs back unsent (graceful shutdown): due at `now`, attempt not counted.
     func release(jobIDs: [Int64], worker: String, now: Int64) throws(StoreError) -> Int
     /// Makes jobs whose lease expired (crashed worker) due again. Returns how many.

@@ -78,6 +78,7 @@ extension SQLiteStore {
                     try Self.report(finished, .delivered, "", now: now, db)
                     let devices = finished.map(\.0)
                     for device in devices {
+                        try Self.settleMerged(outcome.merged, device: device, deadLetterReason: nil, now: now, db)
                         try db.statement("""
                             UPDATE devices SET last_successful_notification = ?1, last_delivery_error = '' WHERE id = ?2
                             """).run([.integer(now), .text(device)])
@@ -101,10 +102,18 @@ extension SQLiteStore {
                     try Self.report(finished, .rejected, reason, now: now, db)
                     let devices = finished.map(\.0)
                     for device in devices {
+                        try Self.settleMerged(outcome.merged, device: device, deadLetterReason: reason, now: now, db)
                         try db.statement("UPDATE devices SET last_delivery_error = ?1 WHERE id = ?2").run([.text(reason), .text(device)])
                         try promote.run([.text(device)])
                     }
                     applied.append(!devices.isEmpty)
+                case .postpone(let until):
+                    let changed = try db.statement("""
+                        UPDATE jobs SET state = 'available', scheduled_at = ?4, attempt = max(attempt - 1, 0),
+                                        attempted_by = NULL, lease_expires_at = NULL
+                        WHERE id = ?1 AND state = 'running' AND attempted_by = ?2 AND attempt = ?3
+                        """).run(guardValues + [.integer(until)])
+                    applied.append(changed == 1)
                 case .removeDevice(let reason):
                     let finished = try db.statement("SELECT device_id, public_id, reports_outcome FROM jobs WHERE \(Self.leaseGuard)")
                         .rows(guardValues) { ($0.text(0), $0.text(1), $0.int(2) == 1) }
@@ -119,6 +128,31 @@ extension SQLiteStore {
                 }
             }
             return applied
+        }
+    }
+
+    public func pendingJobs(deviceID: String, limit: Int) throws(StoreError) -> [PendingJob] {
+        try read { db in
+            try db.statement("""
+                SELECT id, payload, created_at, reports_outcome FROM jobs WHERE device_id = ? AND state = 'pending' ORDER BY id LIMIT ?
+                """).rows([.text(deviceID), .integer(Int64(limit))]) {
+                PendingJob(id: $0.int64(0), payload: $0.blob(1), createdAt: $0.int64(2), reportsOutcome: $0.int(3) == 1)
+            }
+        }
+    }
+
+    /// Completes the jobs merged into a digest with the digest's head: deleted when it was delivered,
+    /// dead-lettered with its reason when it was rejected. Only jobs still pending on that device are touched.
+    private static func settleMerged(_ merged: [Int64], device: String, deadLetterReason: String?, now: Int64,
+                                     _ db: SQLiteConnection) throws {
+        guard !merged.isEmpty else { return }
+        if let reason = deadLetterReason {
+            let discard = try db.statement(
+                "UPDATE jobs SET state = 'discarded', finalized_at = ?1, last_error = ?2 WHERE id = ?3 AND device_id = ?4 AND state = 'pending'")
+            for id in merged { try discard.run([.integer(now), .text(reason), .integer(id), .text(device)]) }
+        } else {
+            let delete = try db.statement("DELETE FROM jobs WHERE id = ? AND device_id = ? AND state = 'pending'")
+            for id in merged { try delete.run([.integer(id), .text(device)]) }
         }
     }
 

@@ -149,3 +149,37 @@ import Testing
         h.simulator.stop()
     }
 }
+
+@Suite struct AlertStormTests {
+    /// 60 down alerts for 60 monitors to one device at once: a handful of pushes that account for all 60 in order;
+    /// a second device at the same time gets its alerts one by one.
+    @Test func aStormBecomesAFewDigestsAndEveryAlertIsAccountedFor() throws {
+        let h = try DeliveryHarness(deviceBurst: 10)
+        defer { h.stop() }
+        let stormy = try h.device(1)
+        let calm = try h.device(2)
+        let events = (0..<60).map { (index: Int) in AlertEvent(kind: .monitor, status: .down, monitorID: index, monitorName: "M\(index)", message: "down") }
+        _ = try h.store.enqueue(events.map { NewJob(deviceID: stormy.id, publicID: UUID().uuidString.lowercased(), payload: $0.jobPayload) },
+                                now: h.clock.nowMillis(), ttl: .seconds(3600))
+        try h.enqueue(calm.id, ["a", "b", "c"])
+        #expect(h.waitUntil { (try? h.store.liveJobCount()) == 0 })
+        let pushes = h.simulator.received.filter { $0.token == stormy.token && $0.status == 200 }
+        #expect(pushes.count <= 15 && pushes.count >= 2)
+        var listed: [String] = []
+        for push in pushes {
+            let alert = try #require((try JSONParser.parse(push.payload))["aps"]?["alert"])
+            let title = try #require(alert["title"]?.stringValue)
+            let body = try #require(alert["body"]?.stringValue)
+            if title.hasSuffix("monitors changed") {
+                let names = body.components(separatedBy: " · ").map { String($0.dropLast(" is down".count)) }
+                #expect(Int(title.split(separator: " ")[0]) == names.count)
+                listed += names
+            } else {
+                listed.append(String(title.dropLast(" is down".count)))
+            }
+        }
+        #expect(listed == (0..<60).map { "M\($0)" }, "all 60, in order")
+        #expect(h.acceptedBodies(calm.token) == ["a", "b", "c"])
+        #expect(h.metrics.value("kumapush_digests_total") >= 1)
+    }
+}

@@ -26,7 +26,8 @@ final class DeliveryHarness {
     let metrics = MetricsRegistry()
     static let topic = "com.example.kumapush"
 
-    init(streams: UInt32 = 1000, connections: Int = 2, requestTimeout: Duration = .seconds(5), ttl: Duration = .seconds(3600)) throws {
+    init(streams: UInt32 = 1000, connections: Int = 2, requestTimeout: Duration = .seconds(5), ttl: Duration = .seconds(3600),
+         deviceBurst: Int? = nil) throws {
         store = try SQLiteStore(path: directory.path("relay.db"), now: SystemClock().nowMillis())
         var simConfig = APNsSimulator.Configuration(certificateFile: TLSFixtures.path("server.pem"), privateKeyFile: TLSFixtures.path("server.key"),
                                                     tokenKeyFile: TLSFixtures.signingPublicKey)
@@ -47,6 +48,7 @@ final class DeliveryHarness {
         settings.retryMax = .milliseconds(200)
         settings.leaseTimeout = .seconds(30)
         settings.jobTTL = ttl
+        settings.deviceBurst = deviceBurst
         var configuration = DeliveryEngine.Configuration(settings: settings, worker: "test-worker")
         configuration.pollInterval = .milliseconds(2)
         engine = DeliveryEngine(configuration: configuration, store: store, pool: pool, tokens: tokens,

@@ -29,6 +29,7 @@ class ForwardingStore: RelayStore, @unchecked Sendable {
     func release(jobIDs: [Int64], worker: String, now: Int64) throws(StoreError) -> Int {
         try inner.release(jobIDs: jobIDs, worker: worker, now: now)
     }
+    func pendingJobs(deviceID: String, limit: Int) throws(StoreError) -> [PendingJob] { try inner.pendingJobs(deviceID: deviceID, limit: limit) }
     func rescueExpiredLeases(now: Int64) throws(StoreError) -> Int { try inner.rescueExpiredLeases(now: now) }
     func makeRetryableDue(now: Int64) throws(StoreError) -> Int { try inner.makeRetryableDue(now: now) }
     func countDeadLetters(_ filter: DeadLetterFilter) throws(StoreError) -> Int { try inner.countDeadLetters(filter) }

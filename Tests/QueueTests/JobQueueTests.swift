@@ -187,4 +187,37 @@ import Testing
         #expect(try claim(limit: 2, at: t0 + 100).map(\.label) == ["d4", "d5"].sorted())
         #expect(try claim(limit: 0).isEmpty)
     }
+
+    @Test func aPostponedHeadWaitsWithoutSpendingAnAttemptAndStillBlocksItsDevice() throws {
+        let a = try db.device(1)
+        try db.enqueue(a, "a1", "a2")
+        let head = try #require(try claim().first)
+        #expect(try db.store.finish([JobOutcome(jobID: head.id, attempt: head.attempt, kind: .postpone(until: t0 + 5000))],
+                                    worker: "w1", now: t0) == [true])
+        #expect(try claim(at: t0 + 4999).isEmpty, "neither the head nor the job behind it")
+        let again = try #require(try claim(at: t0 + 5000).first)
+        #expect(again.id == head.id && again.attempt == 1)
+    }
+
+    @Test func jobsMergedIntoADigestCompleteWithIt() throws {
+        let a = try db.device(1)
+        try db.enqueue(a, "a1", "a2", "a3", "a4")
+        let head = try #require(try claim().first)
+        let pending = try db.store.pendingJobs(deviceID: a, limit: 2)
+        #expect(pending.map { String(decoding: $0.payload, as: UTF8.self) } == ["a2", "a3"])
+        _ = try db.store.finish([JobOutcome(jobID: head.id, attempt: head.attempt, kind: .delivered, merged: pending.map(\.id))],
+                                worker: "w1", now: t0)
+        #expect(try claim().map(\.label) == ["a4"], "a4 was not merged: it is next, in order")
+    }
+
+    @Test func jobsMergedIntoARejectedDigestAreDeadLetteredWithIt() throws {
+        let a = try db.device(1)
+        try db.enqueue(a, "a1", "a2", "a3")
+        let head = try #require(try claim().first)
+        let pending = try db.store.pendingJobs(deviceID: a, limit: 10)
+        _ = try db.store.finish([JobOutcome(jobID: head.id, attempt: head.attempt, kind: .deadLetter(reason: "BadDeviceToken"),
+                                            merged: pending.map(\.id))], worker: "w1", now: t0)
+        #expect(try db.store.countDeadLetters(DeadLetterFilter(reason: "BadDeviceToken")) == 3)
+        #expect(try db.store.liveJobCount() == 0)
+    }
 }

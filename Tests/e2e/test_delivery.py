@@ -195,3 +195,38 @@ def test_split_processes_with_a_deliverer_killed_midway_deliver_everything_once_
         assert deduplicated == [str(n) for n in range(20)], f"device {index}: {bodies}"
     with sqlite3.connect(tmp_path / "relay.db") as connection:
         assert connection.execute("SELECT count(*) FROM jobs WHERE state != 'discarded'").fetchone()[0] == 0
+
+
+def test_an_alert_storm_becomes_a_few_digests_that_account_for_every_alert(relays, fake_apns):
+    """60 down alerts for 60 monitors to one device within a second: at most 15 pushes whose titles and bodies
+    account for all 60, in order; a second device at the same time is unaffected."""
+    relay = relays("serve", RATE_LIMIT_WEBHOOK="off")
+    stormy, _ = register(relay, 300)
+    calm, _ = register(relay, 301)
+
+    def post(device_id, monitor):
+        return request("POST", f"{relay.base}/wh/{device_id}", alert(monitor, f"M{monitor}", 0, "down"))[0]
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        statuses = list(pool.map(lambda m: post(stormy, m), range(60)))
+    assert statuses == [202] * 60
+    for monitor in range(3):
+        assert post(calm, 1000 + monitor) == 202
+    wait_until(lambda: len(fake_apns.pushes(token(301))) == 3, what="the calm device's pushes")
+
+    def listed():
+        names = []
+        for push in fake_apns.pushes(token(300)):
+            title, body = push["payload"]["aps"]["alert"]["title"], push["payload"]["aps"]["alert"]["body"]
+            if title.endswith("monitors changed"):
+                entries = body.split(" · ")
+                assert int(title.split()[0]) == len(entries)
+                names += [entry.removesuffix(" is down") for entry in entries]
+            else:
+                names.append(title.removesuffix(" is down"))
+        return names
+
+    wait_until(lambda: len(listed()) == 60, what="all 60 alerts")
+    assert listed() == [f"M{m}" for m in range(60)]
+    assert len(fake_apns.pushes(token(300))) <= 15
+    assert [p["payload"]["aps"]["alert"]["title"] for p in fake_apns.pushes(token(301))] == ["M1000 is down", "M1001 is down", "M1002 is down"]

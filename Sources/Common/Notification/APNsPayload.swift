@@ -9,27 +9,30 @@ public enum APNsPayload {
     public static func encode(_ notification: PushMessage) -> [UInt8] {
         var title = notification.title
         var body = notification.body
-        let bodySuffix = notification.bodySuffix
-
-        func render(_ title: String, _ body: String) -> String {
-            var aps = "\"alert\":{\"title\":\(JSONText.quoted(title)),\"body\":\(JSONText.quoted(body + bodySuffix))}"
-            aps += ",\"sound\":\"default\",\"interruption-level\":\"\(notification.interruptionLevel.rawValue)\""
-            if let thread = notification.threadID { aps += ",\"thread-id\":\(JSONText.quoted(thread))" }
-            return "{\"aps\":{\(aps)}}"
-        }
-
-        var text = render(title, body)
+        var text = render(notification, title: title, body: body)
         var excess = text.utf8.count - maximumBytes
         if excess > 0 {
             body = cut(body, by: excess)
-            text = render(title, body)
+            text = render(notification, title: title, body: body)
             excess = text.utf8.count - maximumBytes
         }
         if excess > 0 {
             title = cut(title, by: excess)
-            text = render(title, body)
+            text = render(notification, title: title, body: body)
         }
         return Array(text.utf8)
+    }
+
+    /// Whether `encode` has to cut `notification` to fit.
+    static func needsCut(_ notification: PushMessage) -> Bool {
+        render(notification, title: notification.title, body: notification.body).utf8.count > maximumBytes
+    }
+
+    private static func render(_ notification: PushMessage, title: String, body: String) -> String {
+        var aps = "\"alert\":{\"title\":\(JSONText.quoted(title)),\"body\":\(JSONText.quoted(body + notification.bodySuffix))}"
+        aps += ",\"sound\":\"default\",\"interruption-level\":\"\(notification.interruptionLevel.rawValue)\""
+        if let thread = notification.threadID { aps += ",\"thread-id\":\(JSONText.quoted(thread))" }
+        return "{\"aps\":{\(aps)}}"
     }
 
     /// `text` shortened by at least `excess` bytes of its JSON-escaped form, at a character boundary, plus `…`
