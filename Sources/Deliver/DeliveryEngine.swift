@@ -241,7 +241,6 @@ public final class DeliveryEngine: Sendable {
             metrics.increment("kumapush_digests_total")
             metrics.increment("kumapush_alerts_merged_total", by: Double(merged.count + 1))
         }
-        state.recordSend(to: job.deviceID, at: now)
         guard let connection = pool.pick() else {
             state.resendQueue.append((job, isProbe, resends))
             return
@@ -343,6 +342,9 @@ public final class DeliveryEngine: Sendable {
         if case .retry(let at, _) = outcome.kind {
             state.nextRetryAt = min(state.nextRetryAt ?? at, at)
         }
+        // Only pushes APNs accepted count towards DEVICE_BURST: failed attempts during an outage put nothing on the
+        // phone, and must not turn the backlog into digests.
+        if case .delivered = outcome.kind { state.recordSend(to: job.deviceID, at: now) }
         metrics.increment("kumapush_deliveries_total", [("outcome", Self.label(outcome.kind)), ("reason", Self.reason(verdict))])
         if case .removeDevice = outcome.kind { metrics.increment("kumapush_devices_removed_total") }
         if case .deadLetter(let reason) = outcome.kind {

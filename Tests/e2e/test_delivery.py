@@ -166,8 +166,9 @@ def test_split_processes_with_a_deliverer_killed_midway_deliver_everything_once_
     with SIGKILL midway. Every accepted job is delivered, per-device order holds, and no push is in flight from two
     processes at once (its lease expires first: LEASE_TIMEOUT is short here)."""
     ingest = relays("ingest", RATE_LIMIT_WEBHOOK="off", RATE_LIMIT_REGISTER="off")
-    first = relays("deliver", LEASE_TIMEOUT="2s")
-    second = relays("deliver", LEASE_TIMEOUT="2s")
+    # Digests would merge each device's 20 alerts; this test is about crashes, so every alert is its own push.
+    first = relays("deliver", LEASE_TIMEOUT="2s", DEVICE_BURST="off")
+    second = relays("deliver", LEASE_TIMEOUT="2s", DEVICE_BURST="off")
     devices = [register(ingest, 1000 + n)[0] for n in range(500)]
     accepted = {}
     killed = threading.Event()
@@ -186,9 +187,10 @@ def test_split_processes_with_a_deliverer_killed_midway_deliver_everything_once_
         list(pool.map(post_all, range(8)))
     assert len(accepted) == 10_000 and killed.is_set()
 
-    wait_until(lambda: len(fake_apns.pushes(status=200)) >= 10_000, timeout=120, what="10,000 deliveries")
-    delivered_ids = {p["headers"]["apns-id"] for p in fake_apns.pushes(status=200)}
-    assert set(accepted) <= delivered_ids, "every accepted job is delivered"
+    # At least once: the killed process's in-flight pushes may arrive twice, so wait for every id, not a count.
+    def delivered_ids():
+        return {p["headers"]["apns-id"] for p in fake_apns.pushes(status=200)}
+    wait_until(lambda: set(accepted) <= delivered_ids(), timeout=120, what="every accepted job to be delivered")
     for index in range(0, 500, 7):
         bodies = fake_apns.bodies(token(1000 + index))
         deduplicated = [b for i, b in enumerate(bodies) if i == 0 or bodies[i - 1] != b]
