@@ -28,6 +28,12 @@ struct OptionParser {
         return true
     }
 
+    /// Removes and returns the first argument that is not an option.
+    mutating func positional() -> String? {
+        guard let index = arguments.firstIndex(where: { !$0.hasPrefix("--") }) else { return nil }
+        return arguments.remove(at: index)
+    }
+
     /// Fails on anything not consumed.
     func finish() throws {
         if let extra = arguments.first { throw UsageError("unexpected argument \"\(extra)\"") }

@@ -18,6 +18,8 @@ public protocol DeviceStore: Sendable {
     /// Deletes the device and drops its jobs. False when there was no such device.
     func deleteDevice(id: String) throws(StoreError) -> Bool
     func tombstone(deviceID: String) throws(StoreError) -> Tombstone?
+    /// Adds a device exactly as given (moving from another relay): false when its id or token is already here.
+    func importDevice(_ device: Device) throws(StoreError) -> Bool
     /// Forgets tombstones older than `before`. Returns how many.
     func purgeTombstones(before: Int64) throws(StoreError) -> Int
 }

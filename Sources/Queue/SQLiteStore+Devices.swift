@@ -63,6 +63,17 @@ extension SQLiteStore {
         try write { db in try db.statement("DELETE FROM devices WHERE id = ?").run([.text(id)]) > 0 }
     }
 
+    public func importDevice(_ device: Device) throws(StoreError) -> Bool {
+        try write { db in
+            try db.statement("""
+                INSERT OR IGNORE INTO devices (id, device_token, auth_token_hash, date_added, last_successful_notification,
+                                               down_notification_level)
+                VALUES (?, ?, ?, ?, ?, ?)
+                """).run([.text(device.id), .text(device.token), .text(device.authTokenHash), .integer(device.dateAdded),
+                          .optional(device.lastSuccessfulNotification), .text(device.downNotificationLevel.rawValue)]) == 1
+        }
+    }
+
     public func tombstone(deviceID: String) throws(StoreError) -> Tombstone? {
         try read { db in
             try db.statement("SELECT device_id, reason, removed_at FROM tombstones WHERE device_id = ?")

@@ -1,0 +1,145 @@
+import Common
+import Foundation
+import Queue
+
+/// Moves devices from the Go relay's PostgreSQL `devices` table, exported as CSV (`\copy devices TO 'devices.csv'
+/// CSV HEADER`) or JSON (`SELECT json_agg(d) FROM devices d`). Ids, tokens, auth-token hashes, levels and dates
+/// are kept, so existing webhook URLs and app logins keep working.
+enum ImportDevicesCommand: Command {
+    static let name = "import-devices"
+    static let summary = "import devices exported from the Go relay's PostgreSQL (CSV or JSON)"
+    static let help = """
+        Usage: kumapush-relay import-devices FILE [--format csv|json] [--dry-run]
+
+        FILE is the Go relay's `devices` table:
+          psql … -c "\\copy devices TO 'devices.csv' CSV HEADER"            (csv)
+          psql … -At -c "SELECT json_agg(d) FROM devices d" > devices.json  (json)
+        Columns: id, device_token, auth_token_hash, last_successful_notification, date_added,
+        down_notification_level. Devices whose id or token is already here are skipped; rows that cannot be
+        imported (bad token, bad id) are reported and skipped. The format defaults to the file's extension.
+        """
+
+    static func run(settings: Settings, arguments: [String]) throws -> Int32 {
+        var options = OptionParser(arguments)
+        let format = try options.value("--format")
+        let dryRun = options.flag("--dry-run")
+        var rest = options
+        guard let path = rest.positional() else { throw UsageError("name the export file") }
+        try rest.finish()
+        guard let data = FileManager.default.contents(atPath: path) else {
+            throw StartupError(description: "cannot read \(path)", exitCode: ExitCode.runtimeError)
+        }
+        let kind = format ?? (path.lowercased().hasSuffix(".json") ? "json" : "csv")
+        let rows: [[String: String]]
+        switch kind {
+        case "csv": rows = try DeviceExport.csvRows(Array(data))
+        case "json": rows = try DeviceExport.jsonRows(Array(data))
+        default: throw UsageError("--format takes csv or json")
+        }
+        let store = try openStore(settings)
+        var imported = 0, present = 0
+        var invalid: [String] = []
+        for (index, row) in rows.enumerated() {
+            switch DeviceExport.device(from: row) {
+            case .failure(let problem):
+                invalid.append("row \(index + 1): \(problem)")
+            case .success(let device):
+                if dryRun {
+                    imported += try store.device(id: device.id) == nil ? 1 : 0
+                } else if try store.importDevice(device) {
+                    imported += 1
+                } else {
+                    present += 1
+                }
+            }
+        }
+        print("\(dryRun ? "would import" : "imported") \(imported) device\(imported == 1 ? "" : "s"), "
+              + "\(present) already present, \(invalid.count) invalid")
+        for problem in invalid.prefix(20) { printError(problem) }
+        return invalid.isEmpty ? ExitCode.ok : ExitCode.runtimeError
+    }
+}
+
+/// Reading the Go relay's `devices` export.
+enum DeviceExport {
+    struct Malformed: Error, CustomStringConvertible { let description: String }
+
+    static func device(from row: [String: String]) -> Result<Device, Malformed> {
+        guard let id = row["id"], DeviceID.isWellFormed(id) else { return .failure(Malformed(description: "bad id")) }
+        guard let token = row["device_token"].flatMap(DeviceToken.normalized) else { return .failure(Malformed(description: "bad device_token")) }
+        let level = Device.DownNotificationLevel(rawValue: row["down_notification_level"] ?? "normal") ?? .normal
+        guard let added = timestamp(row["date_added"]) else { return .failure(Malformed(description: "bad date_added")) }
+        let last = row["last_successful_notification"].flatMap { $0.isEmpty ? nil : timestamp($0) }
+        return .success(Device(id: id, token: token, authTokenHash: (row["auth_token_hash"] ?? "").lowercased(), dateAdded: added,
+                               lastSuccessfulNotification: last, downNotificationLevel: level))
+    }
+
+    /// PostgreSQL's timestamptz text (`2026-09-20 12:00:00.123456+00`) or ISO 8601 (`2026-09-20T12:00:00+00:00`).
+    static func timestamp(_ text: String?) -> Int64? {
+        guard var text = text?.trimmingWhitespace(), !text.isEmpty else { return nil }
+        text = text.replacingOccurrences(of: " ", with: "T")
+        if let sign = text.lastIndex(where: { $0 == "+" || $0 == "-" }), sign > text.index(text.startIndex, offsetBy: 10) {
+            let zone = text[text.index(after: sign)...]
+            if zone.count == 2 { text += ":00" }
+        }
+        return RFC3339.parse(text)
+    }
+
+    static func jsonRows(_ bytes: [UInt8]) throws -> [[String: String]] {
+        guard case .array(let items) = try JSONParser.parse(bytes) else { throw Malformed(description: "expected a JSON array of devices") }
+        return items.map { item in
+            guard case .object(let members) = item else { return [:] }
+            var row: [String: String] = [:]
+            for (key, value) in members {
+                switch value {
+                case .string(let text): row[key] = text
+                case .number(let text): row[key] = text
+                default: break
+                }
+            }
+            return row
+        }
+    }
+
+    /// RFC 4180 CSV with a header row.
+    static func csvRows(_ bytes: [UInt8]) throws -> [[String: String]] {
+        var records: [[String]] = [[]]
+        var field: [UInt8] = []
+        var quoted = false
+        var index = 0
+        func endField() {
+            records[records.count - 1].append(String(decoding: field, as: UTF8.self))
+            field.removeAll()
+        }
+        while index < bytes.count {
+            let byte = bytes[index]
+            if quoted {
+                if byte == UInt8(ascii: "\"") {
+                    if index + 1 < bytes.count, bytes[index + 1] == UInt8(ascii: "\"") {
+                        field.append(byte)
+                        index += 1
+                    } else {
+                        quoted = false
+                    }
+                } else {
+                    field.append(byte)
+                }
+            } else if byte == UInt8(ascii: "\"") {
+                quoted = true
+            } else if byte == UInt8(ascii: ",") {
+                endField()
+            } else if byte == 0x0a || byte == 0x0d {
+                if byte == 0x0d, index + 1 < bytes.count, bytes[index + 1] == 0x0a { index += 1 }
+                endField()
+                records.append([])
+            } else {
+                field.append(byte)
+            }
+            index += 1
+        }
+        if !field.isEmpty || !(records.last?.isEmpty ?? true) { endField() }
+        records.removeAll { $0.isEmpty || $0 == [""] }
+        guard let header = records.first else { throw Malformed(description: "empty file") }
+        return records.dropFirst().map { Dictionary(zip(header, $0), uniquingKeysWith: { _, last in last }) }
+    }
+}

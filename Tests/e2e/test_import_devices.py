@@ -1,0 +1,63 @@
+"""Moving from the Go relay: its devices table, exported as CSV or JSON, imported with ids, tokens, auth-token
+hashes, levels and dates intact, so webhook URLs and app logins keep working."""
+import hashlib
+import json
+import subprocess
+
+import pytest
+
+from relayproc import Relay, relay_env, request
+
+ROWS = [
+    # id, token (upper case: the Go relay stored what it was sent), auth token, last success, added, level
+    ("V1StGXR8_Z5jdH", "AB" * 32, "old-login-token-1", "2026-09-21 08:30:00.123456+00", "2026-09-20 12:00:00+00", "normal"),
+    ("KfI-VXnua6d58Z", "cd" * 40, "old-login-token-2", "", "2026-09-19 07:15:00+02", "time-sensitive"),
+]
+
+
+def hashed(token):
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def write_csv(path):
+    lines = ["id,device_token,auth_token_hash,last_successful_notification,date_added,down_notification_level"]
+    for device_id, token, auth, last, added, level in ROWS:
+        lines.append(f'{device_id},{token},{hashed(auth)},{last},"{added}",{level}')
+    lines.append("not-an-id,zz,x,,2026-01-01 00:00:00+00,normal")
+    path.write_text("\n".join(lines) + "\n")
+
+
+def write_json(path):
+    path.write_text(json.dumps([{"id": d, "device_token": t, "auth_token_hash": hashed(a), "last_successful_notification": l or None,
+                                 "date_added": ad.replace(" ", "T") + ":00", "down_notification_level": lv}
+                                for d, t, a, l, ad, lv in ROWS]))
+
+
+@pytest.mark.parametrize("kind", ["csv", "json"])
+def test_imported_devices_keep_their_urls_logins_levels_and_dates(relay_binary, tmp_path, kind):
+    export = tmp_path / f"devices.{kind}"
+    (write_csv if kind == "csv" else write_json)(export)
+    env = relay_env(tmp_path)
+    result = subprocess.run([str(relay_binary), "import-devices", str(export)], env=env, capture_output=True, text=True, timeout=60)
+    expected_invalid = 1 if kind == "csv" else 0
+    assert f"imported 2 devices, 0 already present, {expected_invalid} invalid" in result.stdout, result.stdout + result.stderr
+    assert result.returncode == (1 if expected_invalid else 0)
+
+    again = subprocess.run([str(relay_binary), "import-devices", str(export)], env=env, capture_output=True, text=True, timeout=60)
+    assert "imported 0 devices, 2 already present" in again.stdout
+
+    relay = Relay(relay_binary, "ingest", env, tmp_path / "ingest.log").wait_healthy()
+    try:
+        status, device, _ = request("GET", f"{relay.base}/devices/V1StGXR8_Z5jdH", headers={"Authorization": "Bearer old-login-token-1"})
+        assert status == 200
+        assert device["device_token"] == "ab" * 32
+        assert device["date_added"] == "2026-09-20T12:00:00Z"
+        assert device["last_successful_notification"] == "2026-09-21T08:30:00Z"
+        status, device, _ = request("GET", f"{relay.base}/devices/KfI-VXnua6d58Z", headers={"Authorization": "Bearer old-login-token-2"})
+        assert status == 200 and device["down_notification_level"] == "time-sensitive"
+        assert device["date_added"] == "2026-09-19T05:15:00Z" and device["last_successful_notification"] == ""
+        assert request("GET", f"{relay.base}/devices/KfI-VXnua6d58Z", headers={"Authorization": "Bearer wrong"})[0] == 401
+        status, body, _ = request("POST", f"{relay.base}/wh/V1StGXR8_Z5jdH", {"heartbeat": None, "monitor": None, "msg": "hi"})
+        assert status in (200, 202), body
+    finally:
+        relay.stop()
