@@ -11,6 +11,7 @@ packages=(
   libnghttp2-dev      # Deliver: HTTP/2 framing
   openssl             # make run: throwaway CA, certificates and signing key
   curl                # make run walk-through, healthchecks in scripts
+  systemd             # systemd-analyze verify of deploy/systemd in the tests
 )
 
 # `install-deps.sh bench` adds what `make bench` measures against.
