@@ -3,7 +3,7 @@ SHELL := /bin/bash
 .DEFAULT_GOAL := help
 PYTEST := .venv/bin/pytest
 
-.PHONY: help deps venv build release test test-swift test-e2e run bench clean
+.PHONY: help deps venv build release test test-swift test-e2e run bench fuzz clean
 
 help:
 	@echo "make run    install what is missing, build, start the relay (see README)"
@@ -41,6 +41,10 @@ bench: venv
 	@scripts/install-deps.sh bench
 	@scripts/setup-venv.sh bench/requirements.txt
 	.venv/bin/python bench/run.py
+
+# libFuzzer on every parser of outside bytes, FUZZ_SECONDS (60) each; `make test` replays the corpus and crashes.
+fuzz: deps
+	@scripts/fuzz.sh
 
 clean:
 	rm -rf .build .dev

@@ -1,4 +1,5 @@
 // swift-tools-version:6.0
+import Foundation
 import PackageDescription
 
 /// Compiler settings shared by every Swift target: Swift 6 language mode (strict concurrency) is the
@@ -52,3 +53,10 @@ let package = Package(
     ],
     swiftLanguageModes: [.v6]
 )
+
+// `make fuzz` only: libFuzzer targets, built with -sanitize=fuzzer into their own build folder (scripts/fuzz.sh).
+// They have no main (libFuzzer brings it), so they exist only when asked for.
+if ProcessInfo.processInfo.environment["KUMAPUSH_FUZZ"] == "1" {
+    package.targets.append(.executableTarget(name: "FuzzTargets", dependencies: ["Common", "Ingest", "Deliver"],
+                                             path: "fuzz/Sources/FuzzTargets", swiftSettings: strictSettings))
+}

@@ -48,9 +48,5 @@ public enum Verdict: Sendable, Equatable {
     }
 
     /// APNs' error body is `{"reason":"…"}` (plus `timestamp` on 410).
-    public static func reason(fromBody body: [UInt8]) -> String {
-        guard !body.isEmpty, let reason = (try? JSONParser.parse(body))?["reason"]?.stringValue else { return "" }
-        // Reasons are short identifiers; anything else is not worth storing or logging verbatim.
-        return String(reason.prefix(64).filter { $0.isASCII && ($0.isLetter || $0.isNumber) })
-    }
+    public static func reason(fromBody body: [UInt8]) -> String { APNsErrorBody.reason(body) }
 }

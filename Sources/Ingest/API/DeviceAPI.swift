@@ -99,7 +99,7 @@ struct DeviceAPI: Sendable {
     }
 
     /// The token of `Authorization: Bearer <token>` (scheme case-insensitive, surrounding spaces trimmed).
-    static func bearerToken(_ header: String?) -> String? {
+    public static func bearerToken(_ header: String?) -> String? {
         guard let header, header.utf8.count > 7, header.prefix(7).lowercased() == "bearer " else { return nil }
         let token = header.dropFirst(7).trimmingWhitespace()
         return token.isEmpty ? nil : token

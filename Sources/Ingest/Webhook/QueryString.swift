@@ -1,7 +1,7 @@
 /// `application/x-www-form-urlencoded` query strings: `&`-separated `name=value`, `+` is a space, `%XX` bytes.
-enum QueryString {
+public enum QueryString {
     /// The parameters (the last of a repeated name wins), or nil when an escape or the UTF-8 is invalid.
-    static func parse(_ query: String) -> [String: String]? {
+    public static func parse(_ query: String) -> [String: String]? {
         var result: [String: String] = [:]
         for pair in query.split(separator: "&", omittingEmptySubsequences: true) {
             let parts = pair.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
