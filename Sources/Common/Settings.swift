@@ -11,6 +11,13 @@ public struct Settings: Sendable, Equatable {
     /// Prefix every route is mounted under, normalised to `""` or `/something` without a trailing slash.
     public var basePath = ""
 
+    /// Connections the ingest listener keeps open at most; more are refused at accept.
+    public var httpMaxConnections = 10_000
+    /// A connection idle (or trickling a request) this long is closed, so slow clients cannot pin threads.
+    public var httpIdleTimeout: Duration = .seconds(30)
+    /// Per-connection buffer for the request line and headers; larger headers are refused.
+    public var httpMaxHeaderBytes = 32 * 1024
+
     // Storage
     public var databasePath = "./data/kumapush.db"
     /// SQLite `synchronous`: `normal` survives any process crash; `full` also survives power loss.

@@ -30,10 +30,16 @@ public final class ProviderTokenSource: Sendable {
         current = Mutex(nil)
     }
 
-    /// Loads the key named by APNS_AUTH_KEY_PATH; failures name the variable (exit 2 at start-up).
-    public static func load(settings: Settings, clock: any WallClock) throws(ConfigurationError) -> ProviderTokenSource {
+    /// Loads the key named by APNS_AUTH_KEY_PATH; failures name the variable (exit 2 at start-up). A key file
+    /// others can read is loaded but reported to `logger` (it is the one secret that can push to every user).
+    public static func load(settings: Settings, clock: any WallClock, logger: Logger? = nil) throws(ConfigurationError) -> ProviderTokenSource {
         try settings.validateForDelivery()
         let path = settings.apnsAuthKeyPath ?? ""
+        if let attributes = try? FileManager.default.attributesOfItem(atPath: path),
+           let permissions = (attributes[.posixPermissions] as? NSNumber)?.intValue, permissions & 0o004 != 0 {
+            logger?.warning("the APNs signing key is world-readable: chmod 640 it (owner root, group of the relay's user)",
+                            ["path": path, "mode": String(permissions, radix: 8)])
+        }
         guard let pem = FileManager.default.contents(atPath: path) else {
             throw ConfigurationError(variable: "APNS_AUTH_KEY_PATH", message: "cannot read \(path)")
         }

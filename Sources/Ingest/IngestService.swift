@@ -39,7 +39,10 @@ public final class IngestService: Sendable {
 
     /// Starts listening. Throws when a listener cannot bind.
     public func start(apiConfiguration: HTTPServer.Configuration? = nil) throws {
-        let configuration = apiConfiguration ?? HTTPServer.Configuration(host: settings.host, port: settings.port)
+        var configuration = apiConfiguration ?? HTTPServer.Configuration(host: settings.host, port: settings.port)
+        configuration.connectionLimit = settings.httpMaxConnections
+        configuration.connectionTimeout = max(1, Int(settings.httpIdleTimeout.wholeMilliseconds / 1000))
+        configuration.connectionMemoryLimit = settings.httpMaxHeaderBytes
         let api = try HTTPServer(configuration) { [self] request, responder in handle(request, responder: responder) }
         let metricsServer = try settings.metricsAddress.map { try MetricsServer.start(on: $0, metrics: metrics) }
         servers.withLock { $0 = (api, metricsServer) }

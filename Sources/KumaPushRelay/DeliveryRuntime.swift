@@ -13,7 +13,7 @@ final class DeliveryRuntime: Sendable {
 
     init(settings: Settings, store: any RelayStore, logger: Logger, metrics: MetricsRegistry) throws {
         let clock = SystemClock()
-        let tokens = try ProviderTokenSource.load(settings: settings, clock: clock)
+        let tokens = try ProviderTokenSource.load(settings: settings, clock: clock, logger: logger)
         let tls: TLSContext
         do {
             tls = try TLSContext.client(extraCAFile: settings.apnsCAFile)

@@ -10,6 +10,8 @@ enum TerminationSignals {
         pthread_sigmask(SIG_BLOCK, &set, nil)
         // A closed pipe (client gone mid-response) must not kill the process.
         signal(SIGPIPE, SIG_IGN)
+        // Nor a file-size limit: SQLite then gets EFBIG, and the relay answers 503 like for a full disk.
+        signal(SIGXFSZ, SIG_IGN)
     }
 
     /// Blocks until SIGTERM or SIGINT arrives; returns its name.

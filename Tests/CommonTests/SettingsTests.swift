@@ -44,6 +44,7 @@ import Testing
             "RATE_LIMIT_WEBHOOK": "100/10s,1000/1h", "RATE_LIMIT_WEBHOOK_FAILED": "3/1m", "DEVICE_BURST": "off",
             "BEHIND_PROXY": "true", "PROXY_HEADER": "X-Real-IP", "TRUSTED_PROXIES": "10.0.0.0/8, fd00::/8",
             "METRICS_ADDR": "off", "LOG_LEVEL": "debug", "LOG_FORMAT": "json",
+            "HTTP_MAX_CONNECTIONS": "50", "HTTP_IDLE_TIMEOUT": "5s", "HTTP_MAX_HEADER_BYTES": "8192",
         ]
         // The test itself must not go stale: it names every variable there is.
         #expect(Set(environment.keys).union(["APNS_ENVIRONMENT"]) == Set(Settings.variables.map(\.name)))
@@ -63,6 +64,7 @@ import Testing
         #expect(s.deviceBurst == nil && s.behindProxy && s.proxyHeader == "X-Real-IP")
         #expect(s.trustedProxies.map(\.description) == ["10.0.0.0/8", "fd00::/8"])
         #expect(s.metricsAddress == nil && s.logLevel == .debug && s.logFormat == .json)
+        #expect(s.httpMaxConnections == 50 && s.httpIdleTimeout == .seconds(5) && s.httpMaxHeaderBytes == 8192)
     }
 
     @Test func apnsEnvironmentWinsOverEnv() throws {
@@ -83,6 +85,7 @@ import Testing
         "RATE_LIMIT_WEBHOOK_FAILED": "10/0s", "DEVICE_BURST": "none", "BEHIND_PROXY": "maybe",
         "PROXY_HEADER": "X Forwarded", "TRUSTED_PROXIES": "10.0.0.0/33", "METRICS_ADDR": "localhost",
         "LOG_LEVEL": "loud", "LOG_FORMAT": "xml",
+        "HTTP_MAX_CONNECTIONS": "0", "HTTP_IDLE_TIMEOUT": "500ms", "HTTP_MAX_HEADER_BYTES": "12",
     ]
     static let freeText: Set = ["APNS_AUTH_KEY_PATH", "APNS_KEY_ID", "APNS_TEAM_ID", "APP_BUNDLE_IDENTIFIER", "ENV", "APNS_CA_FILE"]
 

@@ -36,7 +36,17 @@ final class SQLiteConnection {
         sqlite3_extended_result_codes(db, 1)
         sqlite3_busy_timeout(db, options.busyTimeoutMillis)
         // journal_mode=WAL first: it reads the file header, so a file that is not a database fails here, clearly.
-        try execute("PRAGMA journal_mode = WAL")
+        // Switching a new database to WAL needs an exclusive lock and does not wait in the busy handler, so two
+        // processes created together (ingest and deliver started by systemd at once) retry it themselves.
+        let deadline = ContinuousClock.now + .milliseconds(Int64(options.busyTimeoutMillis))
+        while true {
+            do {
+                try execute("PRAGMA journal_mode = WAL")
+                break
+            } catch let error as SQLiteError where error.primaryCode == SQLITE_BUSY && ContinuousClock.now < deadline {
+                usleep(10_000)
+            }
+        }
         try execute("PRAGMA foreign_keys = ON")
         // Deleted rows (finished jobs hold notification content) are overwritten on disk, not just unlinked.
         try execute("PRAGMA secure_delete = ON")

@@ -1,0 +1,173 @@
+"""Hostile clients and a sick disk: limits hold, nothing acknowledged is lost, and the relay recovers."""
+import os
+import resource
+import signal
+import socket
+import sqlite3
+import subprocess
+import threading
+import time
+
+import pytest
+
+from relayproc import Relay, relay_env, request, wait_until
+
+ALERT = b'{"heartbeat":{"status":0,"msg":"Request failed with status code 503"},"monitor":{"id":1,"name":"Shop API"},"msg":"x"}'
+
+
+def start_ingest(relay_binary, tmp_path, preexec=None, **overrides):
+    env = relay_env(tmp_path, RATE_LIMIT_WEBHOOK="off", RATE_LIMIT_WEBHOOK_FAILED="off", **overrides)
+    relay = Relay(relay_binary, "ingest", env, tmp_path / "ingest.log")
+    if preexec:
+        relay.process.kill()
+        relay.process.wait()
+        relay.process = subprocess.Popen([str(relay_binary), "ingest"], env=env, stdout=relay.log, stderr=relay.log, preexec_fn=preexec)
+    return relay.wait_healthy()
+
+
+def register(relay, seed=1):
+    status, body, _ = request("POST", f"{relay.base}/devices", {"device_token": f"{seed:064x}"})
+    assert status == 201
+    return body["id"]
+
+
+def stored_ids(db):
+    with sqlite3.connect(db) as connection:
+        return {row[0] for row in connection.execute("SELECT public_id FROM jobs")}
+
+
+def test_a_database_locked_by_another_process_answers_503_without_hanging(relay_binary, tmp_path):
+    relay = start_ingest(relay_binary, tmp_path)
+    try:
+        device = register(relay)
+        holder = sqlite3.connect(tmp_path / "relay.db", isolation_level=None, timeout=1)
+        holder.execute("BEGIN IMMEDIATE")  # the write lock, held longer than the relay's 5 s busy timeout
+        started = time.monotonic()
+        status, body, headers = request("POST", f"{relay.base}/wh/{device}", ALERT, timeout=30)
+        waited = time.monotonic() - started
+        assert status == 503 and body == {"error": "queue unavailable"} and headers["Retry-After"] == "5"
+        assert waited < 15, f"answered after {waited:.1f} s"
+        holder.execute("ROLLBACK")
+        holder.close()
+        status, body, _ = request("POST", f"{relay.base}/wh/{device}", ALERT)
+        assert status == 202 and stored_ids(tmp_path / "relay.db") == {body["id"]}
+    finally:
+        relay.stop()
+
+
+def test_a_full_disk_answers_503_loses_nothing_acknowledged_and_recovers(relay_binary, tmp_path):
+    """RLIMIT_FSIZE stands in for a full disk: writes past it fail (EFBIG), as they would with ENOSPC."""
+    limit = 600 * 1024
+
+    def small_disk():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    relay = start_ingest(relay_binary, tmp_path, preexec=small_disk)
+    try:
+        device = register(relay)
+        acknowledged, statuses = [], []
+        for _ in range(3000):
+            status, body, headers = request("POST", f"{relay.base}/wh/{device}", ALERT)
+            statuses.append(status)
+            if status == 202:
+                acknowledged.append(body["id"])
+            elif status == 503:
+                assert body == {"error": "queue unavailable"} and headers["Retry-After"] == "5"
+                break
+        assert statuses[-1] == 503, "the disk filled up"
+        assert set(acknowledged) <= stored_ids(tmp_path / "relay.db"), "every acknowledged webhook is stored"
+        assert request("GET", f"{relay.base}/health")[0] in (200, 503)
+
+        resource.prlimit(relay.process.pid, resource.RLIMIT_FSIZE, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+        status, body, _ = wait_until(lambda: (r := request("POST", f"{relay.base}/wh/{device}", ALERT))[0] == 202 and r,
+                                     timeout=30, what="recovery once space returns")
+        assert body["id"] in stored_ids(tmp_path / "relay.db")
+    finally:
+        relay.stop()
+
+
+def test_a_file_that_is_not_a_database_stops_startup_with_exit_2(relay_binary, tmp_path):
+    (tmp_path / "relay.db").write_bytes(os.urandom(16384))
+    result = subprocess.run([str(relay_binary), "ingest"], env=relay_env(tmp_path), capture_output=True, text=True, timeout=30)
+    assert result.returncode == 2 and "DATABASE_PATH" in result.stderr
+
+
+def test_slow_clients_cannot_pin_the_server_and_are_cut_off(relay_binary, tmp_path):
+    relay = start_ingest(relay_binary, tmp_path, HTTP_IDLE_TIMEOUT="1s")
+    try:
+        slow = []
+        for _ in range(64):
+            sock = socket.create_connection(("127.0.0.1", relay.port))
+            sock.sendall(b"POST /wh/x HTTP/1.1\r\nHost: x\r\n")  # and never more
+            slow.append(sock)
+        assert request("GET", f"{relay.base}/health")[0] == 200, "others are still served"
+
+        def closed(sock):
+            sock.settimeout(5)
+            try:
+                return sock.recv(1024) == b"" or True
+            except (ConnectionResetError, socket.timeout):
+                return False
+        assert all(closed(sock) for sock in slow), "idle connections are closed by the server"
+    finally:
+        for sock in slow:
+            sock.close()
+        relay.stop()
+
+
+def test_oversized_headers_are_refused_and_the_server_stays_healthy(relay_binary, tmp_path):
+    relay = start_ingest(relay_binary, tmp_path, HTTP_MAX_HEADER_BYTES="8192")
+    try:
+        status, _, _ = request("GET", f"{relay.base}/health", headers={"X-Padding": "a" * 20000})
+        assert status in (400, 413, 431)
+        assert request("GET", f"{relay.base}/health")[0] == 200
+    finally:
+        relay.stop()
+
+
+def proc_status(pid):
+    fds = len(os.listdir(f"/proc/{pid}/fd"))
+    rss = int([l for l in open(f"/proc/{pid}/status") if l.startswith("VmRSS")][0].split()[1]) // 1024
+    return fds, rss
+
+
+def test_file_descriptors_and_memory_stay_flat_over_100000_requests(relay_binary, tmp_path):
+    relay = start_ingest(relay_binary, tmp_path)
+    try:
+        device = register(relay)
+        payload = (f"POST /wh/{device} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                   f"Content-Length: {len(ALERT)}\r\n\r\n").encode() + ALERT
+        samples = {}
+
+        def client(count):
+            sock = socket.create_connection(("127.0.0.1", relay.port))
+            buffer = b""
+            for _ in range(count):
+                sock.sendall(payload)
+                while b"\r\n\r\n" not in buffer:
+                    buffer += sock.recv(65536)
+                head, _, buffer = buffer.partition(b"\r\n\r\n")
+                length = int([l for l in head.split(b"\r\n") if l.lower().startswith(b"content-length")][0].split(b":")[1])
+                while len(buffer) < length:
+                    buffer += sock.recv(65536)
+                assert head.startswith(b"HTTP/1.1 202"), head
+                buffer = buffer[length:]
+            sock.close()
+
+        def round_of(total):
+            threads = [threading.Thread(target=client, args=(total // 8,)) for _ in range(8)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+
+        round_of(20_000)
+        samples["after 20k"] = proc_status(relay.process.pid)
+        round_of(80_000)
+        samples["after 100k"] = proc_status(relay.process.pid)
+        (fds_a, rss_a), (fds_b, rss_b) = samples["after 20k"], samples["after 100k"]
+        assert fds_b <= fds_a + 2, samples
+        assert rss_b <= rss_a + 16, samples  # the SQLite page cache may still fill; no per-request growth
+        assert len(stored_ids(tmp_path / "relay.db")) == 100_000
+    finally:
+        relay.stop()
