@@ -42,6 +42,7 @@ class FakeAPNs:
         self.unavailable = False    # every push gets 503
         self.goaway_after = None    # send GOAWAY after this many more pushes
         self.drop_next = False      # drop the connection on the next push
+        self.hostile_next = None    # "endless_data" or "ping_flood" on the next push
         self.connections = 0
         self._transports = set()
         self.loop = asyncio.new_event_loop()
@@ -172,6 +173,22 @@ class _Protocol(asyncio.Protocol):
                 self.respond(event.stream_id)
         self.transport.write(self.conn.data_to_send())
 
+    def misbehave(self, how, stream_id):
+        """A broken or hostile server, as far as the client can tell."""
+        if how == "endless_data":
+            # A 200 whose body never ends (the client must give up on the stream, not buffer forever).
+            self.conn.send_headers(stream_id, [(":status", "200")])
+            self.transport.write(self.conn.data_to_send())
+            for _ in range(40):
+                if self.conn.local_flow_control_window(stream_id) < 65536:
+                    break
+                self.conn.send_data(stream_id, b"x" * 65536)
+                self.transport.write(self.conn.data_to_send())
+        elif how == "ping_flood":
+            for _ in range(20000):
+                self.conn.ping(b"12345678")
+            self.transport.write(self.conn.data_to_send())
+
     def respond(self, stream_id):
         request = self.streams.pop(stream_id)
         fake = self.fake
@@ -180,6 +197,10 @@ class _Protocol(asyncio.Protocol):
                 fake.drop_next = False
                 self.transport.abort()
                 return
+            hostile, fake.hostile_next = fake.hostile_next, None
+        if hostile:
+            return self.misbehave(hostile, stream_id)
+        with fake.lock:
             goaway = False
             if fake.goaway_after is not None:
                 if fake.goaway_after <= 0:

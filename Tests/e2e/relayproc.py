@@ -99,7 +99,7 @@ def relay_env(tmp_path, **overrides):
         "PORT": str(free_port()),
         "HOST": "127.0.0.1",
         "METRICS_ADDR": f"127.0.0.1:{free_port()}",
-        "LOG_LEVEL": "warning",
+        "LOG_LEVEL": os.environ.get("RELAY_LOG_LEVEL", "warning"),
     }
     env.update({key: str(value) for key, value in overrides.items()})
     return env

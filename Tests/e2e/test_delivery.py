@@ -232,3 +232,21 @@ def test_an_alert_storm_becomes_a_few_digests_that_account_for_every_alert(relay
     assert listed() == [f"M{m}" for m in range(60)]
     assert len(fake_apns.pushes(token(300))) <= 15
     assert [p["payload"]["aps"]["alert"]["title"] for p in fake_apns.pushes(token(301))] == ["M1000 is down", "M1001 is down", "M1002 is down"]
+
+
+import pytest  # noqa: E402
+
+
+@pytest.mark.parametrize("how", ["endless_data", "ping_flood"])
+def test_a_hostile_apns_loses_its_connection_not_our_jobs(relays, fake_apns, how):
+    """A server that streams an endless body or floods PINGs: that stream or connection is dropped, the push is
+    retried, and other devices' pushes are unaffected."""
+    relay = relays("serve")
+    victim, _ = register(relay, 400)
+    bystander, _ = register(relay, 401)
+    fake_apns.hostile_next = how
+    assert request("POST", f"{relay.base}/wh/{victim}", alert(1, "DB", 0, "first"))[0] == 202
+    assert request("POST", f"{relay.base}/wh/{bystander}", alert(2, "Web", 0, "other"))[0] == 202
+    wait_until(lambda: fake_apns.bodies(token(400)) == ["first"], timeout=30, what="the retried push")
+    wait_until(lambda: fake_apns.bodies(token(401)) == ["other"], timeout=30, what="the bystander's push")
+    assert request("GET", f"{relay.base}/health")[0] == 200
