@@ -14,13 +14,7 @@ final class TLSConnection {
     /// A client connection to `host`: SNI for names (not for IP literals, RFC 6066 §3), and the certificate must
     /// match the name or IP address.
     init(clientOf context: TLSContext, host: String) throws {
-        guard let ssl = SSL_new(context.handle) else { throw TLSError("SSL_new") }
-        self.ssl = ssl
-        guard let incoming = BIO_new(BIO_s_mem()), let outgoing = BIO_new(BIO_s_mem()) else { throw TLSError("BIO_new") }
-        self.incoming = incoming
-        self.outgoing = outgoing
-        // SSL_set_bio takes ownership of both BIOs; SSL_free frees them.
-        SSL_set_bio(ssl, incoming, outgoing)
+        (ssl, incoming, outgoing) = try Self.sessionWithMemoryBIOs(context)
         SSL_set_connect_state(ssl)
         if Self.isIPLiteral(host) {
             guard X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), host) == 1 else { throw TLSError("bad IP \(host)") }
@@ -33,13 +27,19 @@ final class TLSConnection {
 
     /// A server connection.
     init(serverOf context: TLSContext) throws {
-        guard let ssl = SSL_new(context.handle) else { throw TLSError("SSL_new") }
-        self.ssl = ssl
-        guard let incoming = BIO_new(BIO_s_mem()), let outgoing = BIO_new(BIO_s_mem()) else { throw TLSError("BIO_new") }
-        self.incoming = incoming
-        self.outgoing = outgoing
-        SSL_set_bio(ssl, incoming, outgoing)
+        (ssl, incoming, outgoing) = try Self.sessionWithMemoryBIOs(context)
         SSL_set_accept_state(ssl)
+    }
+
+    /// A new SSL with a memory BIO each way. SSL_set_bio hands both BIOs to the SSL; SSL_free frees them.
+    private static func sessionWithMemoryBIOs(_ context: TLSContext) throws -> (OpaquePointer, OpaquePointer, OpaquePointer) {
+        guard let ssl = SSL_new(context.handle) else { throw TLSError("SSL_new") }
+        guard let incoming = BIO_new(BIO_s_mem()), let outgoing = BIO_new(BIO_s_mem()) else {
+            SSL_free(ssl)
+            throw TLSError("BIO_new")
+        }
+        SSL_set_bio(ssl, incoming, outgoing)
+        return (ssl, incoming, outgoing)
     }
 
     deinit { SSL_free(ssl) }
