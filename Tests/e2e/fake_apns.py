@@ -42,7 +42,7 @@ class FakeAPNs:
         self.unavailable = False    # every push gets 503
         self.goaway_after = None    # send GOAWAY after this many more pushes
         self.drop_next = False      # drop the connection on the next push
-        self.hostile_next = None    # "endless_data" or "ping_flood" on the next push
+        self.hostile_next = None    # "endless_data", "ping_flood" or "settings_flood" on the next push
         self.connections = 0
         self._transports = set()
         self.loop = asyncio.new_event_loop()
@@ -184,6 +184,10 @@ class _Protocol(asyncio.Protocol):
                     break
                 self.conn.send_data(stream_id, b"x" * 65536)
                 self.transport.write(self.conn.data_to_send())
+        elif how == "settings_flood":
+            for _ in range(20000):
+                self.conn.update_settings({h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS: 100})
+            self.transport.write(self.conn.data_to_send())
         elif how == "ping_flood":
             for _ in range(20000):
                 self.conn.ping(b"12345678")
