@@ -15,8 +15,11 @@ public final class DeliveryEngine: Sendable {
         public var backoff: Backoff
         public var deadLetterRetention: Duration
         public var tombstoneRetention: Duration
-        /// How often an idle engine checks the database for jobs written by other processes.
+        /// How often the engine checks the database for jobs written by other processes while busy…
         public var pollInterval: Duration = .milliseconds(5)
+        /// …and after a second without work, so an idle deliverer costs almost nothing (measured: 1.6 % of a core
+        /// at 5 ms; `serve` is woken directly by its ingest and does not depend on this).
+        public var idlePollInterval: Duration = .milliseconds(25)
         /// DEVICE_BURST: pushes per device per minute before waiting alerts merge into a digest (nil: never).
         public var deviceBurst: Int?
         /// Most alerts one digest merges.
@@ -148,6 +151,7 @@ public final class DeliveryEngine: Sendable {
                     state.claimDue = true
                 }
                 let change = (try? store.changeCounter()) ?? lastChange
+                if change != lastChange || wakeRequested || !answers.isEmpty { state.lastActivity = .now }
                 if change != lastChange || wakeRequested || state.nextRetryAt.map({ $0 <= now }) == true {
                     lastChange = change
                     state.claimDue = true
@@ -174,7 +178,9 @@ public final class DeliveryEngine: Sendable {
             return busy
         }
         if busy { return }
-        _ = condition.wait(until: Date().addingTimeInterval(configuration.pollInterval.seconds))
+        let idle = ContinuousClock.now - loopState.lastActivity > .seconds(1) && loopState.inFlight.isEmpty
+        let interval = idle ? configuration.idlePollInterval : configuration.pollInterval
+        _ = condition.wait(until: Date().addingTimeInterval(interval.seconds))
         shared.withLock { $0.sleeping = false }
     }
 
@@ -449,5 +455,7 @@ final class UncheckedLoopState: @unchecked Sendable {
     var breaker = OutageBreaker()
     var claimDue = true
     var nextRetryAt: Int64?
+    /// Last time there was anything to do (for the idle poll interval).
+    var lastActivity = ContinuousClock.now
     let graceDeadline = Mutex<ContinuousClock.Instant?>(nil)
 }
