@@ -67,6 +67,7 @@ extension SQLiteStore {
         guard !outcomes.isEmpty else { return [] }
         return try write { db in
             let promote = try db.statement(Self.promoteNext)
+            var delivered: Set<String> = []
             var applied: [Bool] = []
             applied.reserveCapacity(outcomes.count)
             for outcome in outcomes {
@@ -79,9 +80,7 @@ extension SQLiteStore {
                     let devices = finished.map(\.0)
                     for device in devices {
                         try Self.settleMerged(outcome.merged, device: device, deadLetterReason: nil, now: now, db)
-                        try db.statement("""
-                            UPDATE devices SET last_successful_notification = ?1, last_delivery_error = '' WHERE id = ?2
-                            """).run([.integer(now), .text(device)])
+                        delivered.insert(device)
                         try promote.run([.text(device)])
                     }
                     applied.append(!devices.isEmpty)
@@ -127,6 +126,9 @@ extension SQLiteStore {
                     applied.append(!devices.isEmpty)
                 }
             }
+            // A device's last success is the same `now` for every job of the batch: one update per device.
+            let success = try db.statement("UPDATE devices SET last_successful_notification = ?1, last_delivery_error = '' WHERE id = ?2")
+            for device in delivered { try success.run([.integer(now), .text(device)]) }
             return applied
         }
     }
