@@ -80,10 +80,9 @@ public enum ES256 {
     }
 
     static func raw(fromDER der: [UInt8]) throws(KeyError) -> [UInt8] {
-        var pointer: UnsafePointer<UInt8>? = der.withUnsafeBufferPointer { $0.baseAddress }
-        // d2i reads from a pointer it advances; the array outlives the call.
+        // d2i reads through a pointer it advances; it is only used inside the closure that keeps the array alive.
         let parsed = der.withUnsafeBufferPointer { buffer -> OpaquePointer? in
-            pointer = buffer.baseAddress
+            var pointer: UnsafePointer<UInt8>? = buffer.baseAddress
             return d2i_ECDSA_SIG(nil, &pointer, buffer.count)
         }
         guard let signature = parsed else { throw KeyError(description: "bad DER signature") }

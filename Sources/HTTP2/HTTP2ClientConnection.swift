@@ -83,7 +83,7 @@ public final class HTTP2ClientConnection: Sendable {
         loop.execute { [self] in
             let (fd, tls) = box.value
             let connection = ClientCore(owner: self, fd: fd, tls: tls)
-            core.withLock { $0 = UncheckedBox(connection).value }
+            core.withLock { $0 = connection }
             connection.start()
         }
     }
