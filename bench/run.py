@@ -278,8 +278,11 @@ def bench_queue(results):
 def serve_with_sim(label, record):
     sim, sim_port = start_sim(record=record)
     port, metrics_port = free_port(), free_port()
+    # DEVICE_BURST off: these runs send several alerts a second to each device, which the default (10 a minute)
+    # would merge into digests — they measure per-alert latency and loss, where every job must reach APNs itself.
     serve = start([RELAY, "serve"], relay_env(WORK / f"{label}.db", PORT=port, METRICS_ADDR=f"127.0.0.1:{metrics_port}",
-                                              RETRY_BASE="200ms", RETRY_MAX="5s", **apns_env(sim_port)), WORK / f"{label}.log")
+                                              RETRY_BASE="200ms", RETRY_MAX="5s", DEVICE_BURST="off", **apns_env(sim_port)),
+                  WORK / f"{label}.log")
     wait_until(lambda: healthy(port), what="serve")
     return sim, sim_port, serve, port
 
