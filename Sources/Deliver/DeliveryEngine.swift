@@ -76,7 +76,7 @@ public final class DeliveryEngine: Sendable {
     private let condition = NSCondition()
     private let finished = DispatchSemaphore(value: 0)
     /// Loop-thread state, boxed so the Sendable engine can own it (touched only by the delivery thread).
-    private let loopState = UncheckedLoopState()
+    let loopState = UncheckedLoopState()
 
     public init(configuration: Configuration, store: any RelayStore, pool: APNsConnectionPool, tokens: ProviderTokenSource,
                 factory: APNsRequestFactory, clock: any WallClock, logger: Logger, metrics: MetricsRegistry) {
@@ -264,27 +264,6 @@ public final class DeliveryEngine: Sendable {
         }
     }
 
-    /// When a device over its burst had a push less than `digestWindow` ago: the time its next push may go, so
-    /// this job waits for the alerts still arriving and they leave together.
-    private func digestWindowEnd(for job: ClaimedJob, now: Int64) -> Int64? {
-        guard let burst = configuration.deviceBurst, !job.reportsOutcome,
-              loopState.recentSends(to: job.deviceID, now: now) >= burst,
-              let last = loopState.lastSend(to: job.deviceID) else { return nil }
-        let end = last + configuration.digestWindow.wholeMilliseconds
-        return now < end ? end : nil
-    }
-
-    /// Alert storms (SPEC §3): when the device has had more than DEVICE_BURST pushes sent or waiting within a
-    /// minute, the jobs waiting behind this head (oldest first, up to a Test-button job) go out with it as one digest.
-    /// A device with no push in the last minute is never merged, so a first alert always goes out alone and at once.
-    private func stormBacklog(of job: ClaimedJob, now: Int64) -> [PendingJob] {
-        guard let burst = configuration.deviceBurst else { return [] }
-        let recent = loopState.recentSends(to: job.deviceID, now: now)
-        guard recent > 0, let pending = try? store.pendingJobs(deviceID: job.deviceID, limit: configuration.maximumMerged),
-              recent + pending.count + 1 > burst else { return [] }
-        return Array(pending.prefix { !$0.reportsOutcome })
-    }
-
     private func dispatchResends() {
         let state = loopState
         guard !state.resendQueue.isEmpty, pool.freeStreams > 0 else { return }
@@ -425,37 +404,4 @@ public final class DeliveryEngine: Sendable {
         case .refreshProviderToken: return "ExpiredProviderToken"
         }
     }
-}
-
-/// State only the delivery thread touches. @unchecked Sendable: every field except `graceDeadline` (a Mutex) is
-/// read and written by the delivery thread alone; the engine holds it only to keep it alive.
-final class UncheckedLoopState: @unchecked Sendable {
-    var inFlight: [Int64: DeliveryEngine.InFlight] = [:]
-    /// Send times (ms) per device within the last minute, for DEVICE_BURST.
-    private var sends: [String: [Int64]] = [:]
-    private var sendsPrunedAt: Int64 = 0
-
-    func recordSend(to device: String, at now: Int64) {
-        sends[device, default: []].append(now)
-        if now - sendsPrunedAt > 60_000 {
-            sendsPrunedAt = now
-            sends = sends.compactMapValues { times in
-                let recent = times.filter { now - $0 < 60_000 }
-                return recent.isEmpty ? nil : recent
-            }
-        }
-    }
-
-    func lastSend(to device: String) -> Int64? { sends[device]?.last }
-
-    func recentSends(to device: String, now: Int64) -> Int {
-        sends[device]?.reduce(0) { $0 + (now - $1 < 60_000 ? 1 : 0) } ?? 0
-    }
-    var resendQueue: [(ClaimedJob, Bool, Int)] = []
-    var breaker = OutageBreaker()
-    var claimDue = true
-    var nextRetryAt: Int64?
-    /// Last time there was anything to do (for the idle poll interval).
-    var lastActivity = ContinuousClock.now
-    let graceDeadline = Mutex<ContinuousClock.Instant?>(nil)
 }

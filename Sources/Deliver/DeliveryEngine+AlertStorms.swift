@@ -1,0 +1,27 @@
+import Common
+import Queue
+
+/// Alert storms (SPEC §3 "Alert storms"): a device over DEVICE_BURST gets at most one push per digest window,
+/// and that push carries what waits behind it.
+extension DeliveryEngine {
+    /// When a device over its burst had a push less than `digestWindow` ago: the time its next push may go, so
+    /// this job waits for the alerts still arriving and they leave together.
+    func digestWindowEnd(for job: ClaimedJob, now: Int64) -> Int64? {
+        guard let burst = configuration.deviceBurst, !job.reportsOutcome,
+              loopState.recentSends(to: job.deviceID, now: now) >= burst,
+              let last = loopState.lastSend(to: job.deviceID) else { return nil }
+        let end = last + configuration.digestWindow.wholeMilliseconds
+        return now < end ? end : nil
+    }
+
+    /// Alert storms (SPEC §3): when the device has had more than DEVICE_BURST pushes sent or waiting within a
+    /// minute, the jobs waiting behind this head (oldest first, up to a Test-button job) go out with it as one digest.
+    /// A device with no push in the last minute is never merged, so a first alert always goes out alone and at once.
+    func stormBacklog(of job: ClaimedJob, now: Int64) -> [PendingJob] {
+        guard let burst = configuration.deviceBurst else { return [] }
+        let recent = loopState.recentSends(to: job.deviceID, now: now)
+        guard recent > 0, let pending = try? store.pendingJobs(deviceID: job.deviceID, limit: configuration.maximumMerged),
+              recent + pending.count + 1 > burst else { return [] }
+        return Array(pending.prefix { !$0.reportsOutcome })
+    }
+}
