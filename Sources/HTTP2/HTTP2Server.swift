@@ -179,7 +179,8 @@ final class ServerCore: HTTP2Transport, HTTP2SessionDelegate, @unchecked Sendabl
 
     override func transportClosed(reason: String) {
         requests.removeAll()
-        server?.removed(self)
+        // The server's table holds the last reference: drop it after this call returns, never during it.
+        loop.execute { [self] in server?.removed(self) }
     }
 
     func respond(_ stream: Int32, status: Int, headers: [(String, String)], body: [UInt8]) {

@@ -126,6 +126,8 @@ class HTTP2Transport {
     private var flushRequested = false
     /// A close asked for while a flush was serialising frames; done once those frames are written.
     private var closeAfterFlush: String?
+    /// A graceful close is under way (its own final flush must not start another).
+    private var closing = false
 
     /// Sends whatever the HTTP/2 session has ready. nghttp2 calls back into us while it serialises frames (a stream
     /// closes, a waiting request gets submitted, which flushes again): such a nested call only asks the outer one
@@ -150,6 +152,11 @@ class HTTP2Transport {
             }
         } while flushRequested && !isClosed
         flushing = false
+        // nghttp2 ended the session itself (a protocol error from the peer: it sent GOAWAY and now wants neither to
+        // read nor to write): the connection is dead, whatever the socket says, and its streams must fail now.
+        if !isClosed, !closing, closeAfterFlush == nil, !session.wantsIO {
+            closeAfterFlush = "HTTP/2 session ended by a protocol error"
+        }
         if let reason = closeAfterFlush {
             closeAfterFlush = nil
             closeGracefully(reason: reason)
@@ -212,6 +219,7 @@ class HTTP2Transport {
             closeAfterFlush = closeAfterFlush ?? reason
             return
         }
+        closing = true
         flush()
         guard !isClosed else { return }
         tls.shutdown()

@@ -184,6 +184,29 @@ class _Protocol(asyncio.Protocol):
                     break
                 self.conn.send_data(stream_id, b"x" * 65536)
                 self.transport.write(self.conn.data_to_send())
+        elif how == "oversized_frame":
+            # A frame header announcing 16 MiB, far over the client's maximum frame size: FRAME_SIZE_ERROR.
+            self.transport.write(b"\xff\xff\xff\x00\x00" + stream_id.to_bytes(4, "big") + b"\x00" * 64)
+        elif how == "huge_headers":
+            # A response whose header block is 200 KB (one header), sent as HEADERS + CONTINUATION frames by hand.
+            def integer(value, prefix_bits, first_byte_flags=0):
+                limit = (1 << prefix_bits) - 1
+                if value < limit:
+                    return bytes([first_byte_flags | value])
+                out, value = [first_byte_flags | limit], value - limit
+                while value >= 128:
+                    out.append((value % 128) + 128)
+                    value //= 128
+                return bytes(out + [value])
+            value = b"a" * 200_000
+            block = b"\x88" + b"\x00" + integer(1, 7) + b"x" + integer(len(value), 7) + value
+            chunks = [block[i:i + 16384] for i in range(0, len(block), 16384)]
+            frames = b""
+            for index, chunk in enumerate(chunks):
+                kind = b"\x01" if index == 0 else b"\x09"
+                flags = (0x01 if index == 0 else 0) | (0x04 if index == len(chunks) - 1 else 0)
+                frames += len(chunk).to_bytes(3, "big") + kind + bytes([flags]) + stream_id.to_bytes(4, "big") + chunk
+            self.transport.write(frames)
         elif how == "settings_flood":
             for _ in range(20000):
                 self.conn.update_settings({h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS: 100})

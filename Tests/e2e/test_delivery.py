@@ -246,10 +246,10 @@ def test_an_alert_storm_becomes_a_few_digests_that_account_for_every_alert(relay
 import pytest  # noqa: E402
 
 
-@pytest.mark.parametrize("how", ["endless_data", "ping_flood", "settings_flood"])
+@pytest.mark.parametrize("how", ["endless_data", "oversized_frame", "huge_headers", "ping_flood", "settings_flood"])
 def test_a_hostile_apns_loses_its_connection_not_our_jobs(relays, fake_apns, how):
-    """A server that streams an endless body or floods PINGs or SETTINGS: that stream or connection is dropped,
-    the push is retried, and other devices' pushes are unaffected."""
+    """A server that streams an endless body, sends an invalid (oversized) frame or a 200 KB header block, or floods
+    PINGs or SETTINGS: that stream or connection is dropped, the push is retried, other devices are unaffected."""
     relay = relays("serve")
     victim, _ = register(relay, 400)
     bystander, _ = register(relay, 401)
