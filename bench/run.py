@@ -287,6 +287,18 @@ def serve_with_sim(label, record):
     return sim, sim_port, serve, port
 
 
+def devices_file(port, count, label):
+    """Registers `count` devices and writes their ids, one a line, for loadgen.py."""
+    path = WORK / f"{label}-devices.txt"
+    path.write_text("\n".join(register(port, range(1, count + 1))))
+    return path
+
+
+def queue_empty(db):
+    stats = json.loads(run([RELAY, "stats", "--json", "--database-path", db], capture_output=True, text=True).stdout)
+    return sum(stats["jobs"].values()) == 0
+
+
 def read_loadgen(path):
     rows = []
     for line in open(path):
@@ -307,11 +319,10 @@ def bench_latency(results, latencies_out):
     step("latency: open-loop 1,000 webhooks/s for 15 s into `serve`; webhook sent → APNs request received")
     record = WORK / "latency.record"
     sim, sim_port, serve, port = serve_with_sim("latency", record)
-    devices_file = WORK / "latency-devices.txt"
-    devices_file.write_text("\n".join(register(port, range(1, 201))))
+    devices = devices_file(port, 200, "latency")
     out = WORK / "latency.out"
-    achieved = run([PY, ROOT / "bench" / "loadgen.py", port, 1000, 15, devices_file, out], capture_output=True, text=True)
-    time.sleep(1)
+    achieved = run([PY, ROOT / "bench" / "loadgen.py", port, 1000, 15, devices, out], capture_output=True, text=True)
+    wait_until(lambda: queue_empty(WORK / "latency.db"), what="the last pushes")
     rss = peak_rss_mib(serve)
     stop(serve)
     stop(sim)
@@ -330,10 +341,9 @@ def bench_outage(results, series_out):
     step("outage: 200 webhooks/s into `serve` for 80 s; APNs answers 503 from second 10 to second 70")
     record = WORK / "outage.record"
     sim, sim_port, serve, port = serve_with_sim("outage", record)
-    devices_file = WORK / "outage-devices.txt"
-    devices_file.write_text("\n".join(register(port, range(1, 101))))
+    devices = devices_file(port, 100, "outage")
     out = WORK / "outage.out"
-    load = subprocess.Popen([str(a) for a in (PY, ROOT / "bench" / "loadgen.py", port, 200, 80, devices_file, out)],
+    load = subprocess.Popen([str(a) for a in (PY, ROOT / "bench" / "loadgen.py", port, 200, 80, devices, out)],
                             stdout=subprocess.PIPE, text=True)
     time.sleep(10)
     outage_end = time.time() + 60
@@ -345,11 +355,7 @@ def bench_outage(results, series_out):
         arrivals = read_record(record) if record.exists() else {}
         return all(any(s == 200 for s, _ in arrivals.get(job, [])) for job in accepted)
     # The simulator writes its record in 64 KiB chunks; stop it to flush once the relay's queue is empty.
-    wait_until(lambda: json.loads(run([RELAY, "stats", "--json", "--database-path", WORK / "outage.db"],
-                                                 capture_output=True, text=True).stdout)["jobs"]["available"] == 0 and
-               sum(json.loads(run([RELAY, "stats", "--json", "--database-path", WORK / "outage.db"],
-                                             capture_output=True, text=True).stdout)["jobs"].values()) == 0,
-               timeout=120, what="the backlog to drain")
+    wait_until(lambda: queue_empty(WORK / "outage.db"), timeout=120, what="the backlog to drain")
     stop(serve)
     stop(sim)
     arrivals = read_record(record)
