@@ -19,6 +19,11 @@ public struct Logger: Sendable {
         self.sink = sink
     }
 
+    /// The logger of a process: level and line format from LOG_LEVEL and LOG_FORMAT, lines on stderr.
+    public init(label: String, settings: Settings) {
+        self.init(label: label, level: settings.logLevel, sink: .standardError(format: settings.logFormat))
+    }
+
     /// A logger for a part of the program that shares this one's level, metadata and destination.
     public func child(label: String, metadata extra: [String: String] = [:]) -> Logger {
         var child = Logger(label: label, level: level, sink: sink)

@@ -55,7 +55,7 @@ enum APNsSimCommand: Command {
         try options.finish()
 
         TerminationSignals.block()
-        let logger = Logger(label: "apns-sim", level: settings.logLevel, sink: .standardError(format: settings.logFormat))
+        let logger = Logger(label: "apns-sim", settings: settings)
         let simulator: APNsSimulator
         var recorderToFlush: PushRecorder?
         do {

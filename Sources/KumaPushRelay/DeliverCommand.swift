@@ -17,7 +17,7 @@ enum DeliverCommand: Command {
     static func run(settings: Settings, arguments: [String]) throws -> Int32 {
         try OptionParser(arguments).finish()
         TerminationSignals.block()
-        let logger = Logger(label: "deliver", level: settings.logLevel, sink: .standardError(format: settings.logFormat))
+        let logger = Logger(label: "deliver", settings: settings)
         let store = try openStore(settings)
         let metrics = MetricsRegistry()
         let runtime = try DeliveryRuntime(settings: settings, store: store, logger: logger, metrics: metrics)

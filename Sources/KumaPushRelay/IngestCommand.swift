@@ -16,7 +16,7 @@ enum IngestCommand: Command {
     static func run(settings: Settings, arguments: [String]) throws -> Int32 {
         try OptionParser(arguments).finish()
         TerminationSignals.block()
-        let logger = Logger(label: "ingest", level: settings.logLevel, sink: .standardError(format: settings.logFormat))
+        let logger = Logger(label: "ingest", settings: settings)
         let store = try openStore(settings)
         let service = IngestService(settings: settings, store: store, logger: logger)
         do {

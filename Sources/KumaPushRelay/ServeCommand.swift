@@ -16,7 +16,7 @@ enum ServeCommand: Command {
     static func run(settings: Settings, arguments: [String]) throws -> Int32 {
         try OptionParser(arguments).finish()
         TerminationSignals.block()
-        let logger = Logger(label: "relay", level: settings.logLevel, sink: .standardError(format: settings.logFormat))
+        let logger = Logger(label: "relay", settings: settings)
         let store = try openStore(settings)
         let metrics = MetricsRegistry()
         let delivery = try DeliveryRuntime(settings: settings, store: store, logger: logger.child(label: "deliver"), metrics: metrics)

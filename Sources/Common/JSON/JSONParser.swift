@@ -103,16 +103,7 @@ public struct JSONParser {
             } else {
                 try skipValue()
             }
-            skipWhitespace()
-            guard index < bytes.count else { throw error("unexpected end") }
-            if bytes[index] == UInt8(ascii: ",") {
-                index += 1
-            } else if bytes[index] == UInt8(ascii: "}") {
-                index += 1
-                return .object(members)
-            } else {
-                throw error("expected ',' or '}'")
-            }
+            if try closes(with: "}") { return .object(members) }
         }
     }
 
@@ -129,16 +120,23 @@ public struct JSONParser {
         while true {
             skipWhitespace()
             elements.append(try parseValue())
-            skipWhitespace()
-            guard index < bytes.count else { throw error("unexpected end") }
-            if bytes[index] == UInt8(ascii: ",") {
-                index += 1
-            } else if bytes[index] == UInt8(ascii: "]") {
-                index += 1
-                return .array(elements)
-            } else {
-                throw error("expected ',' or ']'")
-            }
+            if try closes(with: "]") { return .array(elements) }
+        }
+    }
+
+    /// After a member or element: consumes `,` (false: another follows) or `closer` (true: the container ends).
+    private mutating func closes(with closer: Unicode.Scalar) throws(SyntaxError) -> Bool {
+        skipWhitespace()
+        guard index < bytes.count else { throw error("unexpected end") }
+        switch bytes[index] {
+        case UInt8(ascii: ","):
+            index += 1
+            return false
+        case UInt8(ascii: closer):
+            index += 1
+            return true
+        default:
+            throw error("expected ',' or '\(closer)'")
         }
     }
 
