@@ -23,7 +23,7 @@ public final class DeliveryEngine: Sendable {
         /// DEVICE_BURST: pushes per device per minute before waiting alerts merge into a digest (nil: never).
         public var deviceBurst: Int?
         /// Most alerts one digest merges.
-        public var maximumMerged = 200
+        public var maximumMerged = 1000
         /// Over its burst, a device gets at most one push per window; what arrives meanwhile waits and goes out as
         /// one digest.
         public var digestWindow: Duration = .seconds(5)
@@ -48,7 +48,7 @@ public final class DeliveryEngine: Sendable {
         var resends: Int
         let started: ContinuousClock.Instant
         /// Pending jobs this push is a digest of.
-        let merged: [Int64]
+        let merged: [MergedJob]
     }
 
     struct Answer: Sendable {
@@ -249,22 +249,24 @@ public final class DeliveryEngine: Sendable {
         do {
             let (token, tokenGeneration) = try tokens.token()
             generation = tokenGeneration
-            let push = merged.isEmpty ? try factory.push(for: job, now: now) : try factory.digest(for: job, merging: merged, now: now)
+            let push = merged.isEmpty && job.folded.isEmpty
+                ? try factory.push(for: job, now: now) : try factory.digest(for: job, merging: merged, now: now)
             request = factory.request(for: job, push: push, providerToken: token)
         } catch {
             outcomes.append(JobOutcome(jobID: job.id, attempt: job.attempt, kind: .deadLetter(reason: "InvalidPayload")))
             return
         }
-        if !merged.isEmpty {
+        if !merged.isEmpty || !job.folded.isEmpty {
             metrics.increment("kumapush_digests_total")
-            metrics.increment("kumapush_alerts_merged_total", by: Double(merged.count + 1))
+            let carried = 1 + job.folded.count + merged.reduce(0) { $0 + 1 + $1.folded.count }
+            metrics.increment("kumapush_alerts_merged_total", by: Double(carried))
         }
         guard let connection = pool.pick() else {
             state.resendQueue.append((job, resends))
             return
         }
         state.inFlight[job.id] = InFlight(job: job, generation: generation, resends: resends, started: .now,
-                                          merged: merged.map(\.id))
+                                          merged: merged.map(\.asMerged))
         state.lastSentAt = .now
         metrics.observe("kumapush_webhook_to_apns_seconds", value: Double(max(0, clock.nowMillis() - job.createdAt)) / 1000)
         connection.send(request) { [weak self] result in

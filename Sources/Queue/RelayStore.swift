@@ -26,8 +26,10 @@ public protocol DeviceStore: Sendable {
 
 public protocol JobQueue: Sendable {
     /// Stores `jobs` in one transaction, in order: all of them or (on error) none.
-    /// A job whose device no longer exists is skipped and reported as `.deviceGone`.
-    func enqueue(_ jobs: some Sequence<NewJob>, now: Int64, ttl: Duration) throws(StoreError) -> [EnqueueResult]
+    /// A job whose device no longer exists is skipped and reported as `.deviceGone`. A job whose device already
+    /// holds `deviceCap` live jobs is folded into the device's newest waiting job and reported as `.merged`
+    /// (Test-button jobs, which wait for their own answer, are always stored as jobs).
+    func enqueue(_ jobs: some Sequence<NewJob>, now: Int64, ttl: Duration, deviceCap: Int) throws(StoreError) -> [EnqueueResult]
     /// Leases up to `limit` due head jobs (at most one per device) to `worker` until `now + lease`.
     func claim(worker: String, limit: Int, now: Int64, lease: Duration) throws(StoreError) -> [ClaimedJob]
     /// Applies outcomes in one transaction. Returns, per outcome, whether the job was still leased to `worker` at
@@ -64,5 +66,12 @@ public protocol JobQueue: Sendable {
 }
 
 public typealias RelayStore = DeviceStore & JobQueue
+
+extension JobQueue {
+    /// Enqueues with no per-device cap (tools and tests that move jobs, not webhooks).
+    public func enqueue(_ jobs: some Sequence<NewJob>, now: Int64, ttl: Duration) throws(StoreError) -> [EnqueueResult] {
+        try enqueue(jobs, now: now, ttl: ttl, deviceCap: .max)
+    }
+}
 
 extension SQLiteStore: DeviceStore, JobQueue {}

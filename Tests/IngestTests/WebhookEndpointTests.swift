@@ -163,7 +163,7 @@ import Testing
 
 /// A store whose writes fail as a full disk or a long-held lock would: reads work, enqueue throws `.unavailable`.
 final class UnavailableForWrites: ForwardingStore, @unchecked Sendable {
-    override func enqueue(_ jobs: some Sequence<NewJob>, now: Int64, ttl: Duration) throws(StoreError) -> [EnqueueResult] {
+    override func enqueue(_ jobs: some Sequence<NewJob>, now: Int64, ttl: Duration, deviceCap: Int) throws(StoreError) -> [EnqueueResult] {
         throw StoreError(.unavailable, "database or disk is full")
     }
 }

@@ -52,6 +52,9 @@ struct WebhookEndpoint: Sendable {
                 DispatchQueue.global().async { awaitOutcome(of: job.publicID, until: deadline, responder: responder) }
             case .success(.queued):
                 responder.respond(Self.queued(job.publicID))
+            case .success(.merged):
+                // Stored, folded into the device's waiting digest (DEVICE_QUEUE_MAX): acknowledged like any alert.
+                responder.respond(Self.merged)
             case .success(.deviceGone):
                 // Off the writer thread: the tombstone lookup reads the disk and the writer must keep committing.
                 DispatchQueue.global().async { answerUnknownDevice(deviceID, client: client, responder: responder) }
@@ -65,6 +68,8 @@ struct WebhookEndpoint: Sendable {
     static func queued(_ publicID: String) -> HTTPResponse {
         .json(202, "{\"status\":\"queued\",\"id\":\"\(publicID)\"}")
     }
+
+    static let merged = HTTPResponse.json(202, "{\"status\":\"merged\"}")
 
     /// Polls for the outcome a deliverer (this process's or another's) records for a Test push, every 10 ms on a
     /// timer (no thread waits): 200 delivered, 410 unregistered, 502 rejected, or 202 when TEST_WAIT runs out.
