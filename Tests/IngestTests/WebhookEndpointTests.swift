@@ -59,7 +59,7 @@ import Testing
             ("application/json", Array("{\"monitor\":{\"name\":[1]},\"heartbeat\":{}}".utf8), 400,
              "invalid request body: monitor.name is not a string"),
             ("application/json", [UInt8](repeating: 0x20, count: 70_000), 413, "request body too large"),
-            ("text/plain", [0x68, 0xff], 400, "invalid request body: the body is not UTF-8"),
+            ("text/plain", [0x68, 0xff], 400, "invalid request body: the body is not UTF-8 (byte 1)"),
             ("application/x-www-form-urlencoded", [], 400, "invalid request body: empty body"),
             ("application/octet-stream", [0, 1, 2, 255], 415, "unsupported content type: send JSON, a form or text/plain"),
             ("application/xml", Array("<alert/>".utf8), 415, "unsupported content type: send JSON, a form or text/plain"),

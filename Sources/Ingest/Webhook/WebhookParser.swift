@@ -46,9 +46,25 @@ public enum WebhookParser {
 
     /// urlencoded and text/plain: a form that names a field the relay reads, else custom text.
     static func fromText(_ bytes: [UInt8]) -> Result<AlertEvent, Rejection> {
-        guard let text = String(validating: bytes, as: UTF8.self) else { return .failure(.invalidBody("the body is not UTF-8")) }
+        guard let text = String(validating: bytes, as: UTF8.self) else {
+            return .failure(.invalidBody("the body is not UTF-8 (byte \(firstInvalidUTF8(bytes)))"))
+        }
         if let fields = FormText.fields(text) { return fromFields(fields) }
         return CustomText.event(text, unwrapped: false)
+    }
+
+    /// The offset of the first byte that starts no valid UTF-8 sequence, for the error message.
+    static func firstInvalidUTF8(_ bytes: [UInt8]) -> Int {
+        var parser = Unicode.UTF8.ForwardParser()
+        var iterator = bytes.makeIterator()
+        var offset = 0
+        while true {
+            switch parser.parseScalar(from: &iterator) {
+            case .valid(let scalar): offset += scalar.count
+            case .error: return offset
+            case .emptyInput: return offset
+            }
+        }
     }
 
     /// Uptime Kuma's form-data mode: one `data` part holding the JSON (a template's own fields are read too).
