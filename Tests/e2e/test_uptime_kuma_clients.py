@@ -51,11 +51,8 @@ def test_a_template_uptime_kuma_cannot_render_as_json_reports_a_useful_error_and
     relay = relays("serve")
     status, device, _ = request("POST", relay.base + "/devices", {"device_token": token(599)})
     assert status == 201
-    uptime_kuma.MODES["custom-empty"] = {"webhookContentType": "custom", "webhookCustomBody": '{"name":"{{name}}"}'}
-    try:
-        result = uptime_kuma.send(f"{relay.base}/wh/{device['id']}", "custom-empty", "http-down")
-    finally:
-        del uptime_kuma.MODES["custom-empty"]
+    no_text = {"webhookContentType": "custom", "webhookCustomBody": '{"name":"{{name}}"}'}
+    result = uptime_kuma.send(f"{relay.base}/wh/{device['id']}", no_text, "http-down")
     assert not result["ok"] and result["status"] == 400
     assert result["data"] == {"error": "invalid request body: no title, body or msg field"}
     assert fake_apns.pushes(token(599), status=None) == []

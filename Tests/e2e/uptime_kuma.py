@@ -87,9 +87,10 @@ def rendered(template, monitor, heartbeat):
 
 
 def send(url, mode, event, timeout=60):
-    """Sends one event the way Uptime Kuma does in `mode`; returns the client's {ok, status, data, error}."""
+    """Sends one event the way Uptime Kuma does in `mode` (a MODES name, or the notification settings themselves);
+    returns the client's {ok, status, data, error}."""
     monitor, heartbeat = EVENTS[event]
-    request = {"url": url, "notification": MODES[mode], "monitorJSON": monitor, "heartbeatJSON": heartbeat,
+    request = {"url": url, "notification": MODES[mode] if isinstance(mode, str) else mode, "monitorJSON": monitor, "heartbeatJSON": heartbeat,
                "msg": uptime_kuma_msg(monitor, heartbeat)}
     env = dict(os.environ, NODE_PATH=NODE_PATH)
     done = subprocess.run(["node", str(CLIENT)], input=json.dumps(request).encode(), capture_output=True, env=env,
