@@ -27,6 +27,13 @@ import Testing
         #expect(parse("{\"body\":\"tab\\there \\\"q\\\" \\ud83d\\udd34\"}")?["body"]?.stringValue == "tab\there \"q\" 🔴")
     }
 
+    @Test func aMessageEndingInABackslashBeforeTheTemplatesQuote() {
+        #expect(parse("{\"title\":\"Backup\",\"body\":\"missing: D:\\\"}")
+            == .object([("title", .string("Backup")), ("body", .string("missing: D:\\"))]))
+        // Where the document parses with `\"` as an escaped quote, that reading wins.
+        #expect(parse("{\"body\":\"say \\\"hi\\\"\n\"}")?["body"]?.stringValue == "say \"hi\"\n")
+    }
+
     @Test func fourByteEmojiAndNestedValuesSurvive() {
         let value = parse("{\"heartbeat\":{\"status\":0,\"msg\":\"🔴🐘 down\n\"},\"monitor\":{\"id\":3,\"name\":\"DB 🧯\"},\"tags\":[1,true,null]}")
         #expect(value?["heartbeat"]?["msg"]?.stringValue == "🔴🐘 down\n")

@@ -8,7 +8,9 @@
 /// - a `"` ends the string only where the structure after it says so (a key is followed by `:`; a value by `}` or
 ///   by `,` and the next key; an element by `]` or by `,` and the next value; a lone top-level string by the end).
 ///   Any other `"` is text;
-/// - an escape that is not JSON (`C:\path`) keeps its backslash as text.
+/// - an escape that is not JSON (`C:\path`) keeps its backslash as text; and when a document does not parse
+///   otherwise, a second pass takes a `\"` whose quote can end the string as a backslash that ends the text
+///   (a message ending in `\` right before the template's closing quote).
 ///
 /// It is never used where the strict `JSONParser` succeeded, and it guards what strictness protects: input must be
 /// valid UTF-8 (checked here) and nesting is capped at `JSONParser.maximumDepth`. Returns nil for anything else.
@@ -19,10 +21,16 @@ public struct TolerantJSONParser {
     private let bytes: [UInt8]
     private var index = 0
     private var depth = 0
+    /// The second pass: a backslash before a quote that can end the string is text.
+    private let trailingBackslashes: Bool
 
     public static func parse(_ bytes: [UInt8]) -> JSONValue? {
         guard String(validating: bytes, as: UTF8.self) != nil else { return nil }
-        var parser = TolerantJSONParser(bytes: bytes)
+        return parse(bytes, trailingBackslashes: false) ?? parse(bytes, trailingBackslashes: true)
+    }
+
+    private static func parse(_ bytes: [UInt8], trailingBackslashes: Bool) -> JSONValue? {
+        var parser = TolerantJSONParser(bytes: bytes, trailingBackslashes: trailingBackslashes)
         do {
             parser.skipWhitespace()
             let value = try parser.parseValue(.topLevel)
@@ -33,7 +41,10 @@ public struct TolerantJSONParser {
         }
     }
 
-    private init(bytes: [UInt8]) { self.bytes = bytes }
+    private init(bytes: [UInt8], trailingBackslashes: Bool) {
+        self.bytes = bytes
+        self.trailingBackslashes = trailingBackslashes
+    }
 
     private static func isWhitespace(_ byte: UInt8) -> Bool { byte == 0x20 || byte == 0x0a || byte == 0x0d || byte == 0x09 }
 
@@ -134,6 +145,12 @@ public struct TolerantJSONParser {
                 index += 1
                 // Only ASCII bytes were split on, so `out` is valid UTF-8 because the input is.
                 return String(decoding: out, as: UTF8.self)
+            }
+            if byte == UInt8(ascii: "\\"), trailingBackslashes, index + 1 < bytes.count, bytes[index + 1] == UInt8(ascii: "\""),
+               endsString(quoteAt: index + 1, place) {
+                out.append(byte)
+                index += 1
+                continue
             }
             if byte == UInt8(ascii: "\\"), let decoded = escape(at: index) {
                 out.append(contentsOf: decoded.bytes)
