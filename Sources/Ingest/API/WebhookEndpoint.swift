@@ -33,9 +33,10 @@ struct WebhookEndpoint: Sendable {
         let event: AlertEvent
         switch WebhookParser.parse(request) {
         case .success(let parsed): event = parsed
-        case .failure(.invalidBody): return fail(.error(400, "invalid request body"), client: client, responder: responder)
+        case .failure(.invalidBody(let reason)):
+            return fail(.error(400, "invalid request body: \(reason)"), client: client, responder: responder)
         case .failure(.unsupportedMediaType):
-            return responder.respond(.error(415, "unsupported content type: send application/json or a form"))
+            return responder.respond(.error(415, "unsupported content type: send JSON, a form or text/plain"))
         }
         guard writer.estimatedDepth < queueMax else {
             logger.warning("queue full, webhook refused", ["queue.max": String(queueMax)])
