@@ -91,6 +91,20 @@ enum Migrations {
                 updated_at INTEGER NOT NULL
             );
             """),
+        Migration(version: 5, name: "monitor states per device for the badge", sql: """
+            -- The last state each monitor reported to a device: a monitor id (or a hash of its name), down or up.
+            -- Nothing else: no names, no messages. Rows not updated for TOMBSTONE_RETENTION no longer count.
+            CREATE TABLE monitor_states (
+                device_id TEXT NOT NULL REFERENCES devices (id) ON DELETE CASCADE,
+                monitor TEXT NOT NULL,
+                down INTEGER NOT NULL CHECK (down IN (0, 1)),
+                updated_at INTEGER NOT NULL,
+                PRIMARY KEY (device_id, monitor)
+            ) WITHOUT ROWID;
+            CREATE INDEX monitor_states_by_age ON monitor_states (updated_at);
+            -- How many of the device's monitors were down as of this job's alert (aps.badge); NULL before version 5.
+            ALTER TABLE jobs ADD COLUMN badge INTEGER;
+            """),
     ]
 
     static var latestVersion: Int { all.map(\.version).max() ?? 0 }

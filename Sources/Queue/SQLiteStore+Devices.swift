@@ -82,6 +82,10 @@ extension SQLiteStore {
     }
 
     public func purgeTombstones(before: Int64) throws(StoreError) -> Int {
-        try write { db in try db.statement("DELETE FROM tombstones WHERE removed_at < ?").run([.integer(before)]) }
+        try write { db in
+            // Monitors silent as long as a tombstone is kept are forgotten with the same clock (TOMBSTONE_RETENTION).
+            try db.statement("DELETE FROM monitor_states WHERE updated_at < ?").run([.integer(before)])
+            return try db.statement("DELETE FROM tombstones WHERE removed_at < ?").run([.integer(before)])
+        }
     }
 }

@@ -1,15 +1,29 @@
 import Common
 
 extension SQLiteStore {
-    /// A new job is the device's head when the device has no live head yet, otherwise it waits as `pending`.
+    /// A new job is the device's head when the device has no live head yet, otherwise it waits as `pending`. Its
+    /// badge is the device's count of down monitors right now (after this alert's own state was recorded).
     private static let insertJob = """
-        INSERT INTO jobs (public_id, device_id, state, payload, created_at, scheduled_at, expires_at, reports_outcome)
+        INSERT INTO jobs (public_id, device_id, state, payload, created_at, scheduled_at, expires_at, reports_outcome, badge)
         SELECT ?1, d.id,
                CASE WHEN EXISTS (SELECT 1 FROM jobs h WHERE h.device_id = d.id
                                  AND h.state IN ('available', 'running', 'retryable'))
                     THEN 'pending' ELSE 'available' END,
-               ?2, ?3, ?3, ?4, ?6
+               ?2, ?3, ?3, ?4, ?6, \(downMonitors("d.id", since: "?7"))
         FROM devices d WHERE d.id = ?5
+        """
+
+    /// The badge: monitors of `device` whose last word, within the retention, was "down".
+    static func downMonitors(_ device: String, since: String) -> String {
+        "(SELECT count(*) FROM monitor_states m WHERE m.device_id = \(device) AND m.down = 1 AND m.updated_at >= \(since))"
+    }
+
+    /// Records a monitor's state for the badge, only for a device that exists (the job insert then says whether
+    /// it did; a state for a device deleted meanwhile would break the foreign key and the whole batch).
+    private static let recordMonitor = """
+        INSERT INTO monitor_states (device_id, monitor, down, updated_at)
+        SELECT id, ?2, ?3, ?4 FROM devices WHERE id = ?1
+        ON CONFLICT (device_id, monitor) DO UPDATE SET down = excluded.down, updated_at = excluded.updated_at
         """
 
     /// Promotes a device's oldest pending job to head after its head left (completed, dead-lettered).
@@ -23,16 +37,21 @@ extension SQLiteStore {
 
     public func enqueue(_ jobs: some Sequence<NewJob>, now: Int64, ttl: Duration, deviceCap: Int) throws(StoreError) -> [EnqueueResult] {
         let expiresAt = now + ttl.wholeMilliseconds
+        let badgeSince = now - options.monitorRetention.wholeMilliseconds
         return try write { db in
             let insert = try db.statement(Self.insertJob)
+            let record = try db.statement(Self.recordMonitor)
             var results: [EnqueueResult] = []
             for job in jobs {
-                if deviceCap < .max, !job.reportsOutcome, try Self.fold(job, deviceCap: deviceCap, db) {
+                if let monitor = job.monitor {
+                    try record.run([.text(job.deviceID), .text(monitor.key), .integer(monitor.isDown ? 1 : 0), .integer(now)])
+                }
+                if deviceCap < .max, !job.reportsOutcome, try Self.fold(job, deviceCap: deviceCap, badgeSince: badgeSince, db) {
                     results.append(.merged)
                     continue
                 }
                 let changed = try insert.run([.text(job.publicID), .blob(job.payload), .integer(now), .integer(expiresAt),
-                                              .text(job.deviceID), .integer(job.reportsOutcome ? 1 : 0)])
+                                              .text(job.deviceID), .integer(job.reportsOutcome ? 1 : 0), .integer(badgeSince)])
                 results.append(changed == 1 ? .queued : .deviceGone)
             }
             return results
@@ -42,7 +61,7 @@ extension SQLiteStore {
     /// SPEC §2.4: a device at its cap of live jobs gets its new alert folded into its newest waiting job (never
     /// a Test-button job, which is answered on its own). False when the device is under its cap (or has no such
     /// job), and the caller stores a job as usual. The count is an index range scan of the device's own jobs.
-    private static func fold(_ job: NewJob, deviceCap: Int, _ db: SQLiteConnection) throws -> Bool {
+    private static func fold(_ job: NewJob, deviceCap: Int, badgeSince: Int64, _ db: SQLiteConnection) throws -> Bool {
         let live = try db.statement("SELECT count(*) FROM jobs WHERE device_id = ? AND state != 'discarded'")
             .rows([.text(job.deviceID)]) { $0.int(0) }.first ?? 0
         guard live >= deviceCap, let event = AlertEvent(jobPayload: job.payload) else { return false }
@@ -53,8 +72,9 @@ extension SQLiteStore {
         guard let (tailID, stored) = tail else { return false }
         var folded = FoldedAlerts(encoded: stored)
         folded.add(event)
-        try db.statement("UPDATE jobs SET folded = ?, folded_count = ? WHERE id = ?")
-            .run([.blob(folded.encoded), .integer(Int64(folded.count)), .integer(tailID)])
+        // The tail's push now ends with this alert, so it carries the badge as of this alert.
+        try db.statement("UPDATE jobs SET folded = ?1, folded_count = ?2, badge = \(downMonitors("?4", since: "?5")) WHERE id = ?3")
+            .run([.blob(folded.encoded), .integer(Int64(folded.count)), .integer(tailID), .text(job.deviceID), .integer(badgeSince)])
         return true
     }
 
@@ -66,21 +86,21 @@ extension SQLiteStore {
                                 lease_expires_at = ?3
                 WHERE id IN (SELECT id FROM jobs WHERE state IN ('available', 'retryable') AND scheduled_at <= ?1
                              ORDER BY scheduled_at LIMIT ?4)
-                RETURNING id, public_id, device_id, payload, attempt, created_at, expires_at, reports_outcome, folded
+                RETURNING id, public_id, device_id, payload, attempt, created_at, expires_at, reports_outcome, folded, badge
                 """).rows([.integer(now), .text(worker), .integer(now + lease.wholeMilliseconds), .integer(Int64(limit))]) {
                 ($0.int64(0), $0.text(1), $0.text(2), $0.blob(3), $0.int(4), $0.int64(5), $0.int64(6), $0.int(7) == 1,
-                 $0.isNull(8) ? FoldedAlerts() : FoldedAlerts(encoded: $0.blob(8)))
+                 $0.isNull(8) ? FoldedAlerts() : FoldedAlerts(encoded: $0.blob(8)), $0.isNull(9) ? nil : $0.int(9))
             }
             let lookup = try db.statement("SELECT device_token, down_notification_level FROM devices WHERE id = ?")
             var claimed: [ClaimedJob] = []
             claimed.reserveCapacity(leased.count)
-            for (id, publicID, deviceID, payload, attempt, createdAt, expiresAt, reportsOutcome, folded) in leased {
+            for (id, publicID, deviceID, payload, attempt, createdAt, expiresAt, reportsOutcome, folded, badge) in leased {
                 // The foreign key guarantees the device exists while its job does.
                 guard let (token, level) = try lookup.rows([.text(deviceID)], { ($0.text(0), $0.text(1)) }).first else { continue }
                 claimed.append(ClaimedJob(id: id, publicID: publicID, deviceID: deviceID, deviceToken: token,
                                           downNotificationLevel: Device.DownNotificationLevel(rawValue: level) ?? .normal,
                                           payload: payload, attempt: attempt, createdAt: createdAt, expiresAt: expiresAt,
-                                          reportsOutcome: reportsOutcome, folded: folded))
+                                          reportsOutcome: reportsOutcome, folded: folded, badge: badge))
             }
             // Acceptance order, which is what callers log and send in.
             return claimed.sorted { $0.id < $1.id }
@@ -161,11 +181,12 @@ extension SQLiteStore {
     public func pendingJobs(deviceID: String, limit: Int) throws(StoreError) -> [PendingJob] {
         try read { db in
             try db.statement("""
-                SELECT id, payload, created_at, reports_outcome, folded FROM jobs WHERE device_id = ? AND state = 'pending'
+                SELECT id, payload, created_at, reports_outcome, folded, badge FROM jobs WHERE device_id = ? AND state = 'pending'
                 ORDER BY id LIMIT ?
                 """).rows([.text(deviceID), .integer(Int64(limit))]) {
                 PendingJob(id: $0.int64(0), payload: $0.blob(1), createdAt: $0.int64(2), reportsOutcome: $0.int(3) == 1,
-                           folded: $0.isNull(4) ? FoldedAlerts() : FoldedAlerts(encoded: $0.blob(4)))
+                           folded: $0.isNull(4) ? FoldedAlerts() : FoldedAlerts(encoded: $0.blob(4)),
+                           badge: $0.isNull(5) ? nil : $0.int(5))
             }
         }
     }

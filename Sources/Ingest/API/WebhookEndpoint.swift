@@ -45,7 +45,7 @@ struct WebhookEndpoint: Sendable {
         let payload = event.jobPayload
         let waits = event.waitsForDelivery && testWait > .zero
         guard let publicID = try? JobID.generate() else { return responder.respond(.error(500, "internal server error")) }
-        let job = NewJob(deviceID: deviceID, publicID: publicID, payload: payload, reportsOutcome: waits)
+        let job = NewJob(deviceID: deviceID, publicID: publicID, payload: payload, reportsOutcome: waits, monitor: MonitorReport(event))
         writer.submit(job) { result in
             switch result {
             case .success(.queued) where waits:
