@@ -156,6 +156,7 @@ public final class DeliveryEngine: Sendable {
                     housekeeping(now: now, purge: ContinuousClock.now - lastPurge >= .seconds(600))
                     if ContinuousClock.now - lastPurge >= .seconds(600) { lastPurge = .now }
                     checkLiveness(now: now)
+                    refreshPause(now: now)
                     state.claimDue = true
                 }
                 let change = (try? store.changeCounter()) ?? lastChange
@@ -227,7 +228,7 @@ public final class DeliveryEngine: Sendable {
         var outcomes: [JobOutcome] = []
         for job in jobs {
             if now > job.expiresAt {
-                outcomes.append(JobOutcome(jobID: job.id, attempt: job.attempt, kind: .deadLetter(reason: "Expired")))
+                outcomes.append(JobOutcome(jobID: job.id, attempt: job.attempt, kind: .abandon(reason: "Expired")))
                 continue
             }
             if let until = digestWindowEnd(for: job, now: now) {
@@ -246,14 +247,23 @@ public final class DeliveryEngine: Sendable {
         let request: HTTP2Request
         let generation: Int
         let merged = resends == 0 ? stormBacklog(of: job, now: now) : []
+        let push: PushMessage
+        do {
+            push = merged.isEmpty && job.folded.isEmpty
+                ? try factory.push(for: job, now: now) : try factory.digest(for: job, merging: merged, now: now)
+        } catch {
+            outcomes.append(JobOutcome(jobID: job.id, attempt: job.attempt, kind: .abandon(reason: "InvalidPayload")))
+            return
+        }
         do {
             let (token, tokenGeneration) = try tokens.token()
             generation = tokenGeneration
-            let push = merged.isEmpty && job.folded.isEmpty
-                ? try factory.push(for: job, now: now) : try factory.digest(for: job, merging: merged, now: now)
             request = factory.request(for: job, push: push, providerToken: token)
         } catch {
-            outcomes.append(JobOutcome(jobID: job.id, attempt: job.attempt, kind: .deadLetter(reason: "InvalidPayload")))
+            // Our signing failed, not the push: it waits and is tried again, never dead-lettered for it.
+            logger.error("cannot sign a provider token", ["error": String(describing: error)])
+            outcomes.append(Self.outcome(for: .retry(reason: "ProviderTokenUnavailable", outage: false), job: job,
+                                         backoff: configuration.backoff, now: now))
             return
         }
         if !merged.isEmpty || !job.folded.isEmpty {
@@ -314,10 +324,12 @@ public final class DeliveryEngine: Sendable {
         case .opened:
             logger.error("APNs outage: most recent pushes failed; pausing, probing with one push at a time")
         case .recovered:
+            try? store.recordPause(worker: configuration.worker, reason: nil, now: now)
             let due = (try? store.makeRetryableDue(now: now)) ?? 0
             logger.info("APNs answers again: sending the backlog now", ["jobs.due": String(due)])
             state.claimDue = true
         case .paused(let reason):
+            recordPause(reason, now: now)
             logger.error("APNs rejects our credentials or topic: delivery paused, jobs kept. Fix APNS_KEY_ID, APNS_TEAM_ID, APP_BUNDLE_IDENTIFIER or the key, then restart",
                          ["apns.reason": reason])
         case .none:
@@ -325,7 +337,7 @@ public final class DeliveryEngine: Sendable {
         }
         var outcome = Self.outcome(for: verdict, job: job, backoff: configuration.backoff, now: now)
         switch outcome.kind {
-        case .delivered, .deadLetter: outcome.merged = flight.merged
+        case .delivered, .deadLetter, .abandon: outcome.merged = flight.merged
         case .retry, .removeDevice, .postpone: break
         }
         switch verdict {
@@ -348,8 +360,11 @@ public final class DeliveryEngine: Sendable {
         if case .delivered = outcome.kind { state.recordSend(to: job.deviceID, at: now) }
         metrics.increment("kumapush_deliveries_total", [("outcome", Self.label(outcome.kind)), ("reason", Self.reason(verdict))])
         if case .removeDevice = outcome.kind { metrics.increment("kumapush_devices_removed_total") }
-        if case .deadLetter(let reason) = outcome.kind {
-            logger.warning("push dead-lettered", ["job.id": job.publicID, "apns.reason": reason, "device.token": Redact.token(job.deviceToken)])
+        switch outcome.kind {
+        case .deadLetter(let reason), .abandon(let reason):
+            logger.warning("push dead-lettered", ["job.id": job.publicID, "reason": reason, "device.token": Redact.token(job.deviceToken)])
+        case .delivered, .retry, .removeDevice, .postpone:
+            break
         }
         outcomes.append(outcome)
     }
@@ -364,11 +379,11 @@ public final class DeliveryEngine: Sendable {
         case .deadLetter(let reason): kind = .deadLetter(reason: reason)
         case .retry(let reason, _), .pause(let reason):
             let at = now + max(1, backoff.delayMillis(afterAttempt: job.attempt))
-            kind = at > job.expiresAt ? .deadLetter(reason: "Expired") : .retry(at: at, error: reason)
+            kind = at > job.expiresAt ? .abandon(reason: "Expired") : .retry(at: at, error: reason)
         case .resend, .refreshProviderToken:
             // Only reached when resending kept failing: treat as a transient failure.
             let at = now + max(1, backoff.delayMillis(afterAttempt: job.attempt))
-            kind = at > job.expiresAt ? .deadLetter(reason: "Expired") : .retry(at: at, error: "Refused")
+            kind = at > job.expiresAt ? .abandon(reason: "Expired") : .retry(at: at, error: "Refused")
         }
         return JobOutcome(jobID: job.id, attempt: job.attempt, kind: kind)
     }
@@ -396,6 +411,7 @@ public final class DeliveryEngine: Sendable {
 
     private func releaseRemaining() {
         let state = loopState
+        if state.breaker.isPaused { try? store.recordPause(worker: configuration.worker, reason: nil, now: clock.nowMillis()) }
         let remaining = Array(state.inFlight.keys) + state.resendQueue.map(\.0.id)
         guard !remaining.isEmpty else { return }
         let released = (try? store.release(jobIDs: remaining, worker: configuration.worker, now: clock.nowMillis())) ?? 0
@@ -406,7 +422,7 @@ public final class DeliveryEngine: Sendable {
         switch kind {
         case .delivered: return "delivered"
         case .retry: return "retry"
-        case .deadLetter: return "dead_letter"
+        case .deadLetter, .abandon: return "dead_letter"
         case .removeDevice: return "device_removed"
         case .postpone: return "postponed"
         }

@@ -33,6 +33,8 @@ final class UncheckedLoopState: @unchecked Sendable {
     /// answer, a configuration fault, every connection down): the stall detector's two clocks.
     var lastSentAt = ContinuousClock.now
     var lastFailureAt: ContinuousClock.Instant?
+    /// When this deliverer last wrote its configuration-fault pause to the store (ms), for the refresh.
+    var pauseRecordedAt: Int64 = 0
     var claimDue = true
     var nextRetryAt: Int64?
     /// Last time there was anything to do (for the idle poll interval).

@@ -46,6 +46,8 @@ public struct ReportedOutcome: Sendable, Hashable {
         case rejected
         /// APNs said the token is gone; the device was removed.
         case unregistered
+        /// The relay gave up on it without an APNs rejection (`reason`: Expired, InvalidPayload).
+        case failed
     }
 
     public var kind: Kind
@@ -94,6 +96,9 @@ public struct JobOutcome: Sendable, Equatable {
         case retry(at: Int64, error: String)
         /// Give up: keep the job as a dead letter with `reason`, record it on the device.
         case deadLetter(reason: String)
+        /// Give up without APNs rejecting it (it outlived `JOB_TTL`, its push could not be built): a dead letter
+        /// like any other, but a waiting Test request is told the relay did not deliver it, not that APNs refused.
+        case abandon(reason: String)
         /// APNs says the token is gone: delete the device and its jobs, leave a tombstone with `reason`.
         case removeDevice(reason: String)
         /// Not sent: wait until `until` (ms) without counting the attempt (an alert storm gathering into a digest).

@@ -72,6 +72,25 @@ enum Migrations {
             -- How many alerts were folded in: also the fence a digest completes the job with.
             ALTER TABLE jobs ADD COLUMN folded_count INTEGER NOT NULL DEFAULT 0 CHECK (folded_count >= 0);
             """),
+        Migration(version: 4, name: "Test-button outcomes the relay gave up on; deliverers paused by a configuration fault", sql: """
+            -- 'failed': the relay gave up on the push itself (it expired, it could not be built); APNs never refused it.
+            CREATE TABLE job_outcomes_4 (
+                public_id TEXT PRIMARY KEY NOT NULL,
+                outcome TEXT NOT NULL CHECK (outcome IN ('delivered', 'rejected', 'unregistered', 'failed')),
+                reason TEXT NOT NULL DEFAULT '',
+                finished_at INTEGER NOT NULL
+            );
+            INSERT INTO job_outcomes_4 SELECT public_id, outcome, reason, finished_at FROM job_outcomes;
+            DROP TABLE job_outcomes;
+            ALTER TABLE job_outcomes_4 RENAME TO job_outcomes;
+            -- A deliverer paused by a configuration fault (BadTopic, InvalidProviderToken…) says so here, refreshed
+            -- while it lasts, so an ingest process anywhere answers a waiting Test request with 502 at once.
+            CREATE TABLE delivery_pauses (
+                worker TEXT PRIMARY KEY NOT NULL,
+                reason TEXT NOT NULL,
+                updated_at INTEGER NOT NULL
+            );
+            """),
     ]
 
     static var latestVersion: Int { all.map(\.version).max() ?? 0 }

@@ -53,6 +53,11 @@ public protocol JobQueue: Sendable {
     func reportedOutcome(publicID: String) throws(StoreError) -> ReportedOutcome?
     /// Forgets reported outcomes older than `before`. Returns how many.
     func purgeReportedOutcomes(before: Int64) throws(StoreError) -> Int
+    /// A deliverer paused by a configuration fault records `reason`, refreshing it while the pause lasts; nil
+    /// clears it (recovered, shutting down).
+    func recordPause(worker: String, reason: String?, now: Int64) throws(StoreError)
+    /// The reason of a pause some deliverer recorded at or after `since`, if any (a waiting Test request's 502).
+    func currentPause(since: Int64) throws(StoreError) -> String?
     /// A number that changes whenever any connection, in any process, commits to the database: polling it is how
     /// a deliverer notices new jobs written by another process (PRAGMA data_version; no disk I/O).
     func changeCounter() throws(StoreError) -> Int64

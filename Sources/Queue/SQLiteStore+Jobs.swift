@@ -115,14 +115,15 @@ extension SQLiteStore {
                         WHERE id = ?1 AND state = 'running' AND attempted_by = ?2 AND attempt = ?3
                         """).run(guardValues + [.integer(at), .text(error)])
                     applied.append(changed == 1)
-                case .deadLetter(let reason):
+                case .deadLetter(let reason), .abandon(let reason):
                     let finished = try db.statement("""
                         UPDATE jobs SET state = 'discarded', finalized_at = ?4, last_error = ?5,
                                         attempted_by = NULL, lease_expires_at = NULL
                         WHERE id = ?1 AND state = 'running' AND attempted_by = ?2 AND attempt = ?3
                         RETURNING device_id, public_id, reports_outcome
                         """).rows(guardValues + [.integer(now), .text(reason)]) { ($0.text(0), $0.text(1), $0.int(2) == 1) }
-                    try Self.report(finished, .rejected, reason, now: now, db)
+                    let kind: ReportedOutcome.Kind = if case .abandon = outcome.kind { .failed } else { .rejected }
+                    try Self.report(finished, kind, reason, now: now, db)
                     let devices = finished.map(\.0)
                     for device in devices {
                         try Self.settleMerged(outcome.merged, device: device, deadLetterReason: reason, now: now, db)
@@ -251,6 +252,26 @@ extension SQLiteStore {
     public func liveJobCount() throws(StoreError) -> Int {
         try read { db in
             try db.statement("SELECT count(*) FROM jobs WHERE state != 'discarded'").rows { $0.int(0) }.first ?? 0
+        }
+    }
+}
+
+extension SQLiteStore {
+    public func recordPause(worker: String, reason: String?, now: Int64) throws(StoreError) {
+        _ = try write { db in
+            if let reason {
+                try db.statement("INSERT OR REPLACE INTO delivery_pauses (worker, reason, updated_at) VALUES (?, ?, ?)")
+                    .run([.text(worker), .text(reason), .integer(now)])
+            } else {
+                try db.statement("DELETE FROM delivery_pauses WHERE worker = ?").run([.text(worker)])
+            }
+        }
+    }
+
+    public func currentPause(since: Int64) throws(StoreError) -> String? {
+        try read { db in
+            try db.statement("SELECT reason FROM delivery_pauses WHERE updated_at >= ? ORDER BY updated_at DESC LIMIT 1")
+                .rows([.integer(since)]) { $0.text(0) }.first
         }
     }
 }

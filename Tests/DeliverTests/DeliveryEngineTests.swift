@@ -62,6 +62,24 @@ import Testing
         #expect(Set(outcomes) == [ReportedOutcome(kind: .delivered), ReportedOutcome(kind: .rejected, reason: "DeviceTokenNotForTopic")])
     }
 
+    /// SPEC §2.2's 502 rows, the deliverer's half: a configuration fault is written where every ingest process
+    /// sees it (and withdrawn at shutdown); a Test push the relay gave up on is reported as failed, not rejected.
+    @Test func configurationFaultsAndRelaySideFailuresAreReportedForTheTestButton() throws {
+        let h = try DeliveryHarness()
+        let device = try h.device(1)
+        let late = NewJob(deviceID: device.id, publicID: UUID().uuidString.lowercased(), payload: AlertEvent.test("late").jobPayload,
+                          reportsOutcome: true)
+        _ = try h.store.enqueue([late], now: h.clock.nowMillis() - 10_000, ttl: .seconds(1))
+        h.engine.wake()
+        #expect(h.waitUntil { (try? h.store.reportedOutcome(publicID: late.publicID)) == ReportedOutcome(kind: .failed, reason: "Expired") })
+
+        h.simulator.faults.withLock { $0.byToken[device.token] = .init(status: 400, reason: "BadTopic") }
+        try h.enqueue(device.id, ["x"])
+        #expect(h.waitUntil { (try? h.store.currentPause(since: 0)) == "BadTopic" })
+        h.stop()
+        #expect(try h.store.currentPause(since: 0) == nil, "a deliverer that stopped no longer speaks for delivery")
+    }
+
     @Test func aStreamLimitOf1StillDeliversEverythingInOrder() throws {
         let h = try DeliveryHarness(streams: 1, connections: 1)
         defer { h.stop() }
@@ -111,13 +129,31 @@ import Testing
         let device = try h.device(1)
         try h.enqueue(device.id, ["first"])
         #expect(h.waitUntil { h.acceptedBodies(device.token) == ["first"] })
-        // APNs now considers the current token stale; our clock has moved on by more than a minute.
+        // APNs now considers the current token stale; our clock has moved on by more than 20 minutes.
         h.simulator.faults.withLock { $0.expireTokensIssuedBefore = SystemClock().nowMillis() / 1000 + 30 }
-        h.clock.advance(.seconds(61))
+        h.clock.advance(.seconds(20 * 60 + 1))
         try h.enqueue(device.id, ["second", "third"])
         #expect(h.waitUntil { h.acceptedBodies(device.token) == ["first", "second", "third"] })
         #expect(h.tokens.refreshes.load(ordering: .relaxed) == 2, "exactly one new token")
         #expect(h.simulator.answersByStatus[403] == 1)
+    }
+
+    /// Issue 12 item 5: Apple answers TooManyProviderTokenUpdates to renewals under 20 minutes, so a token ten
+    /// minutes old is not renewed however often APNs calls it expired; past 20 minutes it is, once.
+    @Test func aProviderTokenYoungerThanTwentyMinutesIsNotRenewed() throws {
+        let h = try DeliveryHarness(connections: 1)
+        defer { h.stop() }
+        let device = try h.device(1)
+        _ = try h.tokens.token()
+        h.simulator.faults.withLock { $0.expireTokensIssuedBefore = SystemClock().nowMillis() / 1000 + 30 }
+        h.clock.advance(.seconds(10 * 60))
+        try h.enqueue(device.id, ["waits for a token APNs takes"])
+        #expect(h.waitUntil { (h.simulator.answersByStatus[403] ?? 0) >= 3 })
+        #expect(h.tokens.refreshes.load(ordering: .relaxed) == 1, "no renewal under 20 minutes")
+        h.clock.advance(.seconds(10 * 60 + 1))
+        // Ten minutes late by our clock, so the body also says when the event happened.
+        #expect(h.waitUntil { h.acceptedBodies(device.token).map { $0.hasPrefix("waits for a token APNs takes") } == [true] })
+        #expect(h.tokens.refreshes.load(ordering: .relaxed) == 2)
     }
 
     /// APNs answers 503 for a while: attempts stop after the breaker opens (only probes go out), and once APNs

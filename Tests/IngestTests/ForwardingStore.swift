@@ -40,6 +40,8 @@ class ForwardingStore: RelayStore, @unchecked Sendable {
     func purgeDeadLetters(before: Int64) throws(StoreError) -> Int { try inner.purgeDeadLetters(before: before) }
     func liveJobCount() throws(StoreError) -> Int { try inner.liveJobCount() }
     func hasDueJobs(now: Int64) throws(StoreError) -> Bool { try inner.hasDueJobs(now: now) }
+    func recordPause(worker: String, reason: String?, now: Int64) throws(StoreError) { try inner.recordPause(worker: worker, reason: reason, now: now) }
+    func currentPause(since: Int64) throws(StoreError) -> String? { try inner.currentPause(since: since) }
     func reportedOutcome(publicID: String) throws(StoreError) -> ReportedOutcome? { try inner.reportedOutcome(publicID: publicID) }
     func purgeReportedOutcomes(before: Int64) throws(StoreError) -> Int { try inner.purgeReportedOutcomes(before: before) }
     func changeCounter() throws(StoreError) -> Int64 { try inner.changeCounter() }

@@ -72,8 +72,13 @@ struct WebhookEndpoint: Sendable {
 
     static let merged = HTTPResponse.json(202, "{\"status\":\"merged\"}")
 
+    /// A paused deliverer refreshes its record every few seconds; one older than this is from a process that died.
+    static let pauseFreshness: Int64 = 30_000
+
     /// Polls for the outcome a deliverer (this process's or another's) records for a Test push, every 10 ms on a
-    /// timer (no thread waits): 200 delivered, 410 unregistered, 502 rejected, or 202 when TEST_WAIT runs out.
+    /// timer (no thread waits): 200 delivered, 410 unregistered, 502 rejected or not delivered, 502 at once while a
+    /// deliverer is paused by a configuration fault, or 202 when TEST_WAIT runs out (SPEC §2.2: a Test button never
+    /// says "sent" for a push that cannot arrive).
     private func awaitOutcome(of publicID: String, until deadline: ContinuousClock.Instant, responder: any HTTPResponder) {
         let outcome = try? store.reportedOutcome(publicID: publicID)
         switch outcome?.kind {
@@ -83,7 +88,12 @@ struct WebhookEndpoint: Sendable {
             responder.respond(.error(410, "device unregistered"))
         case .rejected?:
             responder.respond(.error(502, "apns rejected: \(outcome?.reason ?? "")"))
+        case .failed?:
+            responder.respond(.error(502, "not delivered: \(outcome?.reason ?? "")"))
         case nil:
+            if let pause = try? store.currentPause(since: clock.nowMillis() - Self.pauseFreshness) {
+                return responder.respond(.error(502, "relay cannot deliver: \(pause) (configuration)"))
+            }
             guard ContinuousClock.now < deadline else { return responder.respond(Self.queued(publicID)) }
             DispatchQueue.global().asyncAfter(deadline: .now() + 0.01) {
                 awaitOutcome(of: publicID, until: deadline, responder: responder)
