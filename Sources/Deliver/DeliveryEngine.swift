@@ -29,6 +29,8 @@ public final class DeliveryEngine: Sendable {
         public var digestWindow: Duration = .seconds(5)
         /// STALL_TIMEOUT: due jobs, APNs not known to be failing, and nothing sent for this long → reset (SPEC §4).
         public var stallTimeout: Duration
+        /// The environment the relay is configured for (ENV / APNS_ENVIRONMENT); `pool` talks to it.
+        public var environment: Settings.APNsEnvironment
 
         public init(settings: Settings, worker: String) {
             self.worker = worker
@@ -39,6 +41,7 @@ public final class DeliveryEngine: Sendable {
             tombstoneRetention = settings.tombstoneRetention
             deviceBurst = settings.deviceBurst
             stallTimeout = settings.stallTimeout
+            environment = settings.apnsEnvironment
         }
     }
 
@@ -46,6 +49,9 @@ public final class DeliveryEngine: Sendable {
         let job: ClaimedJob
         let generation: Int
         var resends: Int
+        /// Where this attempt went, and whether the push already switched environment once (SPEC §4).
+        let environment: Settings.APNsEnvironment
+        let switched: Bool
         let started: ContinuousClock.Instant
         /// Pending jobs this push is a digest of.
         let merged: [MergedJob]
@@ -69,6 +75,8 @@ public final class DeliveryEngine: Sendable {
     let configuration: Configuration
     let store: any RelayStore
     let pool: APNsConnectionPool
+    /// The other APNs environment, when there is one to try (`Settings.otherAPNsBaseURL`).
+    let other: OtherAPNsEnvironment?
     let tokens: ProviderTokenSource
     let factory: APNsRequestFactory
     let clock: any WallClock
@@ -82,11 +90,12 @@ public final class DeliveryEngine: Sendable {
     /// Set when the stall detector fired, cleared by the next answer from APNs; `serve`'s `/health` reads it.
     let stalled = Atomic<Bool>(false)
 
-    public init(configuration: Configuration, store: any RelayStore, pool: APNsConnectionPool, tokens: ProviderTokenSource,
-                factory: APNsRequestFactory, clock: any WallClock, logger: Logger, metrics: MetricsRegistry) {
+    public init(configuration: Configuration, store: any RelayStore, pool: APNsConnectionPool, other: OtherAPNsEnvironment? = nil,
+                tokens: ProviderTokenSource, factory: APNsRequestFactory, clock: any WallClock, logger: Logger, metrics: MetricsRegistry) {
         self.configuration = configuration
         self.store = store
         self.pool = pool
+        self.other = other
         self.tokens = tokens
         self.factory = factory
         self.clock = clock
@@ -157,6 +166,7 @@ public final class DeliveryEngine: Sendable {
                     if ContinuousClock.now - lastPurge >= .seconds(600) { lastPurge = .now }
                     checkLiveness(now: now)
                     refreshPause(now: now)
+                    other?.closeIfIdle()
                     state.claimDue = true
                 }
                 let change = (try? store.changeCounter()) ?? lastChange
@@ -236,13 +246,22 @@ public final class DeliveryEngine: Sendable {
                 state.nextRetryAt = min(state.nextRetryAt ?? until, until)
                 continue
             }
-            send(job, resends: 0, outcomes: &outcomes)
+            send(Resend(job: job, resends: 0, environment: nil, switched: false), outcomes: &outcomes)
         }
         if !outcomes.isEmpty { record(outcomes) }
     }
 
-    private func send(_ job: ClaimedJob, resends: Int, outcomes: inout [JobOutcome]) {
+    /// A push to (re)send: how often it was resent, and the environment it must go to (nil: the device's).
+    struct Resend: Sendable {
+        let job: ClaimedJob
+        let resends: Int
+        let environment: Settings.APNsEnvironment?
+        let switched: Bool
+    }
+
+    private func send(_ attempt: Resend, outcomes: inout [JobOutcome]) {
         let state = loopState
+        let (job, resends) = (attempt.job, attempt.resends)
         let now = clock.nowMillis()
         let request: HTTP2Request
         let generation: Int
@@ -271,12 +290,13 @@ public final class DeliveryEngine: Sendable {
             let carried = 1 + job.folded.count + merged.reduce(0) { $0 + 1 + $1.folded.count }
             metrics.increment("kumapush_alerts_merged_total", by: Double(carried))
         }
-        guard let connection = pool.pick() else {
-            state.resendQueue.append((job, resends))
+        let environment = route(attempt)
+        guard let connection = pool(for: environment).pick() else {
+            state.resendQueue.append(attempt)
             return
         }
-        state.inFlight[job.id] = InFlight(job: job, generation: generation, resends: resends, started: .now,
-                                          merged: merged.map(\.asMerged))
+        state.inFlight[job.id] = InFlight(job: job, generation: generation, resends: resends, environment: environment,
+                                          switched: attempt.switched, started: .now, merged: merged.map(\.asMerged))
         state.lastSentAt = .now
         metrics.observe("kumapush_webhook_to_apns_seconds", value: Double(max(0, clock.nowMillis() - job.createdAt)) / 1000)
         connection.send(request) { [weak self] result in
@@ -291,11 +311,17 @@ public final class DeliveryEngine: Sendable {
 
     private func dispatchResends() {
         let state = loopState
-        guard !state.resendQueue.isEmpty, pool.freeStreams > 0 else { return }
+        guard !state.resendQueue.isEmpty else { return }
         let queued = state.resendQueue
         state.resendQueue.removeAll()
         var outcomes: [JobOutcome] = []
-        for (job, resends) in queued { send(job, resends: resends, outcomes: &outcomes) }
+        for attempt in queued {
+            if pool(for: route(attempt)).freeStreams > 0 {
+                send(attempt, outcomes: &outcomes)
+            } else {
+                state.resendQueue.append(attempt)
+            }
+        }
         if !outcomes.isEmpty { record(outcomes) }
     }
 
@@ -319,8 +345,11 @@ public final class DeliveryEngine: Sendable {
             verdict = .retry(reason: "StreamReset\(code)", outage: true)
         }
         let now = clock.nowMillis()
-        noteHealth(of: verdict)
-        switch state.breaker.record(verdict, jobID: job.id, now: now) {
+        // The breaker and the stall detector watch the configured environment; the other one's answers say
+        // nothing about its health (and its failures only retry the pushes that went there).
+        let transition = flight.environment == configuration.environment
+            ? recordHealth(verdict, jobID: job.id, now: now) : .none
+        switch transition {
         case .opened:
             logger.error("APNs outage: most recent pushes failed; pausing, probing with one push at a time")
         case .recovered:
@@ -335,6 +364,8 @@ public final class DeliveryEngine: Sendable {
         case .none:
             break
         }
+        if switchEnvironment(after: verdict, flight: flight) { return }
+        learnEnvironment(from: verdict, flight: flight)
         var outcome = Self.outcome(for: verdict, job: job, backoff: configuration.backoff, now: now)
         switch outcome.kind {
         case .delivered, .deadLetter, .abandon: outcome.merged = flight.merged
@@ -342,12 +373,12 @@ public final class DeliveryEngine: Sendable {
         }
         switch verdict {
         case .resend where flight.resends < 5:
-            state.resendQueue.append((job, flight.resends + 1))
+            state.resendQueue.append(Resend(job: job, resends: flight.resends + 1, environment: flight.environment, switched: flight.switched))
             return
         case .refreshProviderToken where flight.resends < 5:
             tokens.expired(generation: flight.generation)
-            pool.recycle(answer.connection)
-            state.resendQueue.append((job, flight.resends + 1))
+            pool(for: flight.environment).recycle(answer.connection)
+            state.resendQueue.append(Resend(job: job, resends: flight.resends + 1, environment: flight.environment, switched: flight.switched))
             return
         default:
             break
@@ -412,7 +443,7 @@ public final class DeliveryEngine: Sendable {
     private func releaseRemaining() {
         let state = loopState
         if state.breaker.isPaused { try? store.recordPause(worker: configuration.worker, reason: nil, now: clock.nowMillis()) }
-        let remaining = Array(state.inFlight.keys) + state.resendQueue.map(\.0.id)
+        let remaining = Array(state.inFlight.keys) + state.resendQueue.map(\.job.id)
         guard !remaining.isEmpty else { return }
         let released = (try? store.release(jobIDs: remaining, worker: configuration.worker, now: clock.nowMillis())) ?? 0
         logger.warning("released leases of pushes still in flight at shutdown", ["count": String(released)])

@@ -114,6 +114,8 @@ public struct ClaimedJob: Sendable, Equatable {
     public var folded = FoldedAlerts()
     /// The device's down monitors as of this alert (the newest folded one included): the push's `aps.badge`.
     public var badge: Int?
+    /// The APNs environment the device's token is known to belong to; nil: the configured one.
+    public var environment: Settings.APNsEnvironment?
 }
 
 /// The result of one attempt, applied with `JobQueue.finish`. Each names the job and the attempt it answers, so a

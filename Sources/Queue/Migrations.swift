@@ -105,6 +105,11 @@ enum Migrations {
             -- How many of the device's monitors were down as of this job's alert (aps.badge); NULL before version 5.
             ALTER TABLE jobs ADD COLUMN badge INTEGER;
             """),
+        Migration(version: 6, name: "the APNs environment a device's token belongs to", sql: """
+            -- Learnt when the other environment accepted a push the configured one refused as BadDeviceToken
+            -- (TestFlight and Xcode builds next to App Store installs); NULL until then. A new token forgets it.
+            ALTER TABLE devices ADD COLUMN apns_environment TEXT CHECK (apns_environment IN ('production', 'sandbox'));
+            """),
     ]
 
     static var latestVersion: Int { all.map(\.version).max() ?? 0 }

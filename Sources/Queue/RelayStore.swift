@@ -15,6 +15,9 @@ public protocol DeviceStore: Sendable {
     /// Changes the token and/or level. nil when there is no such device; `StoreError.tokenConflict` when another
     /// device has the token.
     func updateDevice(id: String, token: String?, level: Device.DownNotificationLevel?) throws(StoreError) -> Device?
+    /// Remembers that `token`'s pushes go to `environment` (the other APNs environment accepted it), while the device
+    /// still has that token. Registering the token again or changing it forgets this.
+    func setEnvironment(deviceID: String, token: String, environment: Settings.APNsEnvironment) throws(StoreError)
     /// Deletes the device and drops its jobs. False when there was no such device.
     func deleteDevice(id: String) throws(StoreError) -> Bool
     func tombstone(deviceID: String) throws(StoreError) -> Tombstone?

@@ -91,16 +91,18 @@ extension SQLiteStore {
                 ($0.int64(0), $0.text(1), $0.text(2), $0.blob(3), $0.int(4), $0.int64(5), $0.int64(6), $0.int(7) == 1,
                  $0.isNull(8) ? FoldedAlerts() : FoldedAlerts(encoded: $0.blob(8)), $0.isNull(9) ? nil : $0.int(9))
             }
-            let lookup = try db.statement("SELECT device_token, down_notification_level FROM devices WHERE id = ?")
+            let lookup = try db.statement("SELECT device_token, down_notification_level, apns_environment FROM devices WHERE id = ?")
             var claimed: [ClaimedJob] = []
             claimed.reserveCapacity(leased.count)
             for (id, publicID, deviceID, payload, attempt, createdAt, expiresAt, reportsOutcome, folded, badge) in leased {
                 // The foreign key guarantees the device exists while its job does.
-                guard let (token, level) = try lookup.rows([.text(deviceID)], { ($0.text(0), $0.text(1)) }).first else { continue }
+                guard let (token, level, environment) = try lookup.rows([.text(deviceID)], {
+                    ($0.text(0), $0.text(1), $0.isNull(2) ? nil : Settings.APNsEnvironment(rawValue: $0.text(2)))
+                }).first else { continue }
                 claimed.append(ClaimedJob(id: id, publicID: publicID, deviceID: deviceID, deviceToken: token,
                                           downNotificationLevel: Device.DownNotificationLevel(rawValue: level) ?? .normal,
                                           payload: payload, attempt: attempt, createdAt: createdAt, expiresAt: expiresAt,
-                                          reportsOutcome: reportsOutcome, folded: folded, badge: badge))
+                                          reportsOutcome: reportsOutcome, folded: folded, badge: badge, environment: environment))
             }
             // Acceptance order, which is what callers log and send in.
             return claimed.sorted { $0.id < $1.id }
