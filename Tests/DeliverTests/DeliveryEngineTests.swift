@@ -12,7 +12,9 @@ import Testing
         let h = try DeliveryHarness()
         defer { h.stop() }
         let devices = try (1...5).map { try h.device($0) }
+        let enqueuedFrom = h.clock.nowMillis()
         for device in devices { try h.enqueue(device.id, (0..<20).map { "\($0)" }) }
+        let enqueuedUntil = h.clock.nowMillis()
         #expect(try h.waitUntil { try h.store.liveJobCount() == 0 })
         for device in devices {
             #expect(h.acceptedBodies(device.token) == (0..<20).map { "\($0)" })
@@ -21,7 +23,9 @@ import Testing
         #expect(push.headers["apns-push-type"] == "alert" && push.headers["apns-priority"] == "10")
         #expect(push.headers["apns-topic"] == DeliveryHarness.topic)
         #expect(push.headers["apns-id"] == push.headers["apns-collapse-id"])
-        #expect(Int64(push.headers["apns-expiration"] ?? "") != nil)
+        // Acceptance time + JOB_TTL (3600 s here), in seconds: not 0, not milliseconds.
+        let expiration = try #require(Int64(push.headers["apns-expiration"] ?? ""))
+        #expect((enqueuedFrom / 1000 + 3600)...(enqueuedUntil / 1000 + 3600) ~= expiration)
         let stored = try #require(try h.store.device(id: devices[0].id))
         #expect(stored.lastSuccessfulNotification != nil && stored.lastDeliveryError == "")
         #expect(h.tokens.refreshes.load(ordering: .relaxed) == 1, "one provider token for everything")
@@ -107,7 +111,13 @@ import Testing
         h.simulator.faults.withLock { $0.dropNext = true }
         for device in devices { try h.enqueue(device.id, ["0", "1"]) }
         #expect(try h.waitUntil { try h.store.liveJobCount() == 0 })
-        for device in devices { #expect(Array(h.acceptedBodies(device.token).suffix(2)) == ["0", "1"] || h.acceptedBodies(device.token) == ["0", "1"]) }
+        // At least once: a push whose answer was lost with the connection may arrive twice, but only right after
+        // itself — never out of order.
+        for device in devices {
+            let bodies = h.acceptedBodies(device.token)
+            let deduplicated = bodies.enumerated().filter { $0.offset == 0 || bodies[$0.offset - 1] != $0.element }.map(\.element)
+            #expect(deduplicated == ["0", "1"], "\(bodies)")
+        }
         #expect(try h.store.countDeadLetters(DeadLetterFilter()) == 0)
     }
 
@@ -169,8 +179,7 @@ import Testing
         let failed = h.simulator.answersByStatus[503] ?? 0
         #expect(failed <= 25, "attempts during the outage stay bounded, not one per job per retry (\(failed))")
         for device in devices { #expect(h.acceptedBodies(device.token) == (0..<10).map { "\($0)" }) }
-        let lastFailureToDone = SystemClock().nowMillis() - until
-        #expect(lastFailureToDone < 10_000, "the backlog drains within seconds of recovery")
+        // "Within seconds of recovery" is the deadline of the wait above; how fast is `make bench`'s outage figure.
     }
 
     @Test func shutdownReleasesLeasesOfPushesStillInFlight() throws {

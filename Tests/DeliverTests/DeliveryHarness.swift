@@ -6,6 +6,7 @@ import Queue
 import Simulator
 import Synchronization
 import TestSupport
+import Testing
 
 /// A clock tests can move forward (provider-token ages), starting at real time.
 final class MovableClock: WallClock {
@@ -112,11 +113,16 @@ final class DeliveryHarness {
         return try condition()
     }
 
-    /// Bodies of the pushes APNs accepted for `token`, in arrival order.
+    /// Bodies of the pushes APNs accepted for `token`, in arrival order. A push without a readable body fails the
+    /// test that asked (it is never silently left out of the list).
     func acceptedBodies(_ token: String) -> [String] {
-        simulator.received.filter { $0.token == token && $0.status == 200 }.compactMap { push in
+        simulator.received.filter { $0.token == token && $0.status == 200 }.map { push in
             let object = try? JSONSerialization.jsonObject(with: Data(push.payload)) as? [String: Any]
-            return ((object?["aps"] as? [String: Any])?["alert"] as? [String: Any])?["body"] as? String
+            guard let body = ((object?["aps"] as? [String: Any])?["alert"] as? [String: Any])?["body"] as? String else {
+                Issue.record("a push APNs accepted has no aps.alert.body: \(String(decoding: push.payload, as: UTF8.self))")
+                return "<unreadable>"
+            }
+            return body
         }
     }
 }
