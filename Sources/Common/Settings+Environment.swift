@@ -158,11 +158,14 @@ extension Settings {
         Variable(name: "RATE_LIMIT_REGISTER", defaultText: "5/1m,30/1h", summary: "POST /devices per client IP; `off` disables") { s, text throws(ConfigurationError) in
             s.rateLimitRegister = try parseRules(text, "RATE_LIMIT_REGISTER")
         },
-        Variable(name: "RATE_LIMIT_WEBHOOK", defaultText: "600/1m", summary: "webhooks per client IP and device; `off` disables") { s, text throws(ConfigurationError) in
+        Variable(name: "RATE_LIMIT_WEBHOOK", defaultText: "off", summary: "webhooks per client IP and device; `off` disables") { s, text throws(ConfigurationError) in
             s.rateLimitWebhook = try parseRules(text, "RATE_LIMIT_WEBHOOK")
         },
-        Variable(name: "RATE_LIMIT_WEBHOOK_FAILED", defaultText: "10/1m", summary: "failed webhooks (400/404/410) per client IP; `off` disables") { s, text throws(ConfigurationError) in
+        Variable(name: "RATE_LIMIT_WEBHOOK_FAILED", defaultText: "10/1m", summary: "failed webhooks (400/404/410) per client IP; past it unknown device ids get 429; `off` disables") { s, text throws(ConfigurationError) in
             s.rateLimitWebhookFailed = try parseRules(text, "RATE_LIMIT_WEBHOOK_FAILED")
+        },
+        Variable(name: "RATE_LIMIT_WEBHOOK_IP", defaultText: "6000/1m", summary: "webhooks per client IP (IPv6: per /64) over all devices; `off` disables") { s, text throws(ConfigurationError) in
+            s.rateLimitWebhookIP = try parseRules(text, "RATE_LIMIT_WEBHOOK_IP")
         },
         Variable(name: "DEVICE_BURST", defaultText: "10", summary: "pushes per device per minute before alerts merge into digests; `off` disables") { s, text throws(ConfigurationError) in
             s.deviceBurst = text.trimmingWhitespace().lowercased() == "off" ? nil : try parseInt(text, "DEVICE_BURST", 1...10_000)

@@ -52,7 +52,11 @@ public struct Settings: Sendable, Equatable {
     // Abuse limits
     public var rateLimitRegister = [RateLimitRule(limit: 5, window: .seconds(60)),
                                     RateLimitRule(limit: 30, window: .seconds(3600))]
-    public var rateLimitWebhook = [RateLimitRule(limit: 600, window: .seconds(60))]
+    /// Per client IP and device; off by default, because a large Uptime Kuma's incident sends one alert per monitor
+    /// at once and never retries (SPEC §2.4): digests and the per-IP limit protect the relay instead.
+    public var rateLimitWebhook: [RateLimitRule] = []
+    /// Webhooks per client IP (IPv6: per /64) over all devices together.
+    public var rateLimitWebhookIP = [RateLimitRule(limit: 6000, window: .seconds(60))]
     public var rateLimitWebhookFailed = [RateLimitRule(limit: 10, window: .seconds(60))]
     public var behindProxy = false
     public var proxyHeader = "X-Forwarded-For"

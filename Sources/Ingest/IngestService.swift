@@ -32,7 +32,8 @@ public final class IngestService: Sendable {
                               logger: logger)
         webhook = WebhookEndpoint(store: store, writer: writer, clock: clock, queueMax: settings.queueMax, testWait: settings.testWait,
                                   failedLimiter: SlidingWindowLimiter(rules: settings.rateLimitWebhookFailed),
-                                  webhookLimiter: SlidingWindowLimiter(rules: settings.rateLimitWebhook), logger: logger)
+                                  webhookLimiter: SlidingWindowLimiter(rules: settings.rateLimitWebhook),
+                                  clientLimiter: SlidingWindowLimiter(rules: settings.rateLimitWebhookIP), logger: logger)
         resolver = ClientAddressResolver(settings: settings)
         Self.describeMetrics(metrics, store: store)
     }
@@ -70,8 +71,8 @@ public final class IngestService: Sendable {
             return respond(.error(405, "method not allowed", headers: [("Allow", route.allowedMethods.joined(separator: ", "))]),
                            route: route.pattern, request, responder)
         }
-        let client = resolver.clientAddress(for: request)
-        let instrumented = InstrumentedResponder(inner: responder, route: route.pattern, method: request.method, client: client,
+        let client = resolver.client(for: request)
+        let instrumented = InstrumentedResponder(inner: responder, route: route.pattern, method: request.method, client: client.address,
                                                  started: .now, logger: logger, metrics: metrics, logRequest: route != .health)
         switch route {
         case .health:
@@ -84,7 +85,7 @@ public final class IngestService: Sendable {
                 }
             }
         case .register:
-            blockingWork.async { [deviceAPI] in instrumented.respond(deviceAPI.register(request, client: client)) }
+            blockingWork.async { [deviceAPI] in instrumented.respond(deviceAPI.register(request, client: client.limitKey)) }
         case .device(let id):
             blockingWork.async { [deviceAPI] in
                 switch request.method {
@@ -94,7 +95,7 @@ public final class IngestService: Sendable {
                 }
             }
         case .webhook(let deviceID):
-            webhook.handle(request, deviceID: deviceID, client: client, responder: instrumented)
+            webhook.handle(request, deviceID: deviceID, client: client.limitKey, responder: instrumented)
         }
     }
 

@@ -16,7 +16,7 @@ import Testing
         #expect(s.queueMax == 1_000_000)
         #expect(s.testWait == .seconds(5) && s.lateNotice == .seconds(120) && s.shutdownGrace == .seconds(10))
         #expect(s.rateLimitRegister.settingText == "5/1m,30/1h")
-        #expect(s.rateLimitWebhook.settingText == "600/1m")
+        #expect(s.rateLimitWebhook.settingText == "off" && s.rateLimitWebhookIP.settingText == "6000/1m")
         #expect(s.rateLimitWebhookFailed.settingText == "10/1m")
         #expect(s.deviceBurst == 10)
         #expect(!s.behindProxy && s.proxyHeader == "X-Forwarded-For" && s.trustedProxies.isEmpty)
@@ -41,7 +41,7 @@ import Testing
             "APNS_CONNECTIONS": "4", "DELIVER_CONCURRENCY": "50", "JOB_TTL": "2h", "RETRY_BASE": "500ms", "RETRY_MAX": "1m",
             "LEASE_TIMEOUT": "30s", "DEAD_LETTER_RETENTION": "1d", "TOMBSTONE_RETENTION": "2d", "QUEUE_MAX": "99",
             "TEST_WAIT": "0", "LATE_NOTICE": "5m", "SHUTDOWN_GRACE": "3s", "RATE_LIMIT_REGISTER": "off",
-            "RATE_LIMIT_WEBHOOK": "100/10s,1000/1h", "RATE_LIMIT_WEBHOOK_FAILED": "3/1m", "DEVICE_BURST": "off",
+            "RATE_LIMIT_WEBHOOK": "100/10s,1000/1h", "RATE_LIMIT_WEBHOOK_FAILED": "3/1m", "RATE_LIMIT_WEBHOOK_IP": "50/1s", "DEVICE_BURST": "off",
             "BEHIND_PROXY": "true", "PROXY_HEADER": "X-Real-IP", "TRUSTED_PROXIES": "10.0.0.0/8, fd00::/8",
             "METRICS_ADDR": "off", "LOG_LEVEL": "debug", "LOG_FORMAT": "json",
             "HTTP_MAX_CONNECTIONS": "50", "HTTP_IDLE_TIMEOUT": "5s", "HTTP_MAX_HEADER_BYTES": "8192",
@@ -61,6 +61,7 @@ import Testing
         #expect(s.rateLimitRegister.isEmpty)
         #expect(s.rateLimitWebhook == [RateLimitRule(limit: 100, window: .seconds(10)), RateLimitRule(limit: 1000, window: .seconds(3600))])
         #expect(s.rateLimitWebhookFailed == [RateLimitRule(limit: 3, window: .seconds(60))])
+        #expect(s.rateLimitWebhookIP == [RateLimitRule(limit: 50, window: .seconds(1))])
         #expect(s.deviceBurst == nil && s.behindProxy && s.proxyHeader == "X-Real-IP")
         #expect(s.trustedProxies.map(\.description) == ["10.0.0.0/8", "fd00::/8"])
         #expect(s.metricsAddress == nil && s.logLevel == .debug && s.logFormat == .json)
@@ -82,7 +83,7 @@ import Testing
         "DELIVER_CONCURRENCY": "-5", "JOB_TTL": "24", "RETRY_BASE": "1x", "RETRY_MAX": "0s", "LEASE_TIMEOUT": "soon",
         "DEAD_LETTER_RETENTION": "7days", "TOMBSTONE_RETENTION": "-1d", "QUEUE_MAX": "many", "TEST_WAIT": "5",
         "LATE_NOTICE": "2 min", "SHUTDOWN_GRACE": "x", "RATE_LIMIT_REGISTER": "5", "RATE_LIMIT_WEBHOOK": "0/1m",
-        "RATE_LIMIT_WEBHOOK_FAILED": "10/0s", "DEVICE_BURST": "none", "BEHIND_PROXY": "maybe",
+        "RATE_LIMIT_WEBHOOK_FAILED": "10/0s", "RATE_LIMIT_WEBHOOK_IP": "6000", "DEVICE_BURST": "none", "BEHIND_PROXY": "maybe",
         "PROXY_HEADER": "X Forwarded", "TRUSTED_PROXIES": "10.0.0.0/33", "METRICS_ADDR": "localhost",
         "LOG_LEVEL": "loud", "LOG_FORMAT": "xml",
         "HTTP_MAX_CONNECTIONS": "0", "HTTP_IDLE_TIMEOUT": "500ms", "HTTP_MAX_HEADER_BYTES": "12",

@@ -174,7 +174,7 @@ def test_split_processes_with_a_deliverer_killed_midway_deliver_everything_once_
     """1 ingest + 2 deliver processes on one database; 10,000 webhooks over 500 devices; one deliverer is killed
     with SIGKILL midway. Every accepted job is delivered, per-device order holds, and no push is in flight from two
     processes at once (its lease expires first: LEASE_TIMEOUT is short here)."""
-    ingest = relays("ingest", RATE_LIMIT_WEBHOOK="off", RATE_LIMIT_REGISTER="off")
+    ingest = relays("ingest", RATE_LIMIT_WEBHOOK_IP="off", RATE_LIMIT_REGISTER="off")
     # Digests would merge each device's 20 alerts; this test is about crashes, so every alert is its own push.
     first = relays("deliver", LEASE_TIMEOUT="2s", DEVICE_BURST="off")
     second = relays("deliver", LEASE_TIMEOUT="2s", DEVICE_BURST="off")
