@@ -138,6 +138,24 @@ import Testing
         #expect(try h.jobIDs().count == 2)
     }
 
+    /// Issue 12: the count must be refreshed while everything is refused, or the relay refuses until restarted.
+    @Test func aFullQueueAcceptsAgainOnceTheBacklogDrains() throws {
+        let h = try IngestHarness(["QUEUE_MAX": "2"])
+        let (id, _) = try h.register()
+        for _ in 0..<2 { #expect(try h.webhook(id, Fixtures.text("a-1.23-http-down.json")).status == 202) }
+        #expect(try h.webhook(id, Fixtures.text("a-1.23-http-down.json")).status == 503)
+        // A deliverer (another process) drains the queue.
+        try RawSQLite(path: h.directory.path("relay.db")).execute("DELETE FROM jobs")
+        let deadline = ContinuousClock.now + .seconds(15)
+        var status = 0
+        while ContinuousClock.now < deadline {
+            status = try h.webhook(id, Fixtures.text("a-1.23-http-down.json")).status
+            if status != 503 { break }
+            Thread.sleep(forTimeInterval: 0.05)  // poll interval, not a wait for an event
+        }
+        #expect(status == 202, "accepted again once the queue drained")
+    }
+
     @Test func aStoreThatCannotCommitAnswers503AndAcknowledgesNothing() throws {
         let h = try IngestHarness(wrap: { UnavailableForWrites(inner: $0) })
         let (id, _) = try h.register()

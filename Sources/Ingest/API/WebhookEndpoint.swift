@@ -44,7 +44,7 @@ struct WebhookEndpoint: Sendable {
         case .failure(.unsupportedMediaType):
             return responder.respond(.error(415, "unsupported content type: send application/json or a form"))
         }
-        guard writer.estimatedDepth < queueMax else {
+        guard writer.acceptsMore else {
             logger.warning("queue full, webhook refused", ["queue.max": String(queueMax)])
             return responder.respond(Self.queueUnavailable)
         }
