@@ -27,6 +27,7 @@ let requestCompleted: MHD_RequestCompletedCallback = { serverPointer, _, context
         answer.completed = true
         context.connection = nil
     }
+    if context.admitted { server.dispatched.completed(context) }
     server.inFlight.decrement()
 }
 
@@ -107,6 +108,8 @@ extension HTTPServer {
             return .YES
         case .receiving:
             context.phase = .dispatched
+            guard dispatched.admit(context) else { return queue(Self.shuttingDownResponse, on: connection) }
+            context.admitted = true
             var headers: [String: String] = [:]
             _ = withUnsafeMutablePointer(to: &headers) { MHD_get_connection_values(connection, .HEADER_KIND, headerReceived, $0) }
             let (_, query) = context.pathAndQuery

@@ -46,6 +46,12 @@ public final class HTTPServer: Sendable {
     private let daemon = Mutex<DaemonHandle?>(nil)
     /// Requests received and not yet completed (for graceful shutdown).
     let inFlight = InFlightCounter()
+    /// Requests handed to the handler and not yet completed (answered by `stop()` if need be).
+    let dispatched = DispatchedRequests()
+    /// What a request still unanswered at `stop()` gets, and one that arrives while stopping.
+    static let shuttingDownResponse = HTTPResponse.error(503, "shutting down", headers: [("Retry-After", "5")])
+    /// How long `stop()` lets the shutdown answers go out before closing every connection.
+    static let answerFlushTimeout: Duration = .seconds(2)
     /// The port actually bound (set once the daemon is running).
     public var port: UInt16 { boundPort.withLock { $0 } }
     private let boundPort = Mutex<UInt16>(0)
@@ -98,8 +104,16 @@ public final class HTTPServer: Sendable {
         return inFlight.waitUntilZero(timeout: grace)
     }
 
-    /// Closes every connection and stops the threads. Idempotent.
+    /// Answers every request still waiting for its handler (503 `shutting down`; the handler's later answer is
+    /// dropped), lets those answers go out, then closes every connection and stops the threads. Idempotent.
+    ///
+    /// libmicrohttpd 0.9.x aborts the process in MHD_stop_daemon while a connection is suspended, and a request
+    /// waiting for its answer is a suspended connection (a Test webhook waiting for APNs, a device call waiting on
+    /// a locked database); answering resumes it.
     public func stop() {
+        let unanswered = dispatched.close()
+        for context in unanswered { ConnectionResponder(context: context).respond(Self.shuttingDownResponse) }
+        if !unanswered.isEmpty { _ = dispatched.waitUntilEmpty(timeout: Self.answerFlushTimeout) }
         let handle = daemon.withLock { daemon -> DaemonHandle? in
             let handle = daemon
             daemon = nil
