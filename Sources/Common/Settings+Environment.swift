@@ -63,6 +63,14 @@ extension Settings {
         if retryMax < retryBase {
             throw ConfigurationError(variable: "RETRY_MAX", message: "must not be shorter than RETRY_BASE")
         }
+        // A lease that expires while its push may still be waiting for APNs hands the job to another worker, which
+        // sends it a second time (issue 12).
+        if leaseTimeout <= apnsRequestTimeout {
+            throw ConfigurationError(
+                variable: "LEASE_TIMEOUT",
+                message: "\(DurationSyntax.format(leaseTimeout)) must be longer than APNS_REQUEST_TIMEOUT "
+                    + "(\(DurationSyntax.format(apnsRequestTimeout))), or a push still waiting for APNs is sent again by another worker")
+        }
     }
 
     /// Every variable, in the order of SPEC §6. `ENV` comes before `APNS_ENVIRONMENT` so the latter wins.
@@ -122,6 +130,9 @@ extension Settings {
         Variable(name: "APNS_CONNECTIONS", defaultText: "2", summary: "persistent HTTP/2 connections per deliver process") { s, text throws(ConfigurationError) in
             s.apnsConnections = try parseInt(text, "APNS_CONNECTIONS", 1...64)
         },
+        Variable(name: "APNS_REQUEST_TIMEOUT", defaultText: "30s", summary: "how long a push waits for APNs' answer before it is retried; below LEASE_TIMEOUT") { s, text throws(ConfigurationError) in
+            s.apnsRequestTimeout = try parseDuration(text, "APNS_REQUEST_TIMEOUT")
+        },
         Variable(name: "DELIVER_CONCURRENCY", defaultText: "1000", summary: "pushes in flight per deliver process") { s, text throws(ConfigurationError) in
             s.deliverConcurrency = try parseInt(text, "DELIVER_CONCURRENCY", 1...100_000)
         },
@@ -134,7 +145,7 @@ extension Settings {
         Variable(name: "RETRY_MAX", defaultText: "5m", summary: "longest retry delay") { s, text throws(ConfigurationError) in
             s.retryMax = try parseDuration(text, "RETRY_MAX")
         },
-        Variable(name: "LEASE_TIMEOUT", defaultText: "60s", summary: "after this a crashed worker's jobs are claimable again") { s, text throws(ConfigurationError) in
+        Variable(name: "LEASE_TIMEOUT", defaultText: "60s", summary: "after this a crashed worker's jobs are claimable again; must be longer than APNS_REQUEST_TIMEOUT") { s, text throws(ConfigurationError) in
             s.leaseTimeout = try parseDuration(text, "LEASE_TIMEOUT")
         },
         Variable(name: "DEAD_LETTER_RETENTION", defaultText: "7d", summary: "how long dead letters are kept for `replay`") { s, text throws(ConfigurationError) in

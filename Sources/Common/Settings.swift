@@ -33,6 +33,8 @@ public struct Settings: Sendable, Equatable {
     public var apnsURL: String?
     public var apnsCAFile: String?
     public var apnsConnections = 2
+    /// How long one push may wait for APNs' answer before it is retried. A lease must outlive it (LEASE_TIMEOUT).
+    public var apnsRequestTimeout: Duration = .seconds(30)
     public var deliverConcurrency = 1000
 
     // Delivery semantics
