@@ -72,7 +72,8 @@ public final class IngestService: Sendable {
                            route: route.pattern, request, responder)
         }
         let client = resolver.client(for: request)
-        let instrumented = InstrumentedResponder(inner: responder, route: route.pattern, method: request.method, client: client.address,
+        let instrumented = InstrumentedResponder(inner: responder, route: route.pattern, method: MethodLabel.of(request.method),
+                                                 client: client.address,
                                                  started: .now, logger: logger, metrics: metrics, logRequest: route != .health)
         switch route {
         case .health:
@@ -100,7 +101,8 @@ public final class IngestService: Sendable {
     }
 
     private func respond(_ response: HTTPResponse, route: String, _ request: HTTPRequest, _ responder: any HTTPResponder) {
-        InstrumentedResponder(inner: responder, route: route, method: request.method, client: resolver.clientAddress(for: request),
+        InstrumentedResponder(inner: responder, route: route, method: MethodLabel.of(request.method),
+                              client: resolver.clientAddress(for: request),
                               started: .now, logger: logger, metrics: metrics, logRequest: true).respond(response)
     }
 
