@@ -88,13 +88,21 @@ extension Settings {
         Variable(name: "HTTP_MAX_CONNECTIONS", defaultText: "10000", summary: "open connections the ingest listener accepts at most") { s, text throws(ConfigurationError) in
             s.httpMaxConnections = try parseInt(text, "HTTP_MAX_CONNECTIONS", 1...1_000_000)
         },
-        Variable(name: "HTTP_IDLE_TIMEOUT", defaultText: "30s", summary: "close a connection idle or trickling a request this long") { s, text throws(ConfigurationError) in
+        Variable(name: "HTTP_IDLE_TIMEOUT", defaultText: "30s", summary: "close a connection that sends nothing for this long") { s, text throws(ConfigurationError) in
             let timeout = try parseDuration(text, "HTTP_IDLE_TIMEOUT")
             guard timeout >= .seconds(1) else { throw invalid("HTTP_IDLE_TIMEOUT", text, "at least 1s") }
             s.httpIdleTimeout = timeout
         },
         Variable(name: "HTTP_MAX_HEADER_BYTES", defaultText: "32768", summary: "largest request line and headers, in bytes") { s, text throws(ConfigurationError) in
             s.httpMaxHeaderBytes = try parseInt(text, "HTTP_MAX_HEADER_BYTES", 4096...1_048_576)
+        },
+        Variable(name: "HTTP_REQUEST_TIMEOUT", defaultText: "10s", summary: "a request's line, headers and body must all arrive within this") { s, text throws(ConfigurationError) in
+            let timeout = try parseDuration(text, "HTTP_REQUEST_TIMEOUT")
+            guard timeout >= .seconds(1) else { throw invalid("HTTP_REQUEST_TIMEOUT", text, "at least 1s") }
+            s.httpRequestTimeout = timeout
+        },
+        Variable(name: "HTTP_MAX_CONNECTIONS_PER_IP", defaultText: "2000", summary: "open connections per client IP (IPv6: per /64); trusted proxies excepted") { s, text throws(ConfigurationError) in
+            s.httpMaxConnectionsPerIP = try parseInt(text, "HTTP_MAX_CONNECTIONS_PER_IP", 1...1_000_000)
         },
         Variable(name: "DATABASE_PATH", defaultText: "./data/kumapush.db", summary: "SQLite database (created with its folder)") { s, text throws(ConfigurationError) in
             guard !text.isEmpty else { throw invalid("DATABASE_PATH", text, "a file path") }

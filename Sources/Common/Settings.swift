@@ -13,10 +13,14 @@ public struct Settings: Sendable, Equatable {
 
     /// Connections the ingest listener keeps open at most; more are refused at accept.
     public var httpMaxConnections = 10_000
-    /// A connection idle (or trickling a request) this long is closed, so slow clients cannot pin threads.
+    /// A connection that sends nothing this long is closed (inactivity; `httpRequestTimeout` bounds a trickle).
     public var httpIdleTimeout: Duration = .seconds(30)
     /// Per-connection buffer for the request line and headers; larger headers are refused.
     public var httpMaxHeaderBytes = 32 * 1024
+    /// A request's line, headers and body must all arrive within this, however steadily they trickle.
+    public var httpRequestTimeout: Duration = .seconds(10)
+    /// Open connections per client IP (IPv6: per /64), trusted proxies excepted when behind one.
+    public var httpMaxConnectionsPerIP = 2000
 
     // Storage
     public var databasePath = "./data/kumapush.db"

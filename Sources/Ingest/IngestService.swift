@@ -44,9 +44,22 @@ public final class IngestService: Sendable {
         configuration.connectionLimit = settings.httpMaxConnections
         configuration.connectionTimeout = max(1, Int(settings.httpIdleTimeout.wholeMilliseconds / 1000))
         configuration.connectionMemoryLimit = settings.httpMaxHeaderBytes
+        configuration.requestTimeout = settings.httpRequestTimeout
+        configuration.connectionsPerClient = settings.httpMaxConnectionsPerIP
+        // Behind a reverse proxy every client arrives from the proxy's address: capping it would cap everyone.
+        if settings.behindProxy { configuration.uncappedPeer = { [resolver] in resolver.isTrusted($0) } }
         let api = try HTTPServer(configuration) { [self] request, responder in handle(request, responder: responder) }
         let metricsServer = try settings.metricsAddress.map { try MetricsServer.start(on: $0, metrics: metrics) }
         servers.withLock { $0 = (api, metricsServer) }
+        metrics.describe("kumapush_http_connections_cut_total", .counter,
+                         "Connections closed because a request did not arrive within HTTP_REQUEST_TIMEOUT.")
+        metrics.describe("kumapush_http_connections_refused_total", .counter,
+                         "Connections refused because their client had HTTP_MAX_CONNECTIONS_PER_IP open.")
+        metrics.collect { [weak api] in
+            guard let api else { return [] }
+            return [(name: "kumapush_http_connections_cut_total", labels: [], value: Double(api.connectionsCut)),
+                    (name: "kumapush_http_connections_refused_total", labels: [], value: Double(api.connectionsRefused))]
+        }
     }
 
     /// The API port (useful after binding port 0).

@@ -14,6 +14,7 @@ import Testing
         #expect(s.leaseTimeout == .seconds(60))
         #expect(s.deadLetterRetention == .seconds(7 * 86_400) && s.tombstoneRetention == .seconds(30 * 86_400))
         #expect(s.queueMax == 1_000_000)
+        #expect(s.httpRequestTimeout == .seconds(10) && s.httpMaxConnectionsPerIP == 2000)
         #expect(s.testWait == .seconds(5) && s.lateNotice == .seconds(120) && s.shutdownGrace == .seconds(10))
         #expect(s.rateLimitRegister.settingText == "5/1m,30/1h")
         #expect(s.rateLimitWebhook.settingText == "off" && s.rateLimitWebhookIP.settingText == "6000/1m")
@@ -45,6 +46,7 @@ import Testing
             "BEHIND_PROXY": "true", "PROXY_HEADER": "X-Real-IP", "TRUSTED_PROXIES": "10.0.0.0/8, fd00::/8",
             "METRICS_ADDR": "off", "LOG_LEVEL": "debug", "LOG_FORMAT": "json",
             "HTTP_MAX_CONNECTIONS": "50", "HTTP_IDLE_TIMEOUT": "5s", "HTTP_MAX_HEADER_BYTES": "8192",
+            "HTTP_REQUEST_TIMEOUT": "3s", "HTTP_MAX_CONNECTIONS_PER_IP": "7",
         ]
         // The test itself must not go stale: it names every variable there is.
         #expect(Set(environment.keys).union(["APNS_ENVIRONMENT"]) == Set(Settings.variables.map(\.name)))
@@ -66,6 +68,7 @@ import Testing
         #expect(s.trustedProxies.map(\.description) == ["10.0.0.0/8", "fd00::/8"])
         #expect(s.metricsAddress == nil && s.logLevel == .debug && s.logFormat == .json)
         #expect(s.httpMaxConnections == 50 && s.httpIdleTimeout == .seconds(5) && s.httpMaxHeaderBytes == 8192)
+        #expect(s.httpRequestTimeout == .seconds(3) && s.httpMaxConnectionsPerIP == 7)
     }
 
     @Test func apnsEnvironmentWinsOverEnv() throws {
@@ -87,6 +90,7 @@ import Testing
         "PROXY_HEADER": "X Forwarded", "TRUSTED_PROXIES": "10.0.0.0/33", "METRICS_ADDR": "localhost",
         "LOG_LEVEL": "loud", "LOG_FORMAT": "xml",
         "HTTP_MAX_CONNECTIONS": "0", "HTTP_IDLE_TIMEOUT": "500ms", "HTTP_MAX_HEADER_BYTES": "12",
+        "HTTP_REQUEST_TIMEOUT": "200ms", "HTTP_MAX_CONNECTIONS_PER_IP": "0",
     ]
     static let freeText: Set = ["APNS_AUTH_KEY_PATH", "APNS_KEY_ID", "APNS_TEAM_ID", "APP_BUNDLE_IDENTIFIER", "ENV", "APNS_CA_FILE"]
 

@@ -2,6 +2,8 @@
 import http.client
 import os
 import random
+import select
+import socket
 import string
 import subprocess
 
@@ -95,3 +97,59 @@ def test_the_relay_keeps_serving_with_stderr_closed_or_broken(relay_binary, tmp_
     finally:
         process.kill()
         process.wait()
+
+
+def test_a_client_trickling_its_request_is_cut_at_the_deadline(relay_binary, tmp_path):
+    """Before: HTTP_IDLE_TIMEOUT counts inactivity only, so a byte every half second kept the connection forever."""
+    relay = start_ingest(relay_binary, tmp_path, HTTP_REQUEST_TIMEOUT="2s", HTTP_IDLE_TIMEOUT="30s")
+    try:
+        sock = socket.create_connection(("127.0.0.1", relay.port))
+        sock.sendall(b"POST /wh/x HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+        cut = False
+        for _ in range(40):  # up to 20 s of trickling, ten times the deadline
+            try:
+                sock.sendall(b"a")
+            except OSError:
+                cut = True
+                break
+            readable, _, _ = select.select([sock], [], [], 0.5)
+            if readable:
+                try:
+                    cut = sock.recv(1024) == b""
+                except ConnectionResetError:
+                    cut = True
+                break
+        sock.close()
+        assert cut, "the trickling connection was still open after 20 s"
+        assert request("GET", f"{relay.base}/health")[0] == 200
+        assert "kumapush_http_connections_cut_total 1" in metrics_text(relay)
+    finally:
+        relay.stop()
+
+
+def test_one_client_cannot_hold_more_than_its_share_of_connections(relay_binary, tmp_path):
+    relay = start_ingest(relay_binary, tmp_path, HTTP_MAX_CONNECTIONS_PER_IP="20")
+    held = []
+    try:
+        for _ in range(20):
+            held.append(socket.create_connection(("127.0.0.1", relay.port)))
+        def refused():
+            try:
+                request("GET", f"{relay.base}/health", timeout=5)
+                return False
+            except OSError:
+                return True
+        wait_until(refused, what="the 21st connection from 127.0.0.1 refused")
+        assert "kumapush_http_connections_refused_total 0" not in metrics_text(relay)
+        other = http.client.HTTPConnection("127.0.0.1", relay.port, timeout=5, source_address=("127.0.0.2", 0))
+        other.request("GET", "/health")
+        assert other.getresponse().status == 200, "another client is served"
+        other.close()
+        for sock in held:
+            sock.close()
+        held.clear()
+        wait_until(lambda: not refused(), what="127.0.0.1 served again once its connections closed")
+    finally:
+        for sock in held:
+            sock.close()
+        relay.stop()
