@@ -70,3 +70,19 @@ def test_a_stale_url_hammered_by_one_uptime_kuma_does_not_block_its_valid_device
         assert all(body["status"] == "queued" for _, body, _ in answers)
     finally:
         relay.stop()
+
+
+def test_addresses_of_one_ipv6_slash64_are_limited_as_one_client(relay_binary, tmp_path):
+    """Issue 13: keyed per address, one /64 (2^64 addresses) defeated every per-IP limit. The addresses come from
+    X-Forwarded-For of a trusted proxy (loopback), as behind Caddy or nginx."""
+    relay = start_ingest(relay_binary, tmp_path, BEHIND_PROXY="true", RATE_LIMIT_WEBHOOK_FAILED="10/1m")
+    try:
+        def post(address, device="Unknown_Dev_01"):
+            return request("POST", f"{relay.base}/wh/{device}", ALERT, headers={"X-Forwarded-For": address})[0]
+
+        statuses = [post(f"2001:db8:7:7:{n:x}::{n:x}") for n in range(1, 31)]
+        assert statuses[:10] == [404] * 10 and set(statuses[10:]) == {429}
+        assert post("2001:db8:7:8::1") == 404, "the next /64 is another client"
+        assert post("192.0.2.1") == 404
+    finally:
+        relay.stop()
