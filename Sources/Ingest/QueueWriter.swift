@@ -31,6 +31,8 @@ public final class QueueWriter: Sendable {
     private let ttl: Duration
     /// Live jobs above which webhooks are refused (QUEUE_MAX).
     private let queueMax: Int
+    /// DEVICE_QUEUE_MAX: past it a device's alerts fold into its waiting digest instead of becoming jobs.
+    private let deviceCap: Int
     private let maxBatch: Int
     private let logger: Logger
     private let metrics: MetricsRegistry
@@ -41,8 +43,9 @@ public final class QueueWriter: Sendable {
     /// Seconds a depth count may be old.
     static let recountInterval: TimeInterval = 1
 
-    public init(store: any JobQueue, clock: any WallClock, ttl: Duration, queueMax: Int = .max, maxBatch: Int = 1000,
-                logger: Logger, metrics: MetricsRegistry, onCommit: @escaping @Sendable () -> Void = {}) {
+    public init(store: any JobQueue, clock: any WallClock, ttl: Duration, queueMax: Int = .max, deviceCap: Int = .max,
+                maxBatch: Int = 1000, logger: Logger, metrics: MetricsRegistry, onCommit: @escaping @Sendable () -> Void = {}) {
+        self.deviceCap = deviceCap
         self.onCommit = onCommit
         self.queueMax = queueMax
         self.store = store
@@ -127,7 +130,7 @@ public final class QueueWriter: Sendable {
     private func commit(_ batch: [Pending]) {
         metrics.observe("kumapush_enqueue_batch_size", value: Double(batch.count))
         do {
-            let results = try store.enqueue(batch.map(\.job), now: clock.nowMillis(), ttl: ttl)
+            let results = try store.enqueue(batch.map(\.job), now: clock.nowMillis(), ttl: ttl, deviceCap: deviceCap)
             let queued = results.filter { $0 == .queued }.count
             state.withLock { $0.depth += queued }
             if queued > 0 { onCommit() }

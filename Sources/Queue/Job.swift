@@ -1,3 +1,5 @@
+import Common
+
 /// The states of a push job, with River's names plus `pending`.
 ///
 /// Per device exactly one live job is the *head* (`available`, `running` or `retryable`); the device's later jobs
@@ -58,6 +60,9 @@ public struct ReportedOutcome: Sendable, Hashable {
 /// What happened to one job of an enqueue batch.
 public enum EnqueueResult: Sendable, Equatable {
     case queued
+    /// The device already holds its cap of live jobs (`DEVICE_QUEUE_MAX`): the alert was folded into the device's
+    /// newest waiting job, whose push (a digest) accounts for it. Stored and acknowledged, not a job of its own.
+    case merged
     /// The device was deleted between the lookup and the commit; nothing was stored.
     case deviceGone
 }
@@ -75,6 +80,8 @@ public struct ClaimedJob: Sendable, Equatable {
     public var createdAt: Int64
     public var expiresAt: Int64
     public var reportsOutcome: Bool = false
+    /// Alerts folded into this job after its device reached its cap; its push is then a digest.
+    public var folded = FoldedAlerts()
 }
 
 /// The result of one attempt, applied with `JobQueue.finish`. Each names the job and the attempt it answers, so a
@@ -98,13 +105,25 @@ public struct JobOutcome: Sendable, Equatable {
     public var kind: Kind
     /// Pending jobs of the same device merged into this one's push (an alert-storm digest): they complete with it
     /// (delivered or dead-lettered); on a retry they stay pending and are merged again.
-    public var merged: [Int64]
+    public var merged: [MergedJob]
 
-    public init(jobID: Int64, attempt: Int, kind: Kind, merged: [Int64] = []) {
+    public init(jobID: Int64, attempt: Int, kind: Kind, merged: [MergedJob] = []) {
         self.jobID = jobID
         self.attempt = attempt
         self.kind = kind
         self.merged = merged
+    }
+}
+
+/// A pending job carried by a digest push, as it was read: a job that gained folded alerts since (ingest folds
+/// into a device's newest waiting job) is not completed with the digest, so what was folded later is not lost.
+public struct MergedJob: Sendable, Equatable {
+    public var id: Int64
+    public var foldedCount: Int
+
+    public init(id: Int64, foldedCount: Int = 0) {
+        self.id = id
+        self.foldedCount = foldedCount
     }
 }
 
@@ -115,13 +134,19 @@ public struct PendingJob: Sendable, Equatable {
     public var createdAt: Int64
     /// A Test-button job: its waiting request needs its own answer, so a digest stops before it.
     public var reportsOutcome: Bool
+    /// Alerts folded into this job after its device reached its cap.
+    public var folded: FoldedAlerts
 
-    public init(id: Int64, payload: [UInt8], createdAt: Int64, reportsOutcome: Bool = false) {
+    public init(id: Int64, payload: [UInt8], createdAt: Int64, reportsOutcome: Bool = false, folded: FoldedAlerts = FoldedAlerts()) {
         self.id = id
         self.payload = payload
         self.createdAt = createdAt
         self.reportsOutcome = reportsOutcome
+        self.folded = folded
     }
+
+    /// How a digest that carries this job names it when it completes.
+    public var asMerged: MergedJob { MergedJob(id: id, foldedCount: folded.count) }
 }
 
 /// Which dead letters `replay` takes.

@@ -66,6 +66,12 @@ enum Migrations {
                 finished_at INTEGER NOT NULL
             );
             """),
+        Migration(version: 3, name: "alerts folded into a waiting job past DEVICE_QUEUE_MAX", sql: """
+            -- FoldedAlerts as compact JSON (names while they fit a small budget, then counts); NULL for most jobs.
+            ALTER TABLE jobs ADD COLUMN folded BLOB;
+            -- How many alerts were folded in: also the fence a digest completes the job with.
+            ALTER TABLE jobs ADD COLUMN folded_count INTEGER NOT NULL DEFAULT 0 CHECK (folded_count >= 0);
+            """),
     ]
 
     static var latestVersion: Int { all.map(\.version).max() ?? 0 }

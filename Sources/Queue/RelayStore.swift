@@ -26,8 +26,10 @@ public protocol DeviceStore: Sendable {
 
 public protocol JobQueue: Sendable {
     /// Stores `jobs` in one transaction, in order: all of them or (on error) none.
-    /// A job whose device no longer exists is skipped and reported as `.deviceGone`.
-    func enqueue(_ jobs: some Sequence<NewJob>, now: Int64, ttl: Duration) throws(StoreError) -> [EnqueueResult]
+    /// A job whose device no longer exists is skipped and reported as `.deviceGone`. A job whose device already
+    /// holds `deviceCap` live jobs is folded into the device's newest waiting job and reported as `.merged`
+    /// (Test-button jobs, which wait for their own answer, are always stored as jobs).
+    func enqueue(_ jobs: some Sequence<NewJob>, now: Int64, ttl: Duration, deviceCap: Int) throws(StoreError) -> [EnqueueResult]
     /// Leases up to `limit` due head jobs (at most one per device) to `worker` until `now + lease`.
     func claim(worker: String, limit: Int, now: Int64, lease: Duration) throws(StoreError) -> [ClaimedJob]
     /// Applies outcomes in one transaction. Returns, per outcome, whether the job was still leased to `worker` at
@@ -56,11 +58,20 @@ public protocol JobQueue: Sendable {
     func changeCounter() throws(StoreError) -> Int64
     /// Jobs not yet finished (everything but dead letters).
     func liveJobCount() throws(StoreError) -> Int
+    /// Whether a job is waiting to be claimed now (the deliverer's stall check).
+    func hasDueJobs(now: Int64) throws(StoreError) -> Bool
     func stats() throws(StoreError) -> QueueStats
     /// A cheap query that fails when the database does not answer (`GET /health`).
     func ping() throws(StoreError)
 }
 
 public typealias RelayStore = DeviceStore & JobQueue
+
+extension JobQueue {
+    /// Enqueues with no per-device cap (tools and tests that move jobs, not webhooks).
+    public func enqueue(_ jobs: some Sequence<NewJob>, now: Int64, ttl: Duration) throws(StoreError) -> [EnqueueResult] {
+        try enqueue(jobs, now: now, ttl: ttl, deviceCap: .max)
+    }
+}
 
 extension SQLiteStore: DeviceStore, JobQueue {}

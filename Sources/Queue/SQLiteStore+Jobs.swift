@@ -21,18 +21,41 @@ extension SQLiteStore {
     /// The lease guard every completion carries: still running, leased by this worker, at this attempt.
     private static let leaseGuard = "id = ? AND state = 'running' AND attempted_by = ? AND attempt = ?"
 
-    public func enqueue(_ jobs: some Sequence<NewJob>, now: Int64, ttl: Duration) throws(StoreError) -> [EnqueueResult] {
+    public func enqueue(_ jobs: some Sequence<NewJob>, now: Int64, ttl: Duration, deviceCap: Int) throws(StoreError) -> [EnqueueResult] {
         let expiresAt = now + ttl.wholeMilliseconds
         return try write { db in
             let insert = try db.statement(Self.insertJob)
             var results: [EnqueueResult] = []
             for job in jobs {
+                if deviceCap < .max, !job.reportsOutcome, try Self.fold(job, deviceCap: deviceCap, db) {
+                    results.append(.merged)
+                    continue
+                }
                 let changed = try insert.run([.text(job.publicID), .blob(job.payload), .integer(now), .integer(expiresAt),
                                               .text(job.deviceID), .integer(job.reportsOutcome ? 1 : 0)])
                 results.append(changed == 1 ? .queued : .deviceGone)
             }
             return results
         }
+    }
+
+    /// SPEC §2.4: a device at its cap of live jobs gets its new alert folded into its newest waiting job (never
+    /// a Test-button job, which is answered on its own). False when the device is under its cap (or has no such
+    /// job), and the caller stores a job as usual. The count is an index range scan of the device's own jobs.
+    private static func fold(_ job: NewJob, deviceCap: Int, _ db: SQLiteConnection) throws -> Bool {
+        let live = try db.statement("SELECT count(*) FROM jobs WHERE device_id = ? AND state != 'discarded'")
+            .rows([.text(job.deviceID)]) { $0.int(0) }.first ?? 0
+        guard live >= deviceCap, let event = AlertEvent(jobPayload: job.payload) else { return false }
+        let tail = try db.statement("""
+            SELECT id, folded FROM jobs WHERE device_id = ? AND state = 'pending' AND reports_outcome = 0
+            ORDER BY id DESC LIMIT 1
+            """).rows([.text(job.deviceID)]) { ($0.int64(0), $0.isNull(1) ? [] : $0.blob(1)) }.first
+        guard let (tailID, stored) = tail else { return false }
+        var folded = FoldedAlerts(encoded: stored)
+        folded.add(event)
+        try db.statement("UPDATE jobs SET folded = ?, folded_count = ? WHERE id = ?")
+            .run([.blob(folded.encoded), .integer(Int64(folded.count)), .integer(tailID)])
+        return true
     }
 
     public func claim(worker: String, limit: Int, now: Int64, lease: Duration) throws(StoreError) -> [ClaimedJob] {
@@ -43,20 +66,21 @@ extension SQLiteStore {
                                 lease_expires_at = ?3
                 WHERE id IN (SELECT id FROM jobs WHERE state IN ('available', 'retryable') AND scheduled_at <= ?1
                              ORDER BY scheduled_at LIMIT ?4)
-                RETURNING id, public_id, device_id, payload, attempt, created_at, expires_at, reports_outcome
+                RETURNING id, public_id, device_id, payload, attempt, created_at, expires_at, reports_outcome, folded
                 """).rows([.integer(now), .text(worker), .integer(now + lease.wholeMilliseconds), .integer(Int64(limit))]) {
-                ($0.int64(0), $0.text(1), $0.text(2), $0.blob(3), $0.int(4), $0.int64(5), $0.int64(6), $0.int(7) == 1)
+                ($0.int64(0), $0.text(1), $0.text(2), $0.blob(3), $0.int(4), $0.int64(5), $0.int64(6), $0.int(7) == 1,
+                 $0.isNull(8) ? FoldedAlerts() : FoldedAlerts(encoded: $0.blob(8)))
             }
             let lookup = try db.statement("SELECT device_token, down_notification_level FROM devices WHERE id = ?")
             var claimed: [ClaimedJob] = []
             claimed.reserveCapacity(leased.count)
-            for (id, publicID, deviceID, payload, attempt, createdAt, expiresAt, reportsOutcome) in leased {
+            for (id, publicID, deviceID, payload, attempt, createdAt, expiresAt, reportsOutcome, folded) in leased {
                 // The foreign key guarantees the device exists while its job does.
                 guard let (token, level) = try lookup.rows([.text(deviceID)], { ($0.text(0), $0.text(1)) }).first else { continue }
                 claimed.append(ClaimedJob(id: id, publicID: publicID, deviceID: deviceID, deviceToken: token,
                                           downNotificationLevel: Device.DownNotificationLevel(rawValue: level) ?? .normal,
                                           payload: payload, attempt: attempt, createdAt: createdAt, expiresAt: expiresAt,
-                                          reportsOutcome: reportsOutcome))
+                                          reportsOutcome: reportsOutcome, folded: folded))
             }
             // Acceptance order, which is what callers log and send in.
             return claimed.sorted { $0.id < $1.id }
@@ -136,25 +160,29 @@ extension SQLiteStore {
     public func pendingJobs(deviceID: String, limit: Int) throws(StoreError) -> [PendingJob] {
         try read { db in
             try db.statement("""
-                SELECT id, payload, created_at, reports_outcome FROM jobs WHERE device_id = ? AND state = 'pending' ORDER BY id LIMIT ?
+                SELECT id, payload, created_at, reports_outcome, folded FROM jobs WHERE device_id = ? AND state = 'pending'
+                ORDER BY id LIMIT ?
                 """).rows([.text(deviceID), .integer(Int64(limit))]) {
-                PendingJob(id: $0.int64(0), payload: $0.blob(1), createdAt: $0.int64(2), reportsOutcome: $0.int(3) == 1)
+                PendingJob(id: $0.int64(0), payload: $0.blob(1), createdAt: $0.int64(2), reportsOutcome: $0.int(3) == 1,
+                           folded: $0.isNull(4) ? FoldedAlerts() : FoldedAlerts(encoded: $0.blob(4)))
             }
         }
     }
 
     /// Completes the jobs merged into a digest with the digest's head: deleted when it was delivered,
-    /// dead-lettered with its reason when it was rejected. Only jobs still pending on that device are touched.
-    private static func settleMerged(_ merged: [Int64], device: String, deadLetterReason: String?, now: Int64,
+    /// dead-lettered with its reason when it was rejected. Only jobs still pending on that device, holding the
+    /// folded alerts the digest carried, are touched: one that gained folded alerts meanwhile stays, and goes out
+    /// again with them (at least once: never lost, at worst one alert shown twice).
+    private static func settleMerged(_ merged: [MergedJob], device: String, deadLetterReason: String?, now: Int64,
                                      _ db: SQLiteConnection) throws {
         guard !merged.isEmpty else { return }
-        if let reason = deadLetterReason {
-            let discard = try db.statement(
-                "UPDATE jobs SET state = 'discarded', finalized_at = ?1, last_error = ?2 WHERE id = ?3 AND device_id = ?4 AND state = 'pending'")
-            for id in merged { try discard.run([.integer(now), .text(reason), .integer(id), .text(device)]) }
-        } else {
-            let delete = try db.statement("DELETE FROM jobs WHERE id = ? AND device_id = ? AND state = 'pending'")
-            for id in merged { try delete.run([.integer(id), .text(device)]) }
+        let fence = "id = ? AND device_id = ? AND state = 'pending' AND folded_count = ?"
+        let settle = try db.statement(deadLetterReason == nil
+            ? "DELETE FROM jobs WHERE \(fence)"
+            : "UPDATE jobs SET state = 'discarded', finalized_at = \(now), last_error = ? WHERE \(fence)")
+        let reason: [SQLiteValue] = deadLetterReason.map { [.text($0)] } ?? []
+        for job in merged {
+            try settle.run(reason + [.integer(job.id), .text(device), .integer(Int64(job.foldedCount))])
         }
     }
 
@@ -209,6 +237,14 @@ extension SQLiteStore {
     public func makeRetryableDue(now: Int64) throws(StoreError) -> Int {
         try write { db in
             try db.statement("UPDATE jobs SET scheduled_at = ?1 WHERE state = 'retryable' AND scheduled_at > ?1").run([.integer(now)])
+        }
+    }
+
+    public func hasDueJobs(now: Int64) throws(StoreError) -> Bool {
+        try read { db in
+            try db.statement("""
+                SELECT EXISTS (SELECT 1 FROM jobs WHERE state IN ('available', 'retryable') AND scheduled_at <= ?)
+                """).rows([.integer(now)]) { $0.int(0) == 1 }.first ?? false
         }
     }
 

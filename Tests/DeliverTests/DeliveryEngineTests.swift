@@ -170,7 +170,7 @@ import Testing
             let alert = try #require((try JSONParser.parse(push.payload))["aps"]?["alert"])
             let title = try #require(alert["title"]?.stringValue)
             let body = try #require(alert["body"]?.stringValue)
-            if title.hasSuffix("monitors changed") {
+            if title.contains(" monitors changed: ") {
                 let names = body.components(separatedBy: " · ").map { String($0.dropLast(" is down".count)) }
                 #expect(Int(title.split(separator: " ")[0]) == names.count)
                 listed += names
@@ -181,5 +181,36 @@ import Testing
         #expect(listed == (0..<60).map { "M\($0)" }, "all 60, in order")
         #expect(h.acceptedBodies(calm.token) == ["a", "b", "c"])
         #expect(h.metrics.value("kumapush_digests_total") >= 1)
+    }
+
+    /// Issue 20: a device at DEVICE_QUEUE_MAX keeps acknowledging; the alerts folded into its waiting job reach the
+    /// phone inside digests whose counts account for every alert, and storage never exceeds the cap.
+    @Test func alertsFoldedPastTheDeviceCapAreAllAccountedForInTheDigests() throws {
+        for burst in [10, nil] as [Int?] {
+            let h = try DeliveryHarness(deviceBurst: burst)
+            defer { h.stop() }
+            let device = try h.device(1)
+            h.simulator.faults.withLock { $0.unavailableUntil = Int64.max }   // hold everything until all 300 are in
+            let events = (0..<300).map { AlertEvent(kind: .monitor, status: $0 % 4 == 0 ? .up : .down, monitorID: $0, monitorName: "M\($0)", message: "m") }
+            var results: [EnqueueResult] = []
+            for event in events {
+                results += try h.store.enqueue([NewJob(deviceID: device.id, publicID: UUID().uuidString.lowercased(), payload: event.jobPayload)],
+                                               now: h.clock.nowMillis(), ttl: .seconds(3600), deviceCap: 50)
+                #expect(try h.store.liveJobCount() <= 50)
+            }
+            #expect(results.filter { $0 == .merged }.count == 250)
+            h.simulator.faults.withLock { $0.unavailableUntil = 0 }
+            h.engine.wake()
+            #expect(h.waitUntil { (try? h.store.liveJobCount()) == 0 }, "burst \(String(describing: burst))")
+            let titles = h.simulator.received.filter { $0.token == device.token && $0.status == 200 }.compactMap { push in
+                (try? JSONParser.parse(push.payload))?["aps"]?["alert"]?["title"]?.stringValue
+            }
+            let counted = titles.map { title -> Int in
+                guard title.contains(" monitors changed: ") || title.contains(" alerts") else { return 1 }
+                return Int(title.split(separator: " ")[0].replacingOccurrences(of: ",", with: "")) ?? 0
+            }
+            #expect(counted.reduce(0, +) == 300, "every alert accounted for: \(titles)")
+            #expect(titles.count < 60, "a handful of pushes, not 300")
+        }
     }
 }

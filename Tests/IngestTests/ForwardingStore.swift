@@ -7,8 +7,8 @@ class ForwardingStore: RelayStore, @unchecked Sendable {
     init(inner: SQLiteStore) { self.inner = inner }
 
     func ping() throws(StoreError) { try inner.ping() }
-    func enqueue(_ jobs: some Sequence<NewJob>, now: Int64, ttl: Duration) throws(StoreError) -> [EnqueueResult] {
-        try inner.enqueue(jobs, now: now, ttl: ttl)
+    func enqueue(_ jobs: some Sequence<NewJob>, now: Int64, ttl: Duration, deviceCap: Int) throws(StoreError) -> [EnqueueResult] {
+        try inner.enqueue(jobs, now: now, ttl: ttl, deviceCap: deviceCap)
     }
     func registerDevice(token: String, authTokenHash: String, now: Int64, newID: () throws -> String) throws(StoreError) -> Registration {
         try inner.registerDevice(token: token, authTokenHash: authTokenHash, now: now, newID: newID)
@@ -39,6 +39,7 @@ class ForwardingStore: RelayStore, @unchecked Sendable {
     }
     func purgeDeadLetters(before: Int64) throws(StoreError) -> Int { try inner.purgeDeadLetters(before: before) }
     func liveJobCount() throws(StoreError) -> Int { try inner.liveJobCount() }
+    func hasDueJobs(now: Int64) throws(StoreError) -> Bool { try inner.hasDueJobs(now: now) }
     func reportedOutcome(publicID: String) throws(StoreError) -> ReportedOutcome? { try inner.reportedOutcome(publicID: publicID) }
     func purgeReportedOutcomes(before: Int64) throws(StoreError) -> Int { try inner.purgeReportedOutcomes(before: before) }
     func changeCounter() throws(StoreError) -> Int64 { try inner.changeCounter() }

@@ -205,7 +205,7 @@ import Testing
         let head = try #require(try claim().first)
         let pending = try db.store.pendingJobs(deviceID: a, limit: 2)
         #expect(pending.map { String(decoding: $0.payload, as: UTF8.self) } == ["a2", "a3"])
-        _ = try db.store.finish([JobOutcome(jobID: head.id, attempt: head.attempt, kind: .delivered, merged: pending.map(\.id))],
+        _ = try db.store.finish([JobOutcome(jobID: head.id, attempt: head.attempt, kind: .delivered, merged: pending.map(\.asMerged))],
                                 worker: "w1", now: t0)
         #expect(try claim().map(\.label) == ["a4"], "a4 was not merged: it is next, in order")
     }
@@ -216,7 +216,7 @@ import Testing
         let head = try #require(try claim().first)
         let pending = try db.store.pendingJobs(deviceID: a, limit: 10)
         _ = try db.store.finish([JobOutcome(jobID: head.id, attempt: head.attempt, kind: .deadLetter(reason: "BadDeviceToken"),
-                                            merged: pending.map(\.id))], worker: "w1", now: t0)
+                                            merged: pending.map(\.asMerged))], worker: "w1", now: t0)
         #expect(try db.store.countDeadLetters(DeadLetterFilter(reason: "BadDeviceToken")) == 3)
         #expect(try db.store.liveJobCount() == 0)
     }

@@ -40,9 +40,10 @@ struct WebhookEndpoint: Sendable {
         let event: AlertEvent
         switch WebhookParser.parse(request) {
         case .success(let parsed): event = parsed
-        case .failure(.invalidBody): return fail(.error(400, "invalid request body"), client: client, responder: responder)
+        case .failure(.invalidBody(let reason)):
+            return fail(.error(400, "invalid request body: \(reason)"), client: client, responder: responder)
         case .failure(.unsupportedMediaType):
-            return responder.respond(.error(415, "unsupported content type: send application/json or a form"))
+            return responder.respond(.error(415, "unsupported content type: send JSON, a form or text/plain"))
         }
         guard writer.acceptsMore else {
             logger.warning("queue full, webhook refused", ["queue.max": String(queueMax)])
@@ -59,6 +60,9 @@ struct WebhookEndpoint: Sendable {
                 DispatchQueue.global().async { awaitOutcome(of: job.publicID, until: deadline, responder: responder) }
             case .success(.queued):
                 responder.respond(Self.queued(job.publicID))
+            case .success(.merged):
+                // Stored, folded into the device's waiting digest (DEVICE_QUEUE_MAX): acknowledged like any alert.
+                responder.respond(Self.merged)
             case .success(.deviceGone):
                 if case .limited(let seconds) = overFailedLimit { return responder.respond(Self.tooManyRequests(seconds)) }
                 // Off the writer thread: the tombstone lookup reads the disk and the writer must keep committing.
@@ -73,6 +77,8 @@ struct WebhookEndpoint: Sendable {
     static func queued(_ publicID: String) -> HTTPResponse {
         .json(202, "{\"status\":\"queued\",\"id\":\"\(publicID)\"}")
     }
+
+    static let merged = HTTPResponse.json(202, "{\"status\":\"merged\"}")
 
     /// Polls for the outcome a deliverer (this process's or another's) records for a Test push, every 10 ms on a
     /// timer (no thread waits): 200 delivered, 410 unregistered, 502 rejected, or 202 when TEST_WAIT runs out.
