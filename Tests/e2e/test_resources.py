@@ -16,7 +16,8 @@ ALERT = b'{"heartbeat":{"status":0,"msg":"Request failed with status code 503"},
 
 
 def start_ingest(relay_binary, tmp_path, preexec=None, **overrides):
-    env = relay_env(tmp_path, RATE_LIMIT_WEBHOOK="off", RATE_LIMIT_WEBHOOK_FAILED="off", **overrides)
+    env = relay_env(tmp_path, RATE_LIMIT_WEBHOOK="off", RATE_LIMIT_WEBHOOK_FAILED="off", RATE_LIMIT_WEBHOOK_IP="off",
+                    **overrides)
     relay = Relay(relay_binary, "ingest", env, tmp_path / "ingest.log")
     if preexec:
         relay.process.kill()

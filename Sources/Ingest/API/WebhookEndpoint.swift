@@ -11,24 +11,31 @@ struct WebhookEndpoint: Sendable {
     let queueMax: Int
     /// How long a Test-button webhook waits for APNs' answer (SPEC §2.2); zero answers 202 at once.
     let testWait: Duration
-    /// Per client IP: failures (400/404/410) only; once over, every webhook from that IP gets 429.
+    /// Per client IP: failures (400/404/410). Past it, the client gets 429 for unknown device ids only: a device
+    /// that exists is never refused because the same Uptime Kuma also posts to a stale URL (SPEC §2.4).
     let failedLimiter: SlidingWindowLimiter
-    /// Per client IP and device: every webhook.
+    /// Per client IP and device: every webhook (`RATE_LIMIT_WEBHOOK`, off by default).
     let webhookLimiter: SlidingWindowLimiter
+    /// Per client IP over all devices: every webhook (`RATE_LIMIT_WEBHOOK_IP`).
+    let clientLimiter: SlidingWindowLimiter
     let logger: Logger
 
     static let retryAfterSeconds = "5"
 
     func handle(_ request: HTTPRequest, deviceID: String, client: String, responder: any HTTPResponder) {
         let now = clock.nowMillis()
-        if case .limited(let seconds) = failedLimiter.check(client, now: now) {
-            return responder.respond(.error(429, "too many requests", headers: [("Retry-After", String(seconds))]))
+        if case .limited(let seconds) = clientLimiter.hit(client, now: now) {
+            return responder.respond(Self.tooManyRequests(seconds))
         }
-        if case .limited(let seconds) = webhookLimiter.hit(client + "|" + deviceID, now: now) {
-            return responder.respond(.error(429, "too many requests", headers: [("Retry-After", String(seconds))]))
-        }
+        // Decided now, applied only once the device turns out not to exist.
+        let overFailedLimit = failedLimiter.check(client, now: now)
         guard DeviceID.isWellFormed(deviceID) else {
+            if case .limited(let seconds) = overFailedLimit { return responder.respond(Self.tooManyRequests(seconds)) }
             return fail(.error(404, "device not found"), client: client, responder: responder)
+        }
+        // The id is well-formed before it becomes part of a limiter key.
+        if case .limited(let seconds) = webhookLimiter.hit(client + "|" + deviceID, now: now) {
+            return responder.respond(Self.tooManyRequests(seconds))
         }
         let event: AlertEvent
         switch WebhookParser.parse(request) {
@@ -38,7 +45,7 @@ struct WebhookEndpoint: Sendable {
         case .failure(.unsupportedMediaType):
             return responder.respond(.error(415, "unsupported content type: send JSON, a form or text/plain"))
         }
-        guard writer.estimatedDepth < queueMax else {
+        guard writer.acceptsMore else {
             logger.warning("queue full, webhook refused", ["queue.max": String(queueMax)])
             return responder.respond(Self.queueUnavailable)
         }
@@ -57,6 +64,7 @@ struct WebhookEndpoint: Sendable {
                 // Stored, folded into the device's waiting digest (DEVICE_QUEUE_MAX): acknowledged like any alert.
                 responder.respond(Self.merged)
             case .success(.deviceGone):
+                if case .limited(let seconds) = overFailedLimit { return responder.respond(Self.tooManyRequests(seconds)) }
                 // Off the writer thread: the tombstone lookup reads the disk and the writer must keep committing.
                 DispatchQueue.global().async { answerUnknownDevice(deviceID, client: client, responder: responder) }
             case .failure(let error):
@@ -114,6 +122,10 @@ struct WebhookEndpoint: Sendable {
     private func fail(_ response: HTTPResponse, client: String, responder: any HTTPResponder) {
         failedLimiter.record(client, now: clock.nowMillis())
         responder.respond(response)
+    }
+
+    static func tooManyRequests(_ retryAfterSeconds: Int) -> HTTPResponse {
+        .error(429, "too many requests", headers: [("Retry-After", String(retryAfterSeconds))])
     }
 
     static let queueUnavailable = HTTPResponse.error(503, "queue unavailable", headers: [("Retry-After", retryAfterSeconds)])
