@@ -60,10 +60,9 @@ extension SQLiteStore {
 
     /// SPEC §2.4: a device at its cap of live jobs gets its new alert folded into its newest waiting job (never
     /// a Test-button job, which is answered on its own). False when the device is under its cap (or has no such
-    /// job), and the caller stores a job as usual. The count is an index range scan of the device's own jobs.
+    /// job), and the caller stores a job as usual. The count is kept on the device row by triggers (migration 7).
     private static func fold(_ job: NewJob, deviceCap: Int, badgeSince: Int64, _ db: SQLiteConnection) throws -> Bool {
-        let live = try db.statement("SELECT count(*) FROM jobs WHERE device_id = ? AND state != 'discarded'")
-            .rows([.text(job.deviceID)]) { $0.int(0) }.first ?? 0
+        let live = try db.statement("SELECT live_jobs FROM devices WHERE id = ?").rows([.text(job.deviceID)]) { $0.int(0) }.first ?? 0
         guard live >= deviceCap, let event = AlertEvent(jobPayload: job.payload) else { return false }
         let tail = try db.statement("""
             SELECT id, folded FROM jobs WHERE device_id = ? AND state = 'pending' AND reports_outcome = 0
