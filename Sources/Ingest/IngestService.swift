@@ -40,7 +40,8 @@ public final class IngestService: Sendable {
         webhook = WebhookEndpoint(store: store, writer: writer, clock: clock, queueMax: settings.queueMax, testWait: settings.testWait,
                                   failedLimiter: SlidingWindowLimiter(rules: settings.rateLimitWebhookFailed),
                                   webhookLimiter: SlidingWindowLimiter(rules: settings.rateLimitWebhook),
-                                  clientLimiter: SlidingWindowLimiter(rules: settings.rateLimitWebhookIP), logger: logger)
+                                  clientLimiter: SlidingWindowLimiter(rules: settings.rateLimitWebhookIP),
+                                  testWaiter: TestOutcomeWaiter(store: store, clock: clock), logger: logger)
         resolver = ClientAddressResolver(settings: settings)
         Self.describeMetrics(metrics, store: store)
     }

@@ -226,6 +226,23 @@ extension SQLiteStore {
         }
     }
 
+    public func reportedOutcomes(publicIDs: [String]) throws(StoreError) -> [String: ReportedOutcome] {
+        guard !publicIDs.isEmpty else { return [:] }
+        return try read { db in
+            var found: [String: ReportedOutcome] = [:]
+            // SQLite binds at most 32,766 parameters per statement; the waiter holds at most a thousand.
+            for chunk in stride(from: 0, to: publicIDs.count, by: 500).map({ Array(publicIDs[$0..<min($0 + 500, publicIDs.count)]) }) {
+                let placeholders = Array(repeating: "?", count: chunk.count).joined(separator: ",")
+                let rows = try db.statement("SELECT public_id, outcome, reason FROM job_outcomes WHERE public_id IN (\(placeholders))")
+                    .rows(chunk.map { .text($0) }) {
+                        ($0.text(0), ReportedOutcome(kind: ReportedOutcome.Kind(rawValue: $0.text(1)) ?? .rejected, reason: $0.text(2)))
+                    }
+                for (id, outcome) in rows { found[id] = outcome }
+            }
+            return found
+        }
+    }
+
     public func purgeReportedOutcomes(before: Int64) throws(StoreError) -> Int {
         try write { db in try db.statement("DELETE FROM job_outcomes WHERE finished_at < ?").run([.integer(before)]) }
     }

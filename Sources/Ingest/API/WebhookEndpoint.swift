@@ -18,6 +18,8 @@ struct WebhookEndpoint: Sendable {
     let webhookLimiter: SlidingWindowLimiter
     /// Per client IP over all devices: every webhook (`RATE_LIMIT_WEBHOOK_IP`).
     let clientLimiter: SlidingWindowLimiter
+    /// Holds waiting Test requests and answers them from one poll.
+    let testWaiter: TestOutcomeWaiter
     let logger: Logger
 
     static let retryAfterSeconds = "5"
@@ -56,8 +58,10 @@ struct WebhookEndpoint: Sendable {
         writer.submit(job) { result in
             switch result {
             case .success(.queued) where waits:
-                let deadline = ContinuousClock.now + testWait
-                DispatchQueue.global().async { awaitOutcome(of: job.publicID, until: deadline, responder: responder) }
+                // Past the waiter's capacity the Test request is answered like an alert (SPEC §2.2 allows 202).
+                if !testWaiter.wait(for: job.publicID, until: .now + testWait, responder: responder) {
+                    responder.respond(Self.queued(job.publicID))
+                }
             case .success(.queued):
                 responder.respond(Self.queued(job.publicID))
             case .success(.merged):
@@ -80,34 +84,6 @@ struct WebhookEndpoint: Sendable {
 
     static let merged = HTTPResponse.json(202, "{\"status\":\"merged\"}")
 
-    /// A paused deliverer refreshes its record every few seconds; one older than this is from a process that died.
-    static let pauseFreshness: Int64 = 30_000
-
-    /// Polls for the outcome a deliverer (this process's or another's) records for a Test push, every 10 ms on a
-    /// timer (no thread waits): 200 delivered, 410 unregistered, 502 rejected or not delivered, 502 at once while a
-    /// deliverer is paused by a configuration fault, or 202 when TEST_WAIT runs out (SPEC §2.2: a Test button never
-    /// says "sent" for a push that cannot arrive).
-    private func awaitOutcome(of publicID: String, until deadline: ContinuousClock.Instant, responder: any HTTPResponder) {
-        let outcome = try? store.reportedOutcome(publicID: publicID)
-        switch outcome?.kind {
-        case .delivered?:
-            responder.respond(.json(200, "{\"status\":\"delivered\"}"))
-        case .unregistered?:
-            responder.respond(.error(410, "device unregistered"))
-        case .rejected?:
-            responder.respond(.error(502, "apns rejected: \(outcome?.reason ?? "")"))
-        case .failed?:
-            responder.respond(.error(502, "not delivered: \(outcome?.reason ?? "")"))
-        case nil:
-            if let pause = try? store.currentPause(since: clock.nowMillis() - Self.pauseFreshness) {
-                return responder.respond(.error(502, "relay cannot deliver: \(pause) (configuration)"))
-            }
-            guard ContinuousClock.now < deadline else { return responder.respond(Self.queued(publicID)) }
-            DispatchQueue.global().asyncAfter(deadline: .now() + 0.01) {
-                awaitOutcome(of: publicID, until: deadline, responder: responder)
-            }
-        }
-    }
 
     /// 410 for a device APNs reported gone (within TOMBSTONE_RETENTION), else 404.
     private func answerUnknownDevice(_ deviceID: String, client: String, responder: any HTTPResponder) {
