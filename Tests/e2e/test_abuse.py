@@ -96,7 +96,7 @@ def test_the_relay_keeps_serving_with_stderr_closed_or_broken(relay_binary, tmp_
             assert dropped and float(dropped[0].split()[1]) >= 200, dropped
     finally:
         process.kill()
-        process.wait()
+        process.wait(timeout=10)
 
 
 def test_a_client_trickling_its_request_is_cut_at_the_deadline(relay_binary, tmp_path):

@@ -20,7 +20,7 @@ def start_ingest(relay_binary, tmp_path, preexec=None, **overrides):
     relay = Relay(relay_binary, "ingest", env, tmp_path / "ingest.log")
     if preexec:
         relay.process.kill()
-        relay.process.wait()
+        relay.process.wait(timeout=10)
         relay.process = subprocess.Popen([str(relay_binary), "ingest"], env=env, stdout=relay.log, stderr=relay.log, preexec_fn=preexec)
     return relay.wait_healthy()
 
