@@ -1,0 +1,267 @@
+import Common
+
+/// Which job is a device's head changes in three places: a job is added (enqueue, replay), the head leaves
+/// (delivered, dead-lettered) and the next pending job is promoted. Under READ COMMITTED two transactions doing
+/// that for one device could each miss the other's uncommitted rows (two heads, or a pending job with no head left
+/// to promote it), so each of them first locks the device rows it touches, in id order (no deadlock between them).
+/// Claims, retries, releases and rescues change a head's state but never which job is head: they need no lock.
+extension PostgresStore {
+    /// Rows per INSERT statement of an enqueue batch (5 parameters each; PostgreSQL allows 65,535 per statement).
+    static let enqueueChunk = 256
+
+    private static let headStates = "('available', 'running', 'retryable')"
+
+    /// Locks the rows of `devices` (sorted, so concurrent transactions lock in one order) and returns those that exist.
+    private static func lockDevices(_ devices: some Collection<String>, _ db: PGConnection) throws -> Set<String> {
+        guard !devices.isEmpty else { return [] }
+        return Set(try db.rows("SELECT id FROM devices WHERE id = ANY($1::text[]) ORDER BY id FOR NO KEY UPDATE",
+                               [.textArray(Set(devices))]) { $0.text(0) })
+    }
+
+    /// Promotes a device's oldest pending job to head after its head left (completed, dead-lettered).
+    private static let promoteNext = """
+        UPDATE jobs SET state = 'available'
+        WHERE id = (SELECT id FROM jobs WHERE device_id = $1::text AND state = 'pending' ORDER BY id LIMIT 1)
+        """
+
+    /// The lease guard every completion carries: still running, leased by this worker, at this attempt.
+    private static let leaseGuard = "id = $1::bigint AND state = 'running' AND attempted_by = $2::text AND attempt = $3::integer"
+
+    public func enqueue(_ jobs: some Sequence<NewJob>, now: Int64, ttl: Duration) throws(StoreError) -> [EnqueueResult] {
+        let expiresAt = now + ttl.wholeMilliseconds
+        // The batch is read from `jobs` inside the first transaction (chunk by chunk) and kept, so a transaction
+        // PostgreSQL aborts to break a deadlock can run again with the same jobs.
+        var source = jobs.makeIterator()
+        var batch: [NewJob] = []
+        var exhausted = false
+        let results: [EnqueueResult] = try write { db in
+            var results: [EnqueueResult] = []
+            var start = 0
+            while true {
+                while !exhausted && batch.count < start + Self.enqueueChunk {
+                    if let job = source.next() { batch.append(job) } else { exhausted = true }
+                }
+                let chunk = batch[start..<min(batch.count, start + Self.enqueueChunk)]
+                if chunk.isEmpty { break }
+                let existing = try Self.lockDevices(chunk.map(\.deviceID), db)
+                let stored = chunk.filter { existing.contains($0.deviceID) }
+                if !stored.isEmpty { try Self.insert(stored, now: now, expiresAt: expiresAt, db) }
+                results += chunk.map { existing.contains($0.deviceID) ? .queued : .deviceGone }
+                start += chunk.count
+            }
+            return results
+        }
+        if results.contains(.queued) { signalChange() }
+        return results
+    }
+
+    /// One multi-row INSERT. A job is its device's head when it is the device's first in this statement and the
+    /// device has no live head yet (the device row is locked, so that cannot change until commit).
+    private static func insert(_ jobs: some Collection<NewJob>, now: Int64, expiresAt: Int64, _ db: PGConnection) throws {
+        var values: [PGValue] = [.integer(now), .integer(expiresAt)]
+        var rows: [String] = []
+        for (index, job) in jobs.enumerated() {
+            let first = values.count + 1
+            rows.append("(\(index), $\(first)::text, $\(first + 1)::text, $\(first + 2)::bytea, $\(first + 3)::boolean)")
+            values += [.text(job.publicID), .text(job.deviceID), .bytes(job.payload), .boolean(job.reportsOutcome)]
+        }
+        try db.run("""
+            INSERT INTO jobs (public_id, device_id, state, payload, created_at, scheduled_at, expires_at, reports_outcome)
+            SELECT v.public_id, v.device_id,
+                   CASE WHEN row_number() OVER (PARTITION BY v.device_id ORDER BY v.ord) = 1
+                             AND NOT EXISTS (SELECT 1 FROM jobs h WHERE h.device_id = v.device_id AND h.state IN \(headStates))
+                        THEN 'available' ELSE 'pending' END,
+                   v.payload, $1::bigint, $1::bigint, $2::bigint, v.reports_outcome
+            FROM (VALUES \(rows.joined(separator: ", "))) AS v (ord, public_id, device_id, payload, reports_outcome)
+            ORDER BY v.ord
+            """, values, prepare: false)
+    }
+
+    public func claim(worker: String, limit: Int, now: Int64, lease: Duration) throws(StoreError) -> [ClaimedJob] {
+        guard limit > 0 else { return [] }
+        // One statement: lock due heads no other claimer holds (SKIP LOCKED: claimers never wait for each other),
+        // lease them, and return them with their device's token.
+        let claimed = try writeStatement { db in
+            try db.rows("""
+                WITH due AS (
+                    SELECT id FROM jobs WHERE state IN ('available', 'retryable') AND scheduled_at <= $1::bigint
+                    ORDER BY scheduled_at LIMIT $4::bigint
+                    FOR UPDATE SKIP LOCKED
+                )
+                UPDATE jobs SET state = 'running', attempt = jobs.attempt + 1, attempted_at = $1::bigint,
+                                attempted_by = $2::text, lease_expires_at = $3::bigint
+                FROM due, devices d
+                WHERE jobs.id = due.id AND d.id = jobs.device_id
+                RETURNING jobs.id, jobs.public_id, jobs.device_id, jobs.payload, jobs.attempt, jobs.created_at,
+                          jobs.expires_at, jobs.reports_outcome, d.device_token, d.down_notification_level
+                """, [.integer(now), .text(worker), .integer(now + lease.wholeMilliseconds), .integer(Int64(limit))]) { row in
+                ClaimedJob(id: row.int64(0), publicID: row.text(1), deviceID: row.text(2), deviceToken: row.text(8),
+                           downNotificationLevel: Device.DownNotificationLevel(rawValue: row.text(9)) ?? .normal,
+                           payload: row.bytes(3), attempt: row.int(4), createdAt: row.int64(5), expiresAt: row.int64(6),
+                           reportsOutcome: row.bool(7))
+            }
+        }
+        // Acceptance order, which is what callers log and send in.
+        return claimed.sorted { $0.id < $1.id }
+    }
+
+    public func finish(_ outcomes: [JobOutcome], worker: String, now: Int64) throws(StoreError) -> [Bool] {
+        guard !outcomes.isEmpty else { return [] }
+        let applied = try write { db in
+            let ids = outcomes.map(\.jobID)
+            let devices = try db.rows("SELECT DISTINCT device_id FROM jobs WHERE id = ANY($1::bigint[])", [.integerArray(ids)]) { $0.text(0) }
+            _ = try Self.lockDevices(devices, db)
+            var delivered: Set<String> = []
+            var applied: [Bool] = []
+            applied.reserveCapacity(outcomes.count)
+            for outcome in outcomes {
+                let guardValues: [PGValue] = [.integer(outcome.jobID), .text(worker), .integer(Int64(outcome.attempt))]
+                switch outcome.kind {
+                case .delivered:
+                    let finished = try db.rows("DELETE FROM jobs WHERE \(Self.leaseGuard) RETURNING device_id, public_id, reports_outcome",
+                                               guardValues) { ($0.text(0), $0.text(1), $0.bool(2)) }
+                    try Self.report(finished, .delivered, "", now: now, db)
+                    for (device, _, _) in finished {
+                        try Self.settleMerged(outcome.merged, device: device, deadLetterReason: nil, now: now, db)
+                        delivered.insert(device)
+                        try db.run(Self.promoteNext, [.text(device)])
+                    }
+                    applied.append(!finished.isEmpty)
+                case .retry(let at, let error):
+                    let changed = try db.run("""
+                        UPDATE jobs SET state = 'retryable', scheduled_at = $4::bigint, last_error = $5::text,
+                                        attempted_by = NULL, lease_expires_at = NULL
+                        WHERE \(Self.leaseGuard)
+                        """, guardValues + [.integer(at), .text(error)])
+                    applied.append(changed == 1)
+                case .deadLetter(let reason):
+                    let finished = try db.rows("""
+                        UPDATE jobs SET state = 'discarded', finalized_at = $4::bigint, last_error = $5::text,
+                                        attempted_by = NULL, lease_expires_at = NULL
+                        WHERE \(Self.leaseGuard)
+                        RETURNING device_id, public_id, reports_outcome
+                        """, guardValues + [.integer(now), .text(reason)]) { ($0.text(0), $0.text(1), $0.bool(2)) }
+                    try Self.report(finished, .rejected, reason, now: now, db)
+                    for (device, _, _) in finished {
+                        try Self.settleMerged(outcome.merged, device: device, deadLetterReason: reason, now: now, db)
+                        try db.run("UPDATE devices SET last_delivery_error = $1::text WHERE id = $2::text", [.text(reason), .text(device)])
+                        try db.run(Self.promoteNext, [.text(device)])
+                    }
+                    applied.append(!finished.isEmpty)
+                case .postpone(let until):
+                    let changed = try db.run("""
+                        UPDATE jobs SET state = 'available', scheduled_at = $4::bigint, attempt = greatest(attempt - 1, 0),
+                                        attempted_by = NULL, lease_expires_at = NULL
+                        WHERE \(Self.leaseGuard)
+                        """, guardValues + [.integer(until)])
+                    applied.append(changed == 1)
+                case .removeDevice(let reason):
+                    let finished = try db.rows("SELECT device_id, public_id, reports_outcome FROM jobs WHERE \(Self.leaseGuard)",
+                                               guardValues) { ($0.text(0), $0.text(1), $0.bool(2)) }
+                    try Self.report(finished, .unregistered, reason, now: now, db)
+                    for (device, _, _) in finished {
+                        try db.run("""
+                            INSERT INTO tombstones (device_id, reason, removed_at) VALUES ($1::text, $2::text, $3::bigint)
+                            ON CONFLICT (device_id) DO UPDATE SET reason = excluded.reason, removed_at = excluded.removed_at
+                            """, [.text(device), .text(reason), .integer(now)])
+                        try db.run("DELETE FROM devices WHERE id = $1::text", [.text(device)])
+                    }
+                    applied.append(!finished.isEmpty)
+                }
+            }
+            // A device's last success is the same `now` for every job of the batch: one update per device.
+            for device in delivered {
+                try db.run("UPDATE devices SET last_successful_notification = $1::bigint, last_delivery_error = '' WHERE id = $2::text",
+                           [.integer(now), .text(device)])
+            }
+            return applied
+        }
+        signalChange()
+        return applied
+    }
+
+    /// Completes the jobs merged into a digest with the digest's head: deleted when it was delivered,
+    /// dead-lettered with its reason when it was rejected. Only jobs still pending on that device are touched.
+    private static func settleMerged(_ merged: [Int64], device: String, deadLetterReason: String?, now: Int64,
+                                     _ db: PGConnection) throws {
+        guard !merged.isEmpty else { return }
+        if let reason = deadLetterReason {
+            try db.run("""
+                UPDATE jobs SET state = 'discarded', finalized_at = $1::bigint, last_error = $2::text
+                WHERE id = ANY($3::bigint[]) AND device_id = $4::text AND state = 'pending'
+                """, [.integer(now), .text(reason), .integerArray(merged), .text(device)])
+        } else {
+            try db.run("DELETE FROM jobs WHERE id = ANY($1::bigint[]) AND device_id = $2::text AND state = 'pending'",
+                       [.integerArray(merged), .text(device)])
+        }
+    }
+
+    /// Records the outcome of the finished jobs that report one.
+    private static func report(_ jobs: [(String, String, Bool)], _ kind: ReportedOutcome.Kind, _ reason: String, now: Int64,
+                               _ db: PGConnection) throws {
+        for (_, publicID, reports) in jobs where reports {
+            try db.run("""
+                INSERT INTO job_outcomes (public_id, outcome, reason, finished_at) VALUES ($1::text, $2::text, $3::text, $4::bigint)
+                ON CONFLICT (public_id) DO UPDATE SET outcome = excluded.outcome, reason = excluded.reason,
+                                                      finished_at = excluded.finished_at
+                """, [.text(publicID), .text(kind.rawValue), .text(reason), .integer(now)])
+        }
+    }
+
+    public func pendingJobs(deviceID: String, limit: Int) throws(StoreError) -> [PendingJob] {
+        try read { db in
+            try db.rows("""
+                SELECT id, payload, created_at, reports_outcome FROM jobs
+                WHERE device_id = $1::text AND state = 'pending' ORDER BY id LIMIT $2::bigint
+                """, [.text(deviceID), .integer(Int64(limit))]) {
+                PendingJob(id: $0.int64(0), payload: $0.bytes(1), createdAt: $0.int64(2), reportsOutcome: $0.bool(3))
+            }
+        }
+    }
+
+    public func reportedOutcome(publicID: String) throws(StoreError) -> ReportedOutcome? {
+        try read { db in
+            try db.rows("SELECT outcome, reason FROM job_outcomes WHERE public_id = $1::text", [.text(publicID)]) {
+                ReportedOutcome(kind: ReportedOutcome.Kind(rawValue: $0.text(0)) ?? .rejected, reason: $0.text(1))
+            }.first
+        }
+    }
+
+    public func purgeReportedOutcomes(before: Int64) throws(StoreError) -> Int {
+        try writeStatement { db in try db.run("DELETE FROM job_outcomes WHERE finished_at < $1::bigint", [.integer(before)]) }
+    }
+
+    public func release(jobIDs: [Int64], worker: String, now: Int64) throws(StoreError) -> Int {
+        guard !jobIDs.isEmpty else { return 0 }
+        let count = try writeStatement { db in
+            try db.run("""
+                UPDATE jobs SET state = 'available', attempt = greatest(attempt - 1, 0), scheduled_at = $1::bigint,
+                                attempted_by = NULL, lease_expires_at = NULL
+                WHERE id = ANY($2::bigint[]) AND state = 'running' AND attempted_by = $3::text
+                """, [.integer(now), .integerArray(jobIDs), .text(worker)])
+        }
+        if count > 0 { signalChange() }
+        return count
+    }
+
+    public func rescueExpiredLeases(now: Int64) throws(StoreError) -> Int {
+        let count = try writeStatement { db in
+            try db.run("""
+                UPDATE jobs SET state = 'retryable', scheduled_at = $1::bigint, last_error = 'lease expired',
+                                attempted_by = NULL, lease_expires_at = NULL
+                WHERE state = 'running' AND lease_expires_at <= $1::bigint
+                """, [.integer(now)])
+        }
+        if count > 0 { signalChange() }
+        return count
+    }
+
+    public func makeRetryableDue(now: Int64) throws(StoreError) -> Int {
+        let count = try writeStatement { db in
+            try db.run("UPDATE jobs SET scheduled_at = $1::bigint WHERE state = 'retryable' AND scheduled_at > $1::bigint",
+                       [.integer(now)])
+        }
+        if count > 0 { signalChange() }
+        return count
+    }
+}
