@@ -1,0 +1,73 @@
+"""The relay on PostgreSQL (DATABASE_URL): several processes sharing one database with SQLite's guarantees."""
+import concurrent.futures
+import signal
+import threading
+
+import pytest
+
+from postgres_server import PostgresServer
+from relayproc import request, wait_until
+from test_delivery import alert, register, token
+
+
+@pytest.fixture(scope="module")
+def postgres():
+    server = PostgresServer().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def database(postgres):
+    """A fresh database: (its name, its DATABASE_URL)."""
+    name = postgres.create_database()
+    return name, postgres.url(name)
+
+
+def test_stats_and_a_wrong_url_name_the_variable_never_the_password(relay, database):
+    _, url = database
+    result = relay("stats", "--json", env={"DATABASE_URL": url})
+    assert result.returncode == 0, result.stderr
+    assert '"devices":0' in result.stdout.replace(" ", "")
+
+    unreachable = "postgresql://relay:hunter2@127.0.0.1:1/kumapush?connect_timeout=2"
+    result = relay("stats", env={"DATABASE_URL": unreachable})
+    assert result.returncode == 1
+    assert "DATABASE_URL" in result.stderr and "hunter2" not in result.stderr
+
+
+def test_ingest_and_two_deliverers_on_postgres_deliver_every_acknowledged_webhook_in_order(relays, fake_apns, postgres, database):
+    """1 ingest + 2 deliver processes on one PostgreSQL database; 4,000 webhooks over 200 devices; one deliverer is
+    killed with SIGKILL midway. Every acknowledged webhook reaches APNs and each device's pushes arrive in order."""
+    name, url = database
+    ingest = relays("ingest", DATABASE_URL=url, RATE_LIMIT_WEBHOOK="off", RATE_LIMIT_REGISTER="off")
+    # Digests would merge each device's alerts; this test is about order across processes, so each alert is a push.
+    first = relays("deliver", DATABASE_URL=url, LEASE_TIMEOUT="2s", DEVICE_BURST="off")
+    relays("deliver", DATABASE_URL=url, LEASE_TIMEOUT="2s", DEVICE_BURST="off")
+    devices = [register(ingest, 5000 + n)[0] for n in range(200)]
+    accepted = {}
+    killed = threading.Event()
+
+    def post_all(worker):
+        for n in range(20):
+            for index in range(worker, 200, 8):
+                status, body, _ = request("POST", f"{ingest.base}/wh/{devices[index]}", alert(index, "M", n % 2, f"{n}"))
+                assert status == 202, body
+                accepted[body["id"]] = (index, n)
+                if len(accepted) >= 2000 and not killed.is_set():
+                    killed.set()
+                    first.signal(signal.SIGKILL)
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=8) as pool:
+        list(pool.map(post_all, range(8)))
+    assert len(accepted) == 4000 and killed.is_set()
+
+    # At least once: the killed process's in-flight pushes may arrive twice, so wait for every id, not a count.
+    def delivered_ids():
+        return {p["headers"]["apns-id"] for p in fake_apns.pushes(status=200)}
+    wait_until(lambda: set(accepted) <= delivered_ids(), timeout=120, what="every acknowledged webhook to be delivered")
+    for index in range(200):
+        bodies = fake_apns.bodies(token(5000 + index))
+        deduplicated = [b for i, b in enumerate(bodies) if i == 0 or bodies[i - 1] != b]
+        assert deduplicated == [str(n) for n in range(20)], f"device {index}: {bodies}"
+    assert postgres.query(name, "SELECT count(*) FROM jobs WHERE state <> 'discarded'") == [["0"]]
