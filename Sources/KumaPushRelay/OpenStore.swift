@@ -9,7 +9,7 @@ func openStore(_ settings: Settings, clock: some WallClock = SystemClock()) thro
             return try PostgresStore(url: url, now: clock.nowMillis())
         }
         return try SQLiteStore(path: settings.databasePath,
-                               options: .init(synchronousFull: settings.sync == .full),
+                               options: .init(synchronousFull: settings.sync == .full, monitorRetention: settings.tombstoneRetention),
                                now: clock.nowMillis())
     } catch {
         throw StartupError.openingDatabase(settings, error)

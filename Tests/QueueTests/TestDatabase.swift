@@ -21,10 +21,10 @@ enum StoreKind: String, CaseIterable, Sendable, CustomTestStringConvertible {
     }
 
     /// Opens (migrating) the store at `location`, as a relay process would.
-    func open(_ location: String, now: Int64) throws -> any RelayStore {
+    func open(_ location: String, now: Int64, monitorRetention: Duration = .seconds(30 * 86_400)) throws -> any RelayStore {
         switch self {
-        case .sqlite: return try SQLiteStore(path: location, now: now)
-        case .postgres: return try PostgresStore(url: location, now: now)
+        case .sqlite: return try SQLiteStore(path: location, options: .init(monitorRetention: monitorRetention), now: now)
+        case .postgres: return try PostgresStore(url: location, options: .init(monitorRetention: monitorRetention), now: now)
         }
     }
 
@@ -49,10 +49,10 @@ struct TestDatabase {
     /// A fixed "now" the tests move by hand.
     static let t0: Int64 = 1_789_905_600_000
 
-    init(_ kind: StoreKind = .sqlite) throws {
+    init(_ kind: StoreKind = .sqlite, monitorRetention: Duration = .seconds(30 * 86_400)) throws {
         self.kind = kind
         location = try kind.freshLocation(in: directory)
-        store = try kind.open(location, now: Self.t0)
+        store = try kind.open(location, now: Self.t0, monitorRetention: monitorRetention)
     }
 
     /// The SQLite store, for the tests of SQLite's own storage settings.

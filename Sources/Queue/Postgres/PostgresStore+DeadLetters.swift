@@ -30,16 +30,21 @@ extension PostgresStore {
                                 [.textArray(devices)]) { $0.text(0) }
             }
             // One row at a time: whether a replayed job becomes its device's head depends on the rows before it.
+            // It is stored again under a new id, so it queues behind every job its device already has (ids are
+            // acceptance order; keeping the old id would put replayed jobs ahead of newer ones).
             var count = 0
             for (id, _) in letters {
                 count += try db.run("""
-                    UPDATE jobs SET
-                        state = CASE WHEN EXISTS (SELECT 1 FROM jobs h WHERE h.device_id = jobs.device_id
-                                                  AND h.state IN ('available', 'running', 'retryable'))
-                                     THEN 'pending' ELSE 'available' END,
-                        attempt = 0, scheduled_at = $1::bigint, expires_at = $2::bigint, finalized_at = NULL, last_error = ''
-                    WHERE id = $3::bigint AND state = 'discarded'
+                    INSERT INTO jobs (public_id, device_id, state, payload, created_at, scheduled_at, expires_at,
+                                      reports_outcome, folded, folded_count)
+                    SELECT public_id, device_id,
+                           CASE WHEN EXISTS (SELECT 1 FROM jobs h WHERE h.device_id = old.device_id
+                                             AND h.state IN ('available', 'running', 'retryable'))
+                                THEN 'pending' ELSE 'available' END,
+                           payload, created_at, $1::bigint, $2::bigint, reports_outcome, folded, folded_count
+                    FROM jobs old WHERE old.id = $3::bigint AND old.state = 'discarded'
                     """, [.integer(now), .integer(now + ttl.wholeMilliseconds), .integer(id)])
+                try db.run("DELETE FROM jobs WHERE id = $1::bigint AND state = 'discarded'", [.integer(id)])
             }
             return count
         }

@@ -20,7 +20,7 @@ extension PostgresStore {
                 do {
                     let rows = try db.rows("""
                         INSERT INTO devices (id, device_token, auth_token_hash, date_added) VALUES ($1::text, $2::text, $3::text, $4::bigint)
-                        ON CONFLICT (device_token) DO UPDATE SET auth_token_hash = excluded.auth_token_hash
+                        ON CONFLICT (device_token) DO UPDATE SET auth_token_hash = excluded.auth_token_hash, apns_environment = NULL
                         RETURNING \(Self.deviceColumns)
                         """, [.text(candidate), .text(token), .text(authTokenHash), .integer(now)], Self.device)
                     guard let device = rows.first else { throw StoreError(.failed, "register returned no row") }
@@ -49,6 +49,7 @@ extension PostgresStore {
                 return .updated(try db.rows("""
                     UPDATE devices SET
                         last_delivery_error = CASE WHEN $1::text IS NOT NULL AND $1::text <> device_token THEN '' ELSE last_delivery_error END,
+                        apns_environment = CASE WHEN $1::text IS NOT NULL AND $1::text <> device_token THEN NULL ELSE apns_environment END,
                         device_token = coalesce($1::text, device_token),
                         down_notification_level = coalesce($2::text, down_notification_level)
                     WHERE id = $3::text
@@ -62,6 +63,14 @@ extension PostgresStore {
         switch update {
         case .updated(let device): return device
         case .tokenTaken: throw StoreError(.tokenConflict, "device token already registered")
+        }
+    }
+
+    public func setEnvironment(deviceID: String, token: String, environment: Settings.APNsEnvironment) throws(StoreError) {
+        // Only while the device still has the token the environment was learnt for.
+        _ = try writeStatement { db in
+            try db.run("UPDATE devices SET apns_environment = $1::text WHERE id = $2::text AND device_token = $3::text",
+                       [.text(environment.rawValue), .text(deviceID), .text(token)])
         }
     }
 
@@ -91,6 +100,10 @@ extension PostgresStore {
     }
 
     public func purgeTombstones(before: Int64) throws(StoreError) -> Int {
-        try writeStatement { db in try db.run("DELETE FROM tombstones WHERE removed_at < $1::bigint", [.integer(before)]) }
+        try write { db in
+            // Monitors silent as long as a tombstone is kept are forgotten with the same clock (TOMBSTONE_RETENTION).
+            try db.run("DELETE FROM monitor_states WHERE updated_at < $1::bigint", [.integer(before)])
+            return try db.run("DELETE FROM tombstones WHERE removed_at < $1::bigint", [.integer(before)])
+        }
     }
 }

@@ -6,18 +6,6 @@ import Common
 /// to promote it), so each of them first locks the device rows it touches, in id order (no deadlock between them).
 /// Claims, retries, releases and rescues change a head's state but never which job is head: they need no lock.
 extension PostgresStore {
-    /// Rows per INSERT statement of an enqueue batch (5 parameters each; PostgreSQL allows 65,535 per statement).
-    static let enqueueChunk = 256
-
-    private static let headStates = "('available', 'running', 'retryable')"
-
-    /// Locks the rows of `devices` (sorted, so concurrent transactions lock in one order) and returns those that exist.
-    private static func lockDevices(_ devices: some Collection<String>, _ db: PGConnection) throws -> Set<String> {
-        guard !devices.isEmpty else { return [] }
-        return Set(try db.rows("SELECT id FROM devices WHERE id = ANY($1::text[]) ORDER BY id FOR NO KEY UPDATE",
-                               [.textArray(Set(devices))]) { $0.text(0) })
-    }
-
     /// Promotes a device's oldest pending job to head after its head left (completed, dead-lettered).
     private static let promoteNext = """
         UPDATE jobs SET state = 'available'
@@ -26,56 +14,6 @@ extension PostgresStore {
 
     /// The lease guard every completion carries: still running, leased by this worker, at this attempt.
     private static let leaseGuard = "id = $1::bigint AND state = 'running' AND attempted_by = $2::text AND attempt = $3::integer"
-
-    public func enqueue(_ jobs: some Sequence<NewJob>, now: Int64, ttl: Duration) throws(StoreError) -> [EnqueueResult] {
-        let expiresAt = now + ttl.wholeMilliseconds
-        // The batch is read from `jobs` inside the first transaction (chunk by chunk) and kept, so a transaction
-        // PostgreSQL aborts to break a deadlock can run again with the same jobs.
-        var source = jobs.makeIterator()
-        var batch: [NewJob] = []
-        var exhausted = false
-        let results: [EnqueueResult] = try write { db in
-            var results: [EnqueueResult] = []
-            var start = 0
-            while true {
-                while !exhausted && batch.count < start + Self.enqueueChunk {
-                    if let job = source.next() { batch.append(job) } else { exhausted = true }
-                }
-                let chunk = batch[start..<min(batch.count, start + Self.enqueueChunk)]
-                if chunk.isEmpty { break }
-                let existing = try Self.lockDevices(chunk.map(\.deviceID), db)
-                let stored = chunk.filter { existing.contains($0.deviceID) }
-                if !stored.isEmpty { try Self.insert(stored, now: now, expiresAt: expiresAt, db) }
-                results += chunk.map { existing.contains($0.deviceID) ? .queued : .deviceGone }
-                start += chunk.count
-            }
-            return results
-        }
-        if results.contains(.queued) { signalChange() }
-        return results
-    }
-
-    /// One multi-row INSERT. A job is its device's head when it is the device's first in this statement and the
-    /// device has no live head yet (the device row is locked, so that cannot change until commit).
-    private static func insert(_ jobs: some Collection<NewJob>, now: Int64, expiresAt: Int64, _ db: PGConnection) throws {
-        var values: [PGValue] = [.integer(now), .integer(expiresAt)]
-        var rows: [String] = []
-        for (index, job) in jobs.enumerated() {
-            let first = values.count + 1
-            rows.append("(\(index), $\(first)::text, $\(first + 1)::text, $\(first + 2)::bytea, $\(first + 3)::boolean)")
-            values += [.text(job.publicID), .text(job.deviceID), .bytes(job.payload), .boolean(job.reportsOutcome)]
-        }
-        try db.run("""
-            INSERT INTO jobs (public_id, device_id, state, payload, created_at, scheduled_at, expires_at, reports_outcome)
-            SELECT v.public_id, v.device_id,
-                   CASE WHEN row_number() OVER (PARTITION BY v.device_id ORDER BY v.ord) = 1
-                             AND NOT EXISTS (SELECT 1 FROM jobs h WHERE h.device_id = v.device_id AND h.state IN \(headStates))
-                        THEN 'available' ELSE 'pending' END,
-                   v.payload, $1::bigint, $1::bigint, $2::bigint, v.reports_outcome
-            FROM (VALUES \(rows.joined(separator: ", "))) AS v (ord, public_id, device_id, payload, reports_outcome)
-            ORDER BY v.ord
-            """, values, prepare: false)
-    }
 
     public func claim(worker: String, limit: Int, now: Int64, lease: Duration) throws(StoreError) -> [ClaimedJob] {
         guard limit > 0 else { return [] }
@@ -93,12 +31,15 @@ extension PostgresStore {
                 FROM due, devices d
                 WHERE jobs.id = due.id AND d.id = jobs.device_id
                 RETURNING jobs.id, jobs.public_id, jobs.device_id, jobs.payload, jobs.attempt, jobs.created_at,
-                          jobs.expires_at, jobs.reports_outcome, d.device_token, d.down_notification_level
+                          jobs.expires_at, jobs.reports_outcome, d.device_token, d.down_notification_level,
+                          jobs.folded, jobs.badge, d.apns_environment
                 """, [.integer(now), .text(worker), .integer(now + lease.wholeMilliseconds), .integer(Int64(limit))]) { row in
                 ClaimedJob(id: row.int64(0), publicID: row.text(1), deviceID: row.text(2), deviceToken: row.text(8),
                            downNotificationLevel: Device.DownNotificationLevel(rawValue: row.text(9)) ?? .normal,
                            payload: row.bytes(3), attempt: row.int(4), createdAt: row.int64(5), expiresAt: row.int64(6),
-                           reportsOutcome: row.bool(7))
+                           reportsOutcome: row.bool(7), folded: row.isNull(10) ? FoldedAlerts() : FoldedAlerts(encoded: row.bytes(10)),
+                           badge: row.isNull(11) ? nil : row.int(11),
+                           environment: row.optionalText(12).flatMap(Settings.APNsEnvironment.init(rawValue:)))
             }
         }
         // Acceptance order, which is what callers log and send in.
@@ -134,14 +75,15 @@ extension PostgresStore {
                         WHERE \(Self.leaseGuard)
                         """, guardValues + [.integer(at), .text(error)])
                     applied.append(changed == 1)
-                case .deadLetter(let reason):
+                case .deadLetter(let reason), .abandon(let reason):
                     let finished = try db.rows("""
                         UPDATE jobs SET state = 'discarded', finalized_at = $4::bigint, last_error = $5::text,
                                         attempted_by = NULL, lease_expires_at = NULL
                         WHERE \(Self.leaseGuard)
                         RETURNING device_id, public_id, reports_outcome
                         """, guardValues + [.integer(now), .text(reason)]) { ($0.text(0), $0.text(1), $0.bool(2)) }
-                    try Self.report(finished, .rejected, reason, now: now, db)
+                    let kind: ReportedOutcome.Kind = if case .abandon = outcome.kind { .failed } else { .rejected }
+                    try Self.report(finished, kind, reason, now: now, db)
                     for (device, _, _) in finished {
                         try Self.settleMerged(outcome.merged, device: device, deadLetterReason: reason, now: now, db)
                         try db.run("UPDATE devices SET last_delivery_error = $1::text WHERE id = $2::text", [.text(reason), .text(device)])
@@ -181,18 +123,23 @@ extension PostgresStore {
     }
 
     /// Completes the jobs merged into a digest with the digest's head: deleted when it was delivered,
-    /// dead-lettered with its reason when it was rejected. Only jobs still pending on that device are touched.
-    private static func settleMerged(_ merged: [Int64], device: String, deadLetterReason: String?, now: Int64,
+    /// dead-lettered with its reason when it was rejected. Only jobs still pending on that device, holding the
+    /// folded alerts the digest carried, are touched: one that gained folded alerts meanwhile stays, and goes out
+    /// again with them (at least once: never lost, at worst one alert shown twice).
+    private static func settleMerged(_ merged: [MergedJob], device: String, deadLetterReason: String?, now: Int64,
                                      _ db: PGConnection) throws {
         guard !merged.isEmpty else { return }
-        if let reason = deadLetterReason {
-            try db.run("""
-                UPDATE jobs SET state = 'discarded', finalized_at = $1::bigint, last_error = $2::text
-                WHERE id = ANY($3::bigint[]) AND device_id = $4::text AND state = 'pending'
-                """, [.integer(now), .text(reason), .integerArray(merged), .text(device)])
-        } else {
-            try db.run("DELETE FROM jobs WHERE id = ANY($1::bigint[]) AND device_id = $2::text AND state = 'pending'",
-                       [.integerArray(merged), .text(device)])
+        for job in merged {
+            let fence: [PGValue] = [.integer(job.id), .text(device), .integer(Int64(job.foldedCount))]
+            if let reason = deadLetterReason {
+                try db.run("""
+                    UPDATE jobs SET state = 'discarded', finalized_at = $4::bigint, last_error = $5::text
+                    WHERE id = $1::bigint AND device_id = $2::text AND state = 'pending' AND folded_count = $3::integer
+                    """, fence + [.integer(now), .text(reason)])
+            } else {
+                try db.run("DELETE FROM jobs WHERE id = $1::bigint AND device_id = $2::text AND state = 'pending' AND folded_count = $3::integer",
+                           fence)
+            }
         }
     }
 
@@ -211,10 +158,12 @@ extension PostgresStore {
     public func pendingJobs(deviceID: String, limit: Int) throws(StoreError) -> [PendingJob] {
         try read { db in
             try db.rows("""
-                SELECT id, payload, created_at, reports_outcome FROM jobs
+                SELECT id, payload, created_at, reports_outcome, folded, badge FROM jobs
                 WHERE device_id = $1::text AND state = 'pending' ORDER BY id LIMIT $2::bigint
                 """, [.text(deviceID), .integer(Int64(limit))]) {
-                PendingJob(id: $0.int64(0), payload: $0.bytes(1), createdAt: $0.int64(2), reportsOutcome: $0.bool(3))
+                PendingJob(id: $0.int64(0), payload: $0.bytes(1), createdAt: $0.int64(2), reportsOutcome: $0.bool(3),
+                           folded: $0.isNull(4) ? FoldedAlerts() : FoldedAlerts(encoded: $0.bytes(4)),
+                           badge: $0.isNull(5) ? nil : $0.int(5))
             }
         }
     }

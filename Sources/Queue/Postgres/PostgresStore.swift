@@ -14,10 +14,14 @@ public final class PostgresStore: Sendable {
         public var statementTimeout: Duration = .seconds(30)
         /// How long opening a connection may take (libpq `connect_timeout`, whole seconds, at least 2).
         public var connectTimeout: Duration = .seconds(10)
+        /// A monitor not heard of for this long no longer counts towards a device's badge (TOMBSTONE_RETENTION).
+        public var monitorRetention: Duration = .seconds(30 * 86_400)
 
-        public init(statementTimeout: Duration = .seconds(30), connectTimeout: Duration = .seconds(10)) {
+        public init(statementTimeout: Duration = .seconds(30), connectTimeout: Duration = .seconds(10),
+                    monitorRetention: Duration = .seconds(30 * 86_400)) {
             self.statementTimeout = statementTimeout
             self.connectTimeout = connectTimeout
+            self.monitorRetention = monitorRetention
         }
 
         var connection: PGConnection.Options {
@@ -26,11 +30,13 @@ public final class PostgresStore: Sendable {
         }
     }
 
+    let options: Options
     private let writer: Mutex<PostgresLink>
     private let reader: Mutex<PostgresLink>
 
     /// Connects to `url` (a libpq URI or key=value string) and applies pending migrations.
     public init(url: String, options: Options = Options(), now: Int64) throws(StoreError) {
+        self.options = options
         do {
             let writeLink = try PostgresLink(conninfo: url, options: options.connection)
             try PostgresMigrations.apply(on: try writeLink.connected(), now: now)
@@ -122,6 +128,33 @@ public final class PostgresStore: Sendable {
 
     public func changeCounter() throws(StoreError) -> Int64 {
         try read { db in try db.rows("SELECT last_value FROM queue_changes") { $0.int64(0) }.first ?? 0 }
+    }
+
+    public func hasDueJobs(now: Int64) throws(StoreError) -> Bool {
+        try read { db in
+            try db.rows("SELECT EXISTS (SELECT 1 FROM jobs WHERE state IN ('available', 'retryable') AND scheduled_at <= $1::bigint)",
+                        [.integer(now)]) { $0.bool(0) }.first ?? false
+        }
+    }
+
+    public func recordPause(worker: String, reason: String?, now: Int64) throws(StoreError) {
+        _ = try writeStatement { db in
+            if let reason {
+                try db.run("""
+                    INSERT INTO delivery_pauses (worker, reason, updated_at) VALUES ($1::text, $2::text, $3::bigint)
+                    ON CONFLICT (worker) DO UPDATE SET reason = excluded.reason, updated_at = excluded.updated_at
+                    """, [.text(worker), .text(reason), .integer(now)])
+            } else {
+                try db.run("DELETE FROM delivery_pauses WHERE worker = $1::text", [.text(worker)])
+            }
+        }
+    }
+
+    public func currentPause(since: Int64) throws(StoreError) -> String? {
+        try read { db in
+            try db.rows("SELECT reason FROM delivery_pauses WHERE updated_at >= $1::bigint ORDER BY updated_at DESC LIMIT 1",
+                        [.integer(since)]) { $0.text(0) }.first
+        }
     }
 
     public func liveJobCount() throws(StoreError) -> Int {
