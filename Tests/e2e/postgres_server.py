@@ -38,12 +38,19 @@ class PostgresServer:
     def start(self):
         self._run(f"{self.bin}/initdb", "-D", f"{self.directory}/data", "--auth=trust", "--no-sync", "-U", "postgres",
                   "--encoding=UTF8", "--locale=C")
-        self._run(f"{self.bin}/pg_ctl", "-D", f"{self.directory}/data", "-w", "-l", f"{self.directory}/server.log", "-o",
-                  f"-k {self.directory} -c listen_addresses='' -c fsync=off -c max_connections=200", "start")
+        self.start_server()
         return self
 
+    def start_server(self):
+        self._run(f"{self.bin}/pg_ctl", "-D", f"{self.directory}/data", "-w", "-l", f"{self.directory}/server.log", "-o",
+                  f"-k {self.directory} -c listen_addresses='' -c fsync=off -c max_connections=200", "start")
+
+    def stop_server(self, mode="fast"):
+        """Stops the server, keeping its data: `fast` disconnects every client, as a failover or a restart does."""
+        self._run(f"{self.bin}/pg_ctl", "-D", f"{self.directory}/data", "-m", mode, "-w", "stop")
+
     def stop(self):
-        self._run(f"{self.bin}/pg_ctl", "-D", f"{self.directory}/data", "-m", "immediate", "stop")
+        self.stop_server("immediate")
         shutil.rmtree(self.directory, ignore_errors=True)
 
     def conninfo(self, database="postgres"):

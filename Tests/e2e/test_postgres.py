@@ -71,3 +71,37 @@ def test_ingest_and_two_deliverers_on_postgres_deliver_every_acknowledged_webhoo
         deduplicated = [b for i, b in enumerate(bodies) if i == 0 or bodies[i - 1] != b]
         assert deduplicated == [str(n) for n in range(20)], f"device {index}: {bodies}"
     assert postgres.query(name, "SELECT count(*) FROM jobs WHERE state <> 'discarded'") == [["0"]]
+
+
+def test_while_postgres_is_down_ingest_answers_503_and_recovers_without_a_restart(relays, fake_apns, postgres, database):
+    """PostgreSQL restarted under the relay: every webhook answered 202 while it was up is delivered, those sent
+    while it was down get 503 (never a false 202), and both processes carry on once it is back."""
+    name, url = database
+    ingest = relays("ingest", DATABASE_URL=url, RATE_LIMIT_WEBHOOK="off", RATE_LIMIT_REGISTER="off")
+    relays("deliver", DATABASE_URL=url, DEVICE_BURST="off")
+    device, _ = register(ingest, 7000)
+    accepted, refused = [], 0
+
+    def post(n):
+        status, body, _ = request("POST", f"{ingest.base}/wh/{device}", alert(1, "M", n % 2, f"{n}"))
+        assert status in (202, 503), (status, body)
+        if status == 202:
+            accepted.append(body["id"])
+        return status
+
+    for n in range(20):
+        assert post(n) == 202
+    postgres.stop_server()
+    try:
+        statuses = [post(n) for n in range(20, 40)]
+        assert statuses.count(503) == 20, statuses
+        status, _, _ = request("GET", f"{ingest.base}/health")
+        assert status == 503
+    finally:
+        postgres.start_server()
+    wait_until(lambda: post(40) == 202, timeout=30, what="ingest to accept webhooks again")
+
+    def delivered_ids():
+        return {p["headers"]["apns-id"] for p in fake_apns.pushes(status=200)}
+    wait_until(lambda: set(accepted) <= delivered_ids(), timeout=60, what="every acknowledged webhook to be delivered")
+    assert len(accepted) == 21

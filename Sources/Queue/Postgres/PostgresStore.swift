@@ -60,26 +60,38 @@ public final class PostgresStore: Sendable {
     public static var schemaVersion: Int { PostgresMigrations.latestVersion }
 
     /// Runs one or more statements outside a transaction on the read connection (reads are single statements:
-    /// each sees a consistent snapshot of its own).
+    /// each sees a consistent snapshot of its own). libpq notices a connection the server dropped (a restart, a
+    /// failover) only when a statement fails on it; a read is harmless to repeat, so it runs once more, on a new
+    /// connection, rather than answer 503 while the database is back.
     func read<T: Sendable>(_ body: (PGConnection) throws -> T) throws(StoreError) -> T {
         do {
-            return try reader.withLock { link in try body(try link.connected()) }
+            return try reader.withLock { link in
+                do {
+                    return try body(try link.connected())
+                } catch let error as PGError where error.connectionBroken {
+                    return try body(try link.connected())
+                }
+            }
         } catch {
             throw Self.storeError(error)
         }
     }
 
     /// Runs `body` in a transaction on the write connection. A transaction PostgreSQL aborted to break a deadlock
-    /// runs again (a few times), since nothing of it was committed.
+    /// runs again (a few times), since nothing of it was committed; so does one whose BEGIN found the connection
+    /// dropped (nothing was sent). A connection lost after BEGIN is not retried: the caller answers 503, since
+    /// the transaction may or may not have committed.
     func write<T: Sendable>(_ body: (PGConnection) throws -> T) throws(StoreError) -> T {
         do {
             return try writer.withLock { link in
                 var attempt = 0
                 while true {
                     attempt += 1
+                    var began = false
                     do {
                         let connection = try link.connected()
                         try connection.execute("BEGIN")
+                        began = true
                         do {
                             let result = try body(connection)
                             try connection.execute("COMMIT")
@@ -88,7 +100,7 @@ public final class PostgresStore: Sendable {
                             if !connection.isBroken { try? connection.execute("ROLLBACK") }
                             throw error
                         }
-                    } catch let error as PGError where error.isTransient && attempt < 5 {
+                    } catch let error as PGError where attempt < 5 && (error.isTransient || error.connectionBroken && !began && attempt == 1) {
                         continue
                     }
                 }
