@@ -53,6 +53,22 @@ import Testing
         #expect(try db.store.liveJobCount() == 0)
     }
 
+    /// A deliverer learns of jobs another process committed through `changeCounter` (SQLite: data_version;
+    /// PostgreSQL: NOTIFY heard on a LISTEN connection, which arrives shortly after the commit returns).
+    @Test(arguments: StoreKind.allCases) func jobsCommittedByAnotherConnectionMoveTheChangeCounter(_ kind: StoreKind) throws {
+        let db = try TestDatabase(kind)
+        let device = try db.device(1)
+        let deliverer = try kind.open(db.location, now: TestDatabase.t0)
+        let before = try deliverer.changeCounter()
+        try db.enqueue(device, "a1")
+        let deadline = ContinuousClock.now + .seconds(10)
+        while try deliverer.changeCounter() == before && ContinuousClock.now < deadline {
+            Thread.sleep(forTimeInterval: 0.001)
+        }
+        #expect(try deliverer.changeCounter() != before)
+        #expect(try deliverer.claim(worker: "w", limit: 10, now: TestDatabase.t0, lease: .seconds(60)).map(\.label) == ["a1"])
+    }
+
     /// A process killed while holding leases: its jobs stay untouchable until LEASE_TIMEOUT, then are rescued and
     /// claimed again by someone else with the attempt counted.
     @Test(arguments: StoreKind.allCases) func aKilledProcessesLeasesAreRescuedAfterTheLeaseTimeout(_ kind: StoreKind) throws {

@@ -99,6 +99,20 @@ final class PGConnection {
         }
     }
 
+    /// Reads whatever the server has sent without waiting (`PQconsumeInput`) and returns how many notifications of
+    /// channels this connection LISTENs to arrived. No round trip: it only drains the socket.
+    func drainNotifications() throws -> Int {
+        guard PQconsumeInput(handle) == 1 else {
+            throw PGError(sqlstate: "", message: Self.trimmed(PQerrorMessage(handle)), connectionBroken: true)
+        }
+        var count = 0
+        while let notification = PQnotifies(handle) {
+            count += 1
+            PQfreemem(notification)
+        }
+        return count
+    }
+
     static var libraryVersion: String {
         let version = PQlibVersion()
         return "\(version / 10_000).\(version % 10_000)"

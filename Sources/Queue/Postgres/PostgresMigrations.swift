@@ -50,9 +50,6 @@ enum PostgresMigrations {
             CREATE INDEX jobs_leased ON jobs (lease_expires_at) WHERE state = 'running';
             CREATE INDEX jobs_dead ON jobs (finalized_at) WHERE state = 'discarded';
 
-            -- Advanced after every commit that can give a deliverer work; deliverers poll its last_value
-            -- (`changeCounter`), which any session sees at once (sequences are not transactional).
-            CREATE SEQUENCE queue_changes;
             """),
         Migrations.Migration(version: 2, name: "outcomes reported to waiting Test-button requests", sql: """
             -- true for jobs whose webhook waits for APNs' answer (the Test button): their outcome is recorded below.

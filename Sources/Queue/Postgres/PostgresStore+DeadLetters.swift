@@ -46,9 +46,9 @@ extension PostgresStore {
                     """, [.integer(now), .integer(now + ttl.wholeMilliseconds), .integer(id)])
                 try db.run("DELETE FROM jobs WHERE id = $1::bigint AND state = 'discarded'", [.integer(id)])
             }
+            if count > 0 { try Self.notifyDeliverers(db) }
             return count
         }
-        if count > 0 { signalChange() }
         return count
     }
 

@@ -40,9 +40,9 @@ extension PostgresStore {
                 results += try Self.enqueue(chunk, context, db)
                 start += chunk.count
             }
+            if results.contains(where: { $0 != .deviceGone }) { try Self.notifyDeliverers(db) }
             return results
         }
-        if results.contains(where: { $0 != .deviceGone }) { signalChange() }
         return results
     }
 

@@ -116,9 +116,9 @@ extension PostgresStore {
                 try db.run("UPDATE devices SET last_successful_notification = $1::bigint, last_delivery_error = '' WHERE id = $2::text",
                            [.integer(now), .text(device)])
             }
+            try Self.notifyDeliverers(db)
             return applied
         }
-        signalChange()
         return applied
     }
 

@@ -33,10 +33,14 @@ public final class PostgresStore: Sendable {
     let options: Options
     private let writer: Mutex<PostgresLink>
     private let reader: Mutex<PostgresLink>
+    /// Opened on the first `changeCounter()`: only deliverers listen, so ingest processes hold two connections.
+    private let listener = Mutex<PostgresListener?>(nil)
+    private let url: String
 
     /// Connects to `url` (a libpq URI or key=value string) and applies pending migrations.
     public init(url: String, options: Options = Options(), now: Int64) throws(StoreError) {
         self.options = options
+        self.url = url
         do {
             let writeLink = try PostgresLink(conninfo: url, options: options.connection)
             try PostgresMigrations.apply(on: try writeLink.connected(), now: now)
@@ -119,11 +123,16 @@ public final class PostgresStore: Sendable {
         }
     }
 
-    /// Advances `changeCounter` after a commit that can give a deliverer work. After, not inside: a deliverer that
-    /// sees the new value must also see the committed rows. A failure is ignored — the change was committed, and
-    /// deliverers poll the queue every second anyway.
+    /// Wakes deliverers (`changeCounter`) when the transaction `db` is in commits: NOTIFY is transactional, so a
+    /// deliverer that hears it sees the rows, and one that would not see them never hears it.
+    static func notifyDeliverers(_ db: PGConnection) throws {
+        try db.execute("NOTIFY \(PostgresListener.channel)")
+    }
+
+    /// `notifyDeliverers` for a change already committed (single statements that run outside a transaction). A
+    /// failure is ignored: the change was committed, and deliverers look at the queue every second anyway.
     func signalChange() {
-        _ = try? writeStatement { db in try db.run("SELECT nextval('queue_changes')") }
+        _ = try? writeStatement { db in try Self.notifyDeliverers(db) }
     }
 
     static func storeError(_ error: any Error) -> StoreError {
@@ -138,8 +147,16 @@ public final class PostgresStore: Sendable {
         _ = try read { db in try db.rows("SELECT count(*) FROM schema_migrations") { $0.int(0) } }
     }
 
+    /// Counts NOTIFYs heard on a dedicated LISTEN connection (`PostgresListener`): no round trip per poll.
     public func changeCounter() throws(StoreError) -> Int64 {
-        try read { db in try db.rows("SELECT last_value FROM queue_changes") { $0.int64(0) }.first ?? 0 }
+        do {
+            return try listener.withLock { listener in
+                if listener == nil { listener = try PostgresListener(conninfo: url, options: options.connection) }
+                return try listener!.poll()
+            }
+        } catch {
+            throw Self.storeError(error)
+        }
     }
 
     public func hasDueJobs(now: Int64) throws(StoreError) -> Bool {
