@@ -183,6 +183,9 @@ extension Settings {
         Variable(name: "DEVICE_QUEUE_MAX", defaultText: "1000", summary: "live jobs per device; beyond it alerts merge into the waiting digest (202 merged)") { s, text throws(ConfigurationError) in
             s.deviceQueueMax = try parseInt(text, "DEVICE_QUEUE_MAX", 2...1_000_000)
         },
+        Variable(name: "DEAD_LETTER_MAX", defaultText: "100000", summary: "dead letters kept at most; past it the oldest are purged first") { s, text throws(ConfigurationError) in
+            s.deadLetterMax = try parseInt(text, "DEAD_LETTER_MAX", 1...Int(Int32.max))
+        },
         Variable(name: "STALL_TIMEOUT", defaultText: "30s", summary: "a deliverer with due jobs that sent nothing this long resets its breaker and connections") { s, text throws(ConfigurationError) in
             s.stallTimeout = try parseDuration(text, "STALL_TIMEOUT")
         },

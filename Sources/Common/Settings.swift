@@ -58,6 +58,8 @@ public struct Settings: Sendable, Equatable {
     public var deviceQueueMax = 1000
     /// A deliverer with due jobs, no known APNs failure and nothing sent for this long resets itself (SPEC §4).
     public var stallTimeout: Duration = .seconds(30)
+    /// Dead letters kept at most; past it the oldest are purged first (a dead-lettering token cannot fill the disk).
+    public var deadLetterMax = 100_000
 
     // Abuse limits
     public var rateLimitRegister = [RateLimitRule(limit: 5, window: .seconds(60)),

@@ -29,6 +29,8 @@ public final class DeliveryEngine: Sendable {
         public var digestWindow: Duration = .seconds(5)
         /// STALL_TIMEOUT: due jobs, APNs not known to be failing, and nothing sent for this long → reset (SPEC §4).
         public var stallTimeout: Duration
+        /// DEAD_LETTER_MAX: the oldest dead letters past it are purged (checked every 10 s).
+        public var deadLetterMax: Int
         /// The environment the relay is configured for (ENV / APNS_ENVIRONMENT); `pool` talks to it.
         public var environment: Settings.APNsEnvironment
 
@@ -41,6 +43,7 @@ public final class DeliveryEngine: Sendable {
             tombstoneRetention = settings.tombstoneRetention
             deviceBurst = settings.deviceBurst
             stallTimeout = settings.stallTimeout
+            deadLetterMax = settings.deadLetterMax
             environment = settings.apnsEnvironment
         }
     }
@@ -433,6 +436,13 @@ public final class DeliveryEngine: Sendable {
     private func housekeeping(now: Int64, purge: Bool) {
         if let rescued = try? store.rescueExpiredLeases(now: now), rescued > 0 {
             logger.warning("rescued jobs from expired leases", ["count": String(rescued)])
+        }
+        if now - loopState.deadLettersCheckedAt >= 10_000 {
+            loopState.deadLettersCheckedAt = now
+            if let purged = try? store.purgeDeadLetters(keeping: configuration.deadLetterMax), purged > 0 {
+                metrics.increment("kumapush_dead_letters_purged_total", [("cause", "budget")], by: Double(purged))
+                logger.warning("dead letters over DEAD_LETTER_MAX: oldest purged", ["count": String(purged)])
+            }
         }
         guard purge else { return }
         _ = try? store.purgeDeadLetters(before: now - configuration.deadLetterRetention.wholeMilliseconds)

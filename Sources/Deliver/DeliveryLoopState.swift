@@ -35,6 +35,8 @@ final class UncheckedLoopState: @unchecked Sendable {
     var lastFailureAt: ContinuousClock.Instant?
     /// When this deliverer last wrote its configuration-fault pause to the store (ms), for the refresh.
     var pauseRecordedAt: Int64 = 0
+    /// When the dead-letter budget was last enforced (ms).
+    var deadLettersCheckedAt: Int64 = 0
     var claimDue = true
     var nextRetryAt: Int64?
     /// Last time there was anything to do (for the idle poll interval).

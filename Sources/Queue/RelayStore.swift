@@ -53,6 +53,8 @@ public protocol JobQueue: Sendable {
     func replayDeadLetters(_ filter: DeadLetterFilter, limit: Int, now: Int64, ttl: Duration) throws(StoreError) -> Int
     /// Deletes dead letters finalized before `before`. Returns how many.
     func purgeDeadLetters(before: Int64) throws(StoreError) -> Int
+    /// Deletes the oldest dead letters so that at most `keeping` remain. Returns how many.
+    func purgeDeadLetters(keeping: Int) throws(StoreError) -> Int
     /// The outcome recorded for a job that reports one, once it is final (nil while it is still queued or retrying).
     func reportedOutcome(publicID: String) throws(StoreError) -> ReportedOutcome?
     /// Forgets reported outcomes older than `before`. Returns how many.

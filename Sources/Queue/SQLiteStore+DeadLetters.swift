@@ -46,6 +46,16 @@ extension SQLiteStore {
         }
     }
 
+    public func purgeDeadLetters(keeping: Int) throws(StoreError) -> Int {
+        try write { db in
+            try db.statement("""
+                DELETE FROM jobs WHERE id IN (
+                    SELECT id FROM jobs WHERE state = 'discarded' ORDER BY finalized_at, id
+                    LIMIT max(0, (SELECT count(*) FROM jobs WHERE state = 'discarded') - ?1))
+                """).run([.integer(Int64(keeping))])
+        }
+    }
+
     public func purgeDeadLetters(before: Int64) throws(StoreError) -> Int {
         try write { db in
             try db.statement("DELETE FROM jobs WHERE state = 'discarded' AND finalized_at < ?").run([.integer(before)])

@@ -18,6 +18,22 @@ import Testing
         #expect(try h.jobIDs() == [jobID])
     }
 
+    /// Issue 13: a job keeps what a push can show, not the whole request body: a 60 KB message and a 2 KB monitor
+    /// name are stored cut (at a character boundary, marked), so a flood of large bodies costs 4 KiB a job.
+    @Test func aJobStoresWhatAPushCanShowNotTheWholeBody() throws {
+        let h = try IngestHarness()
+        let (id, _) = try h.register()
+        let message = String(repeating: "é", count: 30_000)
+        let name = String(repeating: "n", count: 2000)
+        let body = "{\"heartbeat\":{\"status\":0,\"msg\":\"\(message)\"},\"monitor\":{\"id\":1,\"name\":\"\(name)\"},\"msg\":\"x\"}"
+        #expect(try h.webhook(id, body).status == 202)
+        let stored = try #require(try h.jobEvents().first ?? nil)
+        #expect(stored.message.utf8.count <= AlertEvent.messageLimit && stored.message.hasPrefix("éé") && stored.message.hasSuffix("…"))
+        #expect(stored.monitorName.utf8.count <= AlertEvent.nameLimit && stored.monitorName.hasSuffix("…"))
+        let payloadBytes = try RawSQLite(path: h.directory.path("relay.db")).query("SELECT length(payload) FROM jobs")[0][0]
+        #expect((Int(payloadBytes) ?? .max) < 5000)
+    }
+
     /// The exact bytes Uptime Kuma's real client sent in each mode (chunked form-data, a 3 KB GET, unescaped custom
     /// templates), replayed against the server: each is stored as the event it stands for.
     @Test func everyBodyUptimeKumaSendsIsStoredAsItsEvent() throws {

@@ -165,6 +165,21 @@ import Testing
         #expect(replayed.label == "a1" && replayed.attempt == 1 && replayed.expiresAt == t0 + 200 + 60_000)
     }
 
+    /// Issue 13: a token that dead-letters everything cannot fill the disk: past the budget, oldest go first.
+    @Test(arguments: StoreKind.allCases) func deadLettersOverTheBudgetArePurgedOldestFirst(_ kind: StoreKind) throws {
+        let db = try TestDatabase(kind)
+        let a = try db.device(1)
+        for n in 0..<5 {
+            try db.enqueue(a, "d\(n)")
+            let head = try #require(try db.claim().first)
+            _ = try db.store.finish([.dead(head, "BadDeviceToken")], worker: "w1", now: t0 + Int64(n))
+        }
+        #expect(try db.store.purgeDeadLetters(keeping: 2) == 3)
+        #expect(try db.store.purgeDeadLetters(keeping: 2) == 0)
+        #expect(try db.store.replayDeadLetters(DeadLetterFilter(), limit: 10, now: t0 + 10, ttl: .seconds(60)) == 2)
+        #expect(try db.claim(at: t0 + 10).map(\.label) == ["d3"], "the two newest were kept")
+    }
+
     @Test(arguments: StoreKind.allCases) func deadLettersArePurgedAfterRetention(_ kind: StoreKind) throws {
         let db = try TestDatabase(kind)
         let a = try db.device(1)

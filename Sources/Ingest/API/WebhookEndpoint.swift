@@ -42,7 +42,7 @@ struct WebhookEndpoint: Sendable {
             logger.warning("queue full, webhook refused", ["queue.max": String(queueMax)])
             return responder.respond(Self.queueUnavailable)
         }
-        let payload = event.jobPayload
+        let payload = event.boundedForStorage.jobPayload
         let waits = event.waitsForDelivery && testWait > .zero
         guard let publicID = try? JobID.generate() else { return responder.respond(.error(500, "internal server error")) }
         let job = NewJob(deviceID: deviceID, publicID: publicID, payload: payload, reportsOutcome: waits, monitor: MonitorReport(event))

@@ -52,6 +52,16 @@ extension PostgresStore {
         return count
     }
 
+    public func purgeDeadLetters(keeping: Int) throws(StoreError) -> Int {
+        try writeStatement { db in
+            try db.run("""
+                DELETE FROM jobs WHERE id IN (
+                    SELECT id FROM jobs WHERE state = 'discarded' ORDER BY finalized_at, id
+                    LIMIT greatest(0, (SELECT count(*) FROM jobs WHERE state = 'discarded') - $1::bigint))
+                """, [.integer(Int64(keeping))])
+        }
+    }
+
     public func purgeDeadLetters(before: Int64) throws(StoreError) -> Int {
         try writeStatement { db in
             try db.run("DELETE FROM jobs WHERE state = 'discarded' AND finalized_at < $1::bigint", [.integer(before)])
