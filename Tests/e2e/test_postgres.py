@@ -1,5 +1,6 @@
 """The relay on PostgreSQL (DATABASE_URL): several processes sharing one database with SQLite's guarantees."""
 import concurrent.futures
+import subprocess
 import signal
 import threading
 
@@ -105,3 +106,36 @@ def test_while_postgres_is_down_ingest_answers_503_and_recovers_without_a_restar
         return {p["headers"]["apns-id"] for p in fake_apns.pushes(status=200)}
     wait_until(lambda: set(accepted) <= delivered_ids(), timeout=60, what="every acknowledged webhook to be delivered")
     assert len(accepted) == 21
+
+
+def test_migrate_store_moves_a_sqlite_relay_to_postgres_and_its_webhook_urls_keep_working(relays, relay_binary, fake_apns,
+                                                                                          postgres, database, tmp_path):
+    """A single-host relay's queue (accepted while no deliverer ran) moves to PostgreSQL with `migrate-store`; a
+    second run moves nothing more; on PostgreSQL the old webhook URLs still work and every push goes out in order."""
+    name, url = database
+    sqlite_ingest = relays("ingest", RATE_LIMIT_WEBHOOK="off")
+    devices = [register(sqlite_ingest, 8000 + n)[0] for n in range(3)]
+    for n in range(5):
+        for index, device in enumerate(devices):
+            status, body, _ = request("POST", f"{sqlite_ingest.base}/wh/{device}", alert(index, "M", n % 2, f"{n}"))
+            assert status == 202, body
+    sqlite_ingest.stop()
+
+    def migrate():
+        return subprocess.run([str(relay_binary), "migrate-store", "--from", str(tmp_path / "relay.db"), "--to", url],
+                              capture_output=True, text=True, timeout=60)
+    first = migrate()
+    assert first.returncode == 0, first.stderr
+    assert first.stdout.startswith("moved 3 devices (0 already there), 0 tombstones, 15 jobs"), first.stdout
+    again = migrate()
+    assert again.returncode == 0 and again.stdout.startswith("moved 0 devices (3 already there), 0 tombstones, 0 jobs"), again.stdout
+    assert postgres.query(name, "SELECT count(*) FROM jobs") == [["15"]]
+
+    ingest = relays("ingest", DATABASE_URL=url, RATE_LIMIT_WEBHOOK="off")
+    relays("deliver", DATABASE_URL=url, DEVICE_BURST="off")
+    for index, device in enumerate(devices):
+        status, body, _ = request("POST", f"{ingest.base}/wh/{device}", alert(index, "M", 1, "5"))
+        assert status == 202, body
+    for index in range(3):
+        wait_until(lambda: fake_apns.bodies(token(8000 + index)) == [str(n) for n in range(6)], timeout=30,
+                   what=f"device {index}'s pushes in order")
