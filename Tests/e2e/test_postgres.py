@@ -1,13 +1,15 @@
 """The relay on PostgreSQL (DATABASE_URL): several processes sharing one database with SQLite's guarantees."""
 import concurrent.futures
+import pathlib
 import subprocess
 import signal
 import threading
 
 import pytest
 
+from conftest import TLS
 from postgres_server import PostgresServer
-from relayproc import request, wait_until
+from relayproc import free_port, request, wait_until
 from test_delivery import alert, register, token
 
 
@@ -139,3 +141,36 @@ def test_migrate_store_moves_a_sqlite_relay_to_postgres_and_its_webhook_urls_kee
     for index in range(3):
         wait_until(lambda: fake_apns.bodies(token(8000 + index)) == [str(n) for n in range(6)], timeout=30,
                    what=f"device {index}'s pushes in order")
+
+
+def test_a_deliverer_keeps_apns_answers_while_postgres_is_down_and_records_them_when_it_returns(
+        relays, relay_binary, postgres, database, tmp_path):
+    """PostgreSQL goes away while a push is in flight: the deliverer keeps APNs' answer and records it once the
+    database is back, so the push is not sent a second time when its lease would have expired."""
+    name, url = database
+    port, record = free_port(), tmp_path / "pushes.record"
+    # The relay's own simulator, answering after 1.5 s: time to stop PostgreSQL with the push in flight.
+    simulator = subprocess.Popen([str(relay_binary), "apns-sim", "--cert", str(TLS / "server.pem"), "--key", str(TLS / "server.key"),
+                                  "--token-key", str(TLS / "apns-key.pub.pem"), "--listen", f"127.0.0.1:{port}",
+                                  "--latency", "1500", "--quiet", "--record", str(record)],
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        ingest = relays("ingest", DATABASE_URL=url)
+        deliver = relays("deliver", DATABASE_URL=url, APNS_URL=f"https://127.0.0.1:{port}", LEASE_TIMEOUT="10s", DEVICE_BURST="off")
+        device, _ = register(ingest, 9000)
+        status, body, _ = request("POST", f"{ingest.base}/wh/{device}", alert(1, "M", 0, "down"))
+        assert status == 202, body
+        wait_until(lambda: postgres.query(name, "SELECT state FROM jobs") == [["running"]], what="the push to be in flight")
+        postgres.stop_server()
+        try:
+            log = pathlib.Path(deliver.log.name)
+            wait_until(lambda: b"kept until the database answers" in log.read_bytes(), timeout=20,
+                       what="the deliverer to keep APNs' answer")
+        finally:
+            postgres.start_server()
+        wait_until(lambda: postgres.query(name, "SELECT count(*) FROM jobs") == [["0"]], timeout=30,
+                   what="the kept answer to be recorded")
+    finally:
+        simulator.send_signal(signal.SIGTERM)  # flushes the record file
+        simulator.wait(timeout=10)
+    assert len(record.read_text().splitlines()) == 1, "the push went out once"
