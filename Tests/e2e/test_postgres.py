@@ -76,6 +76,58 @@ def test_ingest_and_two_deliverers_on_postgres_deliver_every_acknowledged_webhoo
     assert postgres.query(name, "SELECT count(*) FROM jobs WHERE state <> 'discarded'") == [["0"]]
 
 
+
+def test_two_ingests_and_three_deliverers_with_an_ingest_and_a_deliverer_killed_keep_every_acknowledged_webhook_in_order(
+        relays, fake_apns, postgres, database):
+    """Several hosts on one machine: 2 ingest and 3 deliver processes on one database; 6,000 webhooks over 300
+    devices, each device's alerts alternating between the two ingests; midway one deliverer is SIGKILLed and one
+    ingest is SIGKILLed and started again on its port. Every acknowledged webhook is delivered and each device's
+    pushes arrive in the order they were acknowledged (a webhook whose ingest died before answering is sent again
+    to the other, and may arrive twice: at least once)."""
+    name, url = database
+    settings = dict(DATABASE_URL=url, RATE_LIMIT_WEBHOOK="off", RATE_LIMIT_REGISTER="off")
+    ingests = [relays("ingest", **settings), relays("ingest", **settings)]
+    deliverers = [relays("deliver", DATABASE_URL=url, LEASE_TIMEOUT="2s", DEVICE_BURST="off") for _ in range(3)]
+    devices = [register(ingests[0], 6000 + n)[0] for n in range(300)]
+    accepted = {}
+    lock = threading.Lock()
+    killed = threading.Event()
+
+    def post_all(worker):
+        for n in range(20):
+            for index in range(worker, 300, 8):
+                target = (n + index) % 2
+                while True:
+                    try:
+                        status, body, _ = request("POST", f"{ingests[target].base}/wh/{devices[index]}",
+                                                  alert(index, "M", n % 2, f"{n}"), timeout=5)
+                    except OSError:
+                        target = 1 - target  # that ingest is gone: the other one takes the webhook
+                        continue
+                    if status == 202:
+                        break
+                    assert status == 503, body
+                with lock:
+                    accepted[body["id"]] = (index, n)
+                    if len(accepted) >= 3000 and not killed.is_set():
+                        killed.set()
+                        deliverers[0].signal(signal.SIGKILL)
+                        ingests[1].signal(signal.SIGKILL)
+                        ingests[1] = relays("ingest", PORT=ingests[1].port, **settings)
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=8) as pool:
+        list(pool.map(post_all, range(8)))
+    assert len(accepted) == 6000 and killed.is_set()
+
+    def delivered_ids():
+        return {p["headers"]["apns-id"] for p in fake_apns.pushes(status=200)}
+    wait_until(lambda: set(accepted) <= delivered_ids(), timeout=180, what="every acknowledged webhook to be delivered")
+    for index in range(300):
+        bodies = fake_apns.bodies(token(6000 + index))
+        deduplicated = [b for i, b in enumerate(bodies) if i == 0 or bodies[i - 1] != b]
+        assert deduplicated == [str(n) for n in range(20)], f"device {index}: {bodies}"
+    assert postgres.query(name, "SELECT count(*) FROM jobs WHERE state <> 'discarded'") == [["0"]]
+
 def test_while_postgres_is_down_ingest_answers_503_and_recovers_without_a_restart(relays, fake_apns, postgres, database):
     """PostgreSQL restarted under the relay: every webhook answered 202 while it was up is delivered, those sent
     while it was down get 503 (never a false 202), and both processes carry on once it is back."""
