@@ -2,7 +2,8 @@
 socket there, stopped at the end. Nothing assumes a server already running.
 
 PostgreSQL refuses to run as root: as root the cluster belongs to the `postgres` user (created by the Debian
-package) and its commands run through runuser. fsync=off: these tests check behaviour, not power-loss durability."""
+package) and its commands run through runuser. fsync=off for the tests, which check behaviour, not power-loss
+durability; `make bench` asks for a durable server (PostgreSQL's defaults)."""
 import glob
 import itertools
 import os
@@ -22,7 +23,8 @@ def _bin_directory():
 
 
 class PostgresServer:
-    def __init__(self):
+    def __init__(self, durable=False):
+        self.durable = durable
         self.bin = _bin_directory()
         self.as_root = os.getuid() == 0
         self.directory = tempfile.mkdtemp(prefix="kumapush-pg-", dir="/tmp")  # short: socket paths are limited
@@ -42,8 +44,9 @@ class PostgresServer:
         return self
 
     def start_server(self):
+        durability = "" if self.durable else " -c fsync=off"
         self._run(f"{self.bin}/pg_ctl", "-D", f"{self.directory}/data", "-w", "-l", f"{self.directory}/server.log", "-o",
-                  f"-k {self.directory} -c listen_addresses='' -c fsync=off -c max_connections=200", "start")
+                  f"-k {self.directory} -c listen_addresses=''{durability} -c max_connections=200", "start")
 
     def stop_server(self, mode="fast"):
         """Stops the server, keeping its data: `fast` disconnects every client, as a failover or a restart does."""

@@ -128,20 +128,28 @@ extension PostgresStore {
         let monitor: String
     }
 
-    /// Live jobs and head of every device in the chunk; their down monitors when an alert reports a state; their
-    /// newest waiting job when the cap may be reached.
+    /// Head of every device in the chunk, its live jobs (up to the cap) when there is a cap, its down monitors, and
+    /// its newest waiting job when the cap may be reached.
     private static func readState(of existing: Set<String>, chunk: ArraySlice<NewJob>, _ context: EnqueueContext,
                                   _ db: PGConnection) throws -> [String: DeviceState] {
         var devices: [String: DeviceState] = [:]
         for device in existing { devices[device] = DeviceState() }
         guard !existing.isEmpty else { return devices }
         let ids = PGValue.textArray(existing)
-        for (device, live, hasHead) in try db.rows("""
-            SELECT device_id, count(*), bool_or(state IN \(headStates)) FROM jobs
-            WHERE device_id = ANY($1::text[]) AND state <> 'discarded' GROUP BY device_id
-            """, [ids], { ($0.text(0), $0.int(1), $0.bool(2)) }) {
-            devices[device]?.live = live
-            devices[device]?.hasHead = hasHead
+        for device in try db.rows("SELECT device_id FROM jobs WHERE device_id = ANY($1::text[]) AND state IN \(headStates)",
+                                  [ids], { $0.text(0) }) {
+            devices[device]?.hasHead = true
+        }
+        // Live jobs matter only for the cap, and only up to it: counted per device through its index, at most
+        // `deviceCap` rows each, so a deep queue does not make every enqueue slower.
+        if context.deviceCap < .max {
+            for (device, live) in try db.rows("""
+                SELECT d.id, (SELECT count(*) FROM (SELECT 1 FROM jobs j WHERE j.device_id = d.id AND j.state <> 'discarded'
+                                                    LIMIT $2::bigint) AS capped)
+                FROM unnest($1::text[]) AS d (id)
+                """, [ids, .integer(Int64(context.deviceCap))], { ($0.text(0), $0.int(1)) }) {
+                devices[device]?.live = live
+            }
         }
         // Every job's badge counts the device's down monitors, so they are read for every chunk.
         for (device, monitor) in try db.rows("""

@@ -52,29 +52,22 @@ extension PostgresStore {
             let ids = outcomes.map(\.jobID)
             let devices = try db.rows("SELECT DISTINCT device_id FROM jobs WHERE id = ANY($1::bigint[])", [.integerArray(ids)]) { $0.text(0) }
             _ = try Self.lockDevices(devices, db)
-            var delivered: Set<String> = []
-            var applied: [Bool] = []
-            applied.reserveCapacity(outcomes.count)
-            for outcome in outcomes {
+            // Deliveries, most of every batch, in a few set-wise statements: a round trip per job would cost more
+            // than the jobs. The other outcomes, rare, one by one below.
+            var applied = [Bool](repeating: false, count: outcomes.count)
+            let deliveredDevices = try Self.finishDeliveries(outcomes, worker: worker, now: now, applied: &applied, db)
+            for (index, outcome) in outcomes.enumerated() {
                 let guardValues: [PGValue] = [.integer(outcome.jobID), .text(worker), .integer(Int64(outcome.attempt))]
                 switch outcome.kind {
                 case .delivered:
-                    let finished = try db.rows("DELETE FROM jobs WHERE \(Self.leaseGuard) RETURNING device_id, public_id, reports_outcome",
-                                               guardValues) { ($0.text(0), $0.text(1), $0.bool(2)) }
-                    try Self.report(finished, .delivered, "", now: now, db)
-                    for (device, _, _) in finished {
-                        try Self.settleMerged(outcome.merged, device: device, deadLetterReason: nil, now: now, db)
-                        delivered.insert(device)
-                        try db.run(Self.promoteNext, [.text(device)])
-                    }
-                    applied.append(!finished.isEmpty)
+                    continue
                 case .retry(let at, let error):
                     let changed = try db.run("""
                         UPDATE jobs SET state = 'retryable', scheduled_at = $4::bigint, last_error = $5::text,
                                         attempted_by = NULL, lease_expires_at = NULL
                         WHERE \(Self.leaseGuard)
                         """, guardValues + [.integer(at), .text(error)])
-                    applied.append(changed == 1)
+                    applied[index] = changed == 1
                 case .deadLetter(let reason), .abandon(let reason):
                     let finished = try db.rows("""
                         UPDATE jobs SET state = 'discarded', finalized_at = $4::bigint, last_error = $5::text,
@@ -89,14 +82,14 @@ extension PostgresStore {
                         try db.run("UPDATE devices SET last_delivery_error = $1::text WHERE id = $2::text", [.text(reason), .text(device)])
                         try db.run(Self.promoteNext, [.text(device)])
                     }
-                    applied.append(!finished.isEmpty)
+                    applied[index] = !finished.isEmpty
                 case .postpone(let until):
                     let changed = try db.run("""
                         UPDATE jobs SET state = 'available', scheduled_at = $4::bigint, attempt = greatest(attempt - 1, 0),
                                         attempted_by = NULL, lease_expires_at = NULL
                         WHERE \(Self.leaseGuard)
                         """, guardValues + [.integer(until)])
-                    applied.append(changed == 1)
+                    applied[index] = changed == 1
                 case .removeDevice(let reason):
                     let finished = try db.rows("SELECT device_id, public_id, reports_outcome FROM jobs WHERE \(Self.leaseGuard)",
                                                guardValues) { ($0.text(0), $0.text(1), $0.bool(2)) }
@@ -108,18 +101,49 @@ extension PostgresStore {
                             """, [.text(device), .text(reason), .integer(now)])
                         try db.run("DELETE FROM devices WHERE id = $1::text", [.text(device)])
                     }
-                    applied.append(!finished.isEmpty)
+                    applied[index] = !finished.isEmpty
                 }
             }
-            // A device's last success is the same `now` for every job of the batch: one update per device.
-            for device in delivered {
-                try db.run("UPDATE devices SET last_successful_notification = $1::bigint, last_delivery_error = '' WHERE id = $2::text",
-                           [.integer(now), .text(device)])
+            // A device's last success is the same `now` for every job of the batch: one update for all of them.
+            if !deliveredDevices.isEmpty {
+                try db.run("UPDATE devices SET last_successful_notification = $1::bigint, last_delivery_error = '' WHERE id = ANY($2::text[])",
+                           [.integer(now), .textArray(deliveredDevices)])
             }
             try Self.notifyDeliverers(db)
             return applied
         }
         return applied
+    }
+
+    /// Applies the `.delivered` outcomes: deletes the jobs still leased to `worker` at that attempt, completes what
+    /// their digests carried, and promotes each device's next job. Returns the devices that had a delivery.
+    private static func finishDeliveries(_ outcomes: [JobOutcome], worker: String, now: Int64, applied: inout [Bool],
+                                         _ db: PGConnection) throws -> Set<String> {
+        let indexes = outcomes.indices.filter { outcomes[$0].kind == .delivered }
+        guard !indexes.isEmpty else { return [] }
+        let finished = try db.rows("""
+            DELETE FROM jobs USING unnest($1::bigint[], $2::integer[]) AS o (id, attempt)
+            WHERE jobs.id = o.id AND jobs.attempt = o.attempt AND jobs.state = 'running' AND jobs.attempted_by = $3::text
+            RETURNING jobs.id, jobs.device_id, jobs.public_id, jobs.reports_outcome
+            """, [.integerArray(indexes.map { outcomes[$0].jobID }), .integerArray(indexes.map { Int64(outcomes[$0].attempt) }),
+                  .text(worker)]) { ($0.int64(0), $0.text(1), $0.text(2), $0.bool(3)) }
+        let devicesByJob = Dictionary(finished.map { ($0.0, $0.1) }, uniquingKeysWith: { first, _ in first })
+        try report(finished.map { ($0.1, $0.2, $0.3) }, .delivered, "", now: now, db)
+        for index in indexes {
+            guard let device = devicesByJob[outcomes[index].jobID] else { continue }
+            applied[index] = true
+            try settleMerged(outcomes[index].merged, device: device, deadLetterReason: nil, now: now, db)
+        }
+        let devices = Set(devicesByJob.values)
+        if !devices.isEmpty {
+            // Each device's oldest pending job, found through its (device_id, id) index, stopping at the first.
+            try db.run("""
+                UPDATE jobs SET state = 'available' WHERE id IN (
+                    SELECT next.id FROM unnest($1::text[]) AS d (id)
+                    CROSS JOIN LATERAL (SELECT id FROM jobs WHERE device_id = d.id AND state = 'pending' ORDER BY id LIMIT 1) AS next)
+                """, [.textArray(devices)])
+        }
+        return devices
     }
 
     /// Completes the jobs merged into a digest with the digest's head: deleted when it was delivered,
