@@ -39,6 +39,26 @@ def test_stats_and_a_wrong_url_name_the_variable_never_the_password(relay, datab
     assert "DATABASE_URL" in result.stderr and "hunter2" not in result.stderr
 
 
+
+def test_serve_on_postgres_delivers_and_replay_and_stats_work(relays, relay, fake_apns, database):
+    """The single-process setup on PostgreSQL, and the operator commands against the same database."""
+    _, url = database
+    serve = relays("serve", DATABASE_URL=url, DEVICE_BURST="off")
+    good, _ = register(serve, 9100)
+    bad, _ = register(serve, 9101)
+    fake_apns.by_token[token(9101)] = (400, "BadDeviceToken")
+    for device in (good, bad):
+        status, body, _ = request("POST", f"{serve.base}/wh/{device}", alert(1, "M", 0, "down"))
+        assert status == 202, body
+    wait_until(lambda: fake_apns.bodies(token(9100)) == ["down"], what="the push on serve")
+    wait_until(lambda: fake_apns.count(400) == 1, what="the rejection")
+    wait_until(lambda: '"BadDeviceToken":1' in relay("stats", "--json", env={"DATABASE_URL": url}).stdout.replace(" ", ""),
+               what="the dead letter in stats")
+    del fake_apns.by_token[token(9101)]
+    result = relay("replay", "--reason", "BadDeviceToken", env={"DATABASE_URL": url})
+    assert result.returncode == 0, result.stderr
+    wait_until(lambda: fake_apns.bodies(token(9101)) == ["down"], what="the replayed push")
+
 def test_ingest_and_two_deliverers_on_postgres_deliver_every_acknowledged_webhook_in_order(relays, fake_apns, postgres, database):
     """1 ingest + 2 deliver processes on one PostgreSQL database; 4,000 webhooks over 200 devices; one deliverer is
     killed with SIGKILL midway. Every acknowledged webhook reaches APNs and each device's pushes arrive in order."""
