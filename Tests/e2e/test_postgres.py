@@ -65,8 +65,8 @@ def test_ingest_and_two_deliverers_on_postgres_deliver_every_acknowledged_webhoo
     name, url = database
     ingest = relays("ingest", DATABASE_URL=url, RATE_LIMIT_WEBHOOK="off", RATE_LIMIT_REGISTER="off")
     # Digests would merge each device's alerts; this test is about order across processes, so each alert is a push.
-    first = relays("deliver", DATABASE_URL=url, LEASE_TIMEOUT="2s", DEVICE_BURST="off")
-    relays("deliver", DATABASE_URL=url, LEASE_TIMEOUT="2s", DEVICE_BURST="off")
+    first = relays("deliver", DATABASE_URL=url, LEASE_TIMEOUT="2s", APNS_REQUEST_TIMEOUT="1500ms", DEVICE_BURST="off")
+    relays("deliver", DATABASE_URL=url, LEASE_TIMEOUT="2s", APNS_REQUEST_TIMEOUT="1500ms", DEVICE_BURST="off")
     devices = [register(ingest, 5000 + n)[0] for n in range(200)]
     accepted = {}
     killed = threading.Event()
@@ -107,7 +107,8 @@ def test_two_ingests_and_three_deliverers_with_an_ingest_and_a_deliverer_killed_
     name, url = database
     settings = dict(DATABASE_URL=url, RATE_LIMIT_WEBHOOK="off", RATE_LIMIT_REGISTER="off")
     ingests = [relays("ingest", **settings), relays("ingest", **settings)]
-    deliverers = [relays("deliver", DATABASE_URL=url, LEASE_TIMEOUT="2s", DEVICE_BURST="off") for _ in range(3)]
+    deliverers = [relays("deliver", DATABASE_URL=url, LEASE_TIMEOUT="2s", APNS_REQUEST_TIMEOUT="1500ms", DEVICE_BURST="off")
+                  for _ in range(3)]
     devices = [register(ingests[0], 6000 + n)[0] for n in range(300)]
     accepted = {}
     lock = threading.Lock()
@@ -228,7 +229,8 @@ def test_a_deliverer_keeps_apns_answers_while_postgres_is_down_and_records_them_
                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         ingest = relays("ingest", DATABASE_URL=url)
-        deliver = relays("deliver", DATABASE_URL=url, APNS_URL=f"https://127.0.0.1:{port}", LEASE_TIMEOUT="10s", DEVICE_BURST="off")
+        deliver = relays("deliver", DATABASE_URL=url, APNS_URL=f"https://127.0.0.1:{port}", LEASE_TIMEOUT="10s", APNS_REQUEST_TIMEOUT="5s",
+                         DEVICE_BURST="off")
         device, _ = register(ingest, 9000)
         status, body, _ = request("POST", f"{ingest.base}/wh/{device}", alert(1, "M", 0, "down"))
         assert status == 202, body

@@ -100,6 +100,49 @@ enum PostgresMigrations {
             -- (TestFlight and Xcode builds next to App Store installs); NULL until then. A new token forgets it.
             ALTER TABLE devices ADD COLUMN apns_environment TEXT CHECK (apns_environment IN ('production', 'sandbox'));
             """),
+        Migrations.Migration(version: 7, name: "live jobs per device, kept by triggers", sql: """
+            -- DEVICE_QUEUE_MAX is checked on every enqueue: counting a device's jobs there grew with the count;
+            -- the triggers keep the number as jobs come, go and are dead-lettered. Statement-level triggers with
+            -- transition tables: one UPDATE per device and statement, not one per job (a new device row version
+            -- for every job of a batch).
+            ALTER TABLE devices ADD COLUMN live_jobs INTEGER NOT NULL DEFAULT 0;
+            UPDATE devices SET live_jobs = (SELECT count(*) FROM jobs WHERE jobs.device_id = devices.id AND jobs.state <> 'discarded');
+
+            CREATE FUNCTION jobs_live_after_insert() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN
+                UPDATE devices SET live_jobs = live_jobs + added.count
+                FROM (SELECT device_id, count(*) AS count FROM inserted WHERE state <> 'discarded' GROUP BY device_id) AS added
+                WHERE devices.id = added.device_id;
+                RETURN NULL;
+            END $$;
+            CREATE TRIGGER jobs_live_on_insert AFTER INSERT ON jobs REFERENCING NEW TABLE AS inserted
+                FOR EACH STATEMENT EXECUTE FUNCTION jobs_live_after_insert();
+
+            CREATE FUNCTION jobs_live_after_delete() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN
+                UPDATE devices SET live_jobs = live_jobs - gone.count
+                FROM (SELECT device_id, count(*) AS count FROM deleted WHERE state <> 'discarded' GROUP BY device_id) AS gone
+                WHERE devices.id = gone.device_id;
+                RETURN NULL;
+            END $$;
+            CREATE TRIGGER jobs_live_on_delete AFTER DELETE ON jobs REFERENCING OLD TABLE AS deleted
+                FOR EACH STATEMENT EXECUTE FUNCTION jobs_live_after_delete();
+
+            -- PostgreSQL allows no column list (UPDATE OF state) with transition tables: every UPDATE of jobs runs
+            -- it, and it changes a count only for rows that entered or left 'discarded'.
+            CREATE FUNCTION jobs_live_after_update() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN
+                UPDATE devices SET live_jobs = live_jobs + changed.delta
+                FROM (SELECT after.device_id, sum(CASE WHEN after.state = 'discarded' THEN -1 ELSE 1 END) AS delta
+                      FROM before JOIN after ON after.id = before.id
+                      WHERE (before.state = 'discarded') <> (after.state = 'discarded')
+                      GROUP BY after.device_id) AS changed
+                WHERE devices.id = changed.device_id;
+                RETURN NULL;
+            END $$;
+            CREATE TRIGGER jobs_live_on_update AFTER UPDATE ON jobs REFERENCING OLD TABLE AS before NEW TABLE AS after
+                FOR EACH STATEMENT EXECUTE FUNCTION jobs_live_after_update();
+            """),
     ]
 
     static var latestVersion: Int { all.map(\.version).max() ?? 0 }

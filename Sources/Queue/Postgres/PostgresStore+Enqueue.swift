@@ -128,8 +128,8 @@ extension PostgresStore {
         let monitor: String
     }
 
-    /// Head of every device in the chunk, its live jobs (up to the cap) when there is a cap, its down monitors, and
-    /// its newest waiting job when the cap may be reached.
+    /// Head of every device in the chunk, its live jobs when there is a cap, its down monitors, and its newest
+    /// waiting job when the cap may be reached.
     private static func readState(of existing: Set<String>, chunk: ArraySlice<NewJob>, _ context: EnqueueContext,
                                   _ db: PGConnection) throws -> [String: DeviceState] {
         var devices: [String: DeviceState] = [:]
@@ -140,14 +140,9 @@ extension PostgresStore {
                                   [ids], { $0.text(0) }) {
             devices[device]?.hasHead = true
         }
-        // Live jobs matter only for the cap, and only up to it: counted per device through its index, at most
-        // `deviceCap` rows each, so a deep queue does not make every enqueue slower.
         if context.deviceCap < .max {
-            for (device, live) in try db.rows("""
-                SELECT d.id, (SELECT count(*) FROM (SELECT 1 FROM jobs j WHERE j.device_id = d.id AND j.state <> 'discarded'
-                                                    LIMIT $2::bigint) AS capped)
-                FROM unnest($1::text[]) AS d (id)
-                """, [ids, .integer(Int64(context.deviceCap))], { ($0.text(0), $0.int(1)) }) {
+            // Kept on the device row by triggers (migration 7); read after the lock, so it is the committed count.
+            for (device, live) in try db.rows("SELECT id, live_jobs FROM devices WHERE id = ANY($1::text[])", [ids], { ($0.text(0), $0.int(1)) }) {
                 devices[device]?.live = live
             }
         }

@@ -200,6 +200,16 @@ extension PostgresStore {
         }
     }
 
+    public func reportedOutcomes(publicIDs: [String]) throws(StoreError) -> [String: ReportedOutcome] {
+        guard !publicIDs.isEmpty else { return [:] }
+        let rows = try read { db in
+            try db.rows("SELECT public_id, outcome, reason FROM job_outcomes WHERE public_id = ANY($1::text[])", [.textArray(publicIDs)]) {
+                ($0.text(0), ReportedOutcome(kind: ReportedOutcome.Kind(rawValue: $0.text(1)) ?? .rejected, reason: $0.text(2)))
+            }
+        }
+        return Dictionary(rows, uniquingKeysWith: { first, _ in first })
+    }
+
     public func purgeReportedOutcomes(before: Int64) throws(StoreError) -> Int {
         try writeStatement { db in try db.run("DELETE FROM job_outcomes WHERE finished_at < $1::bigint", [.integer(before)]) }
     }
