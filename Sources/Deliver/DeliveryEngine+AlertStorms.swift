@@ -7,9 +7,8 @@ extension DeliveryEngine {
     /// When a device over its burst had a push less than `digestWindow` ago: the time its next push may go, so
     /// this job waits for the alerts still arriving and they leave together.
     func digestWindowEnd(for job: ClaimedJob, now: Int64) -> Int64? {
-        guard let burst = configuration.deviceBurst, !job.reportsOutcome,
-              loopState.recentSends(to: job.deviceID, now: now) >= burst,
-              let last = loopState.lastSend(to: job.deviceID) else { return nil }
+        guard let burst = configuration.deviceBurst, !job.reportsOutcome, job.recentPushes >= burst,
+              let last = job.lastPushAt else { return nil }
         let end = last + configuration.digestWindow.wholeMilliseconds
         return now < end ? end : nil
     }
@@ -19,7 +18,8 @@ extension DeliveryEngine {
     /// A device with no push in the last minute is never merged, so a first alert always goes out alone and at once.
     func stormBacklog(of job: ClaimedJob, now: Int64) -> [PendingJob] {
         guard let burst = configuration.deviceBurst else { return [] }
-        let recent = loopState.recentSends(to: job.deviceID, now: now)
+        // Counted in the database by every deliverer (a process of its own would see only its share).
+        let recent = job.recentPushes
         guard recent > 0, let pending = try? store.pendingJobs(deviceID: job.deviceID, limit: configuration.maximumMerged),
               recent + pending.count + 1 > burst else { return [] }
         return Array(pending.prefix { !$0.reportsOutcome })

@@ -389,9 +389,8 @@ public final class DeliveryEngine: Sendable {
         if case .retry(let at, _) = outcome.kind {
             state.nextRetryAt = min(state.nextRetryAt ?? at, at)
         }
-        // Only pushes APNs accepted count towards DEVICE_BURST: failed attempts during an outage put nothing on the
-        // phone, and must not turn the backlog into digests.
-        if case .delivered = outcome.kind { state.recordSend(to: job.deviceID, at: now) }
+        // Only pushes APNs accepted count towards DEVICE_BURST (the store counts them as it records the delivery):
+        // failed attempts during an outage put nothing on the phone, and must not turn the backlog into digests.
         metrics.increment("kumapush_deliveries_total", [("outcome", Self.label(outcome.kind)), ("reason", Self.reason(verdict))])
         if case .removeDevice = outcome.kind { metrics.increment("kumapush_devices_removed_total") }
         switch outcome.kind {

@@ -6,26 +6,6 @@ import Synchronization
 /// read and written by the delivery thread alone; the engine holds it only to keep it alive.
 final class UncheckedLoopState: @unchecked Sendable {
     var inFlight: [Int64: DeliveryEngine.InFlight] = [:]
-    /// Send times (ms) per device within the last minute, for DEVICE_BURST.
-    private var sends: [String: [Int64]] = [:]
-    private var sendsPrunedAt: Int64 = 0
-
-    func recordSend(to device: String, at now: Int64) {
-        sends[device, default: []].append(now)
-        if now - sendsPrunedAt > 60_000 {
-            sendsPrunedAt = now
-            sends = sends.compactMapValues { times in
-                let recent = times.filter { now - $0 < 60_000 }
-                return recent.isEmpty ? nil : recent
-            }
-        }
-    }
-
-    func lastSend(to device: String) -> Int64? { sends[device]?.last }
-
-    func recentSends(to device: String, now: Int64) -> Int {
-        sends[device]?.reduce(0) { $0 + (now - $1 < 60_000 ? 1 : 0) } ?? 0
-    }
     /// Pushes to send again at once (refused streams, a new provider token, the other APNs environment).
     var resendQueue: [DeliveryEngine.Resend] = []
     var breaker = OutageBreaker()

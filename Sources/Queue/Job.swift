@@ -116,6 +116,9 @@ public struct ClaimedJob: Sendable, Equatable {
     public var badge: Int?
     /// The APNs environment the device's token is known to belong to; nil: the configured one.
     public var environment: Settings.APNsEnvironment?
+    /// Pushes APNs accepted for the device in the current minute, by any deliverer (DEVICE_BURST), and the last one.
+    public var recentPushes = 0
+    public var lastPushAt: Int64?
 }
 
 /// The result of one attempt, applied with `JobQueue.finish`. Each names the job and the attempt it answers, so a

@@ -126,6 +126,13 @@ enum Migrations {
                 WHERE id = NEW.device_id;
             END;
             """),
+        Migration(version: 8, name: "pushes per device per minute, shared by every deliverer", sql: """
+            -- DEVICE_BURST across every deliverer (SPEC §3 alert storms): pushes APNs accepted for the device in the
+            -- minute that started at burst_started_at (ms). Kept here, not in one process's memory, so several
+            -- deliver processes agree on when a device's waiting alerts merge into a digest.
+            ALTER TABLE devices ADD COLUMN burst_started_at INTEGER NOT NULL DEFAULT 0;
+            ALTER TABLE devices ADD COLUMN burst_count INTEGER NOT NULL DEFAULT 0;
+            """),
     ]
 
     static var latestVersion: Int { all.map(\.version).max() ?? 0 }

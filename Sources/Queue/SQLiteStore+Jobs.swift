@@ -90,18 +90,24 @@ extension SQLiteStore {
                 ($0.int64(0), $0.text(1), $0.text(2), $0.blob(3), $0.int(4), $0.int64(5), $0.int64(6), $0.int(7) == 1,
                  $0.isNull(8) ? FoldedAlerts() : FoldedAlerts(encoded: $0.blob(8)), $0.isNull(9) ? nil : $0.int(9))
             }
-            let lookup = try db.statement("SELECT device_token, down_notification_level, apns_environment FROM devices WHERE id = ?")
+            let lookup = try db.statement("""
+                SELECT device_token, down_notification_level, apns_environment, \(DeviceBurst.recentPushes(now: "?2")),
+                       last_successful_notification
+                FROM devices d WHERE id = ?1
+                """)
             var claimed: [ClaimedJob] = []
             claimed.reserveCapacity(leased.count)
             for (id, publicID, deviceID, payload, attempt, createdAt, expiresAt, reportsOutcome, folded, badge) in leased {
                 // The foreign key guarantees the device exists while its job does.
-                guard let (token, level, environment) = try lookup.rows([.text(deviceID)], {
-                    ($0.text(0), $0.text(1), $0.isNull(2) ? nil : Settings.APNsEnvironment(rawValue: $0.text(2)))
+                guard let (token, level, environment, recentPushes, lastPushAt) = try lookup.rows([.text(deviceID), .integer(now)], {
+                    ($0.text(0), $0.text(1), $0.isNull(2) ? nil : Settings.APNsEnvironment(rawValue: $0.text(2)), $0.int(3),
+                     $0.optionalInt64(4))
                 }).first else { continue }
                 claimed.append(ClaimedJob(id: id, publicID: publicID, deviceID: deviceID, deviceToken: token,
                                           downNotificationLevel: Device.DownNotificationLevel(rawValue: level) ?? .normal,
                                           payload: payload, attempt: attempt, createdAt: createdAt, expiresAt: expiresAt,
-                                          reportsOutcome: reportsOutcome, folded: folded, badge: badge, environment: environment))
+                                          reportsOutcome: reportsOutcome, folded: folded, badge: badge, environment: environment,
+                                          recentPushes: recentPushes, lastPushAt: lastPushAt))
             }
             // Acceptance order, which is what callers log and send in.
             return claimed.sorted { $0.id < $1.id }
@@ -173,7 +179,10 @@ extension SQLiteStore {
                 }
             }
             // A device's last success is the same `now` for every job of the batch: one update per device.
-            let success = try db.statement("UPDATE devices SET last_successful_notification = ?1, last_delivery_error = '' WHERE id = ?2")
+            let success = try db.statement("""
+                UPDATE devices SET last_successful_notification = ?1, last_delivery_error = '', \(DeviceBurst.recordPush(now: "?1"))
+                WHERE id = ?2
+                """)
             for device in delivered { try success.run([.integer(now), .text(device)]) }
             return applied
         }

@@ -250,4 +250,22 @@ import Testing
         #expect(try db.store.countDeadLetters(DeadLetterFilter(reason: "BadDeviceToken")) == 3)
         #expect(try db.store.liveJobCount() == 0)
     }
+
+    /// SPEC §3 alert storms with several deliverers (issue 15): the pushes a device got in the last minute are
+    /// counted in the database, so a claim by any worker sees the count of every worker's deliveries.
+    @Test(arguments: StoreKind.allCases) func everyWorkerSeesADevicesRecentPushes(_ kind: StoreKind) throws {
+        let db = try TestDatabase(kind)
+        let a = try db.device(1)
+        try db.enqueue(a, "a1", "a2", "a3", "a4")
+        for (index, worker) in ["w1", "w2", "w1"].enumerated() {
+            let head = try #require(try db.store.claim(worker: worker, limit: 10, now: t0 + Int64(index), lease: .seconds(60)).first)
+            #expect(head.recentPushes == index, "pushes before this one, whoever sent them")
+            _ = try db.store.finish([.delivered(head)], worker: worker, now: t0 + Int64(index))
+        }
+        let fourth = try #require(try db.store.claim(worker: "w2", limit: 10, now: t0 + 10, lease: .seconds(60)).first)
+        #expect(fourth.recentPushes == 3 && fourth.lastPushAt == t0 + 2)
+        _ = try db.store.release(jobIDs: [fourth.id], worker: "w2", now: t0 + 10)
+        let later = try #require(try db.store.claim(worker: "w2", limit: 10, now: t0 + 60_001, lease: .seconds(60)).first)
+        #expect(later.recentPushes == 0, "a minute later the window has passed")
+    }
 }

@@ -50,6 +50,8 @@ final class PGConnection {
         }
         handle = connection
         try execute("SET statement_timeout = \(options.statementTimeout.wholeMilliseconds)")
+        // libpq prints server notices ("relation already exists, skipping") on stderr; the relay has its own log.
+        try execute("SET client_min_messages = warning")
     }
 
     deinit { PQfinish(handle) }

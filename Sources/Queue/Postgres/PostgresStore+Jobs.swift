@@ -32,14 +32,16 @@ extension PostgresStore {
                 WHERE jobs.id = due.id AND d.id = jobs.device_id
                 RETURNING jobs.id, jobs.public_id, jobs.device_id, jobs.payload, jobs.attempt, jobs.created_at,
                           jobs.expires_at, jobs.reports_outcome, d.device_token, d.down_notification_level,
-                          jobs.folded, jobs.badge, d.apns_environment
+                          jobs.folded, jobs.badge, d.apns_environment, \(DeviceBurst.recentPushes(now: "$1::bigint")),
+                          d.last_successful_notification
                 """, [.integer(now), .text(worker), .integer(now + lease.wholeMilliseconds), .integer(Int64(limit))]) { row in
                 ClaimedJob(id: row.int64(0), publicID: row.text(1), deviceID: row.text(2), deviceToken: row.text(8),
                            downNotificationLevel: Device.DownNotificationLevel(rawValue: row.text(9)) ?? .normal,
                            payload: row.bytes(3), attempt: row.int(4), createdAt: row.int64(5), expiresAt: row.int64(6),
                            reportsOutcome: row.bool(7), folded: row.isNull(10) ? FoldedAlerts() : FoldedAlerts(encoded: row.bytes(10)),
                            badge: row.isNull(11) ? nil : row.int(11),
-                           environment: row.optionalText(12).flatMap(Settings.APNsEnvironment.init(rawValue:)))
+                           environment: row.optionalText(12).flatMap(Settings.APNsEnvironment.init(rawValue:)),
+                           recentPushes: row.int(13), lastPushAt: row.isNull(14) ? nil : row.int64(14))
             }
         }
         // Acceptance order, which is what callers log and send in.
@@ -106,8 +108,11 @@ extension PostgresStore {
             }
             // A device's last success is the same `now` for every job of the batch: one update for all of them.
             if !deliveredDevices.isEmpty {
-                try db.run("UPDATE devices SET last_successful_notification = $1::bigint, last_delivery_error = '' WHERE id = ANY($2::text[])",
-                           [.integer(now), .textArray(deliveredDevices)])
+                try db.run("""
+                    UPDATE devices SET last_successful_notification = $1::bigint, last_delivery_error = '',
+                                       \(DeviceBurst.recordPush(now: "$1::bigint"))
+                    WHERE id = ANY($2::text[])
+                    """, [.integer(now), .textArray(deliveredDevices)])
             }
             try Self.notifyDeliverers(db)
             return applied
