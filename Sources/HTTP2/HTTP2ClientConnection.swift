@@ -110,6 +110,34 @@ public final class HTTP2ClientConnection: Sendable {
 
     public var currentStatus: Status { status.withLock { $0 } }
 
+    /// What a test sees of the connection's timers after `advanceClock`.
+    package struct TimerProbe: Sendable {
+        /// Timers the connection holds.
+        package var held: Int
+        /// Timers pending on its whole event loop.
+        package var onLoop: Int
+        /// A PING was sent and its ACK has not come yet.
+        package var pingOutstanding: Bool
+    }
+
+    /// Tests: moves the event loop's clock ahead by `duration` (see `EventLoop.advanceClock`), runs the timers that
+    /// fell due, and reports what the connection holds afterwards. Blocks until done; not from the loop thread.
+    package func advanceClock(by duration: Duration) -> TimerProbe {
+        let probe = Mutex(TimerProbe(held: 0, onLoop: 0, pingOutstanding: false))
+        let done = DispatchSemaphore(value: 0)
+        loop.execute { [self] in
+            loop.advanceClock(by: duration)
+            let connection = core.withLock { $0 }
+            probe.withLock {
+                $0 = TimerProbe(held: connection?.timersHeld ?? 0, onLoop: loop.pendingTimerCount,
+                                pingOutstanding: connection?.pingOutstanding ?? false)
+            }
+            done.signal()
+        }
+        done.wait()
+        return probe.withLock { $0 }
+    }
+
     // MARK: Called by the core on the loop
 
     func updateStatus(_ change: (inout Status) -> Void) { status.withLock { change(&$0) } }
@@ -186,23 +214,33 @@ final class ClientCore: HTTP2Transport, HTTP2SessionDelegate, @unchecked Sendabl
     /// Requests waiting for a stream slot. They time out like streams do: a server that never grants a slot
     /// (a stream limit of 0, one stuck stream) must not hold a request forever.
     private var waiting: [Waiting] = []
-    private var lastActivity = ContinuousClock.now
-    private var pingOutstanding = false
-    private var timers: [Int] = []
+    private var lastActivity: ContinuousClock.Instant
+
+    /// The connection's timers, one slot each; a PING is outstanding exactly while `.pingDeadline` is set.
+    enum Timer: CaseIterable {
+        case connect, sweep, ping, pingDeadline
+    }
+    private let timers: TimerSlots<Timer>
 
     init(owner: HTTP2ClientConnection, fd: Int32, tls: TLSConnection) {
         self.owner = owner
+        timers = TimerSlots(loop: owner.loop)
+        lastActivity = owner.loop.now
         super.init(loop: owner.loop, fd: fd, tls: tls)
     }
 
     func start() {
         attach(connecting: true)
         scheduleTimeoutSweep()
-        timers.append(loop.schedule(after: owner.configuration.connectTimeout) { [weak self] in
+        timers.set(.connect, after: owner.configuration.connectTimeout) { [weak self] in
             guard let self, self.phase == .starting, !self.isClosed else { return }
             self.fail("connect timed out after \(self.owner.configuration.connectTimeout)")
-        })
+        }
     }
+
+    /// Timers this connection holds now (tests: bounded by `Timer.allCases.count`, however long it lives).
+    var timersHeld: Int { timers.count }
+    var pingOutstanding: Bool { timers.isSet(.pingDeadline) }
 
     override func handshakeCompleted() throws {
         guard tls.negotiatedProtocol == "h2" else { throw TLSError(message: "server did not agree to HTTP/2 (ALPN)") }
@@ -212,6 +250,7 @@ final class ClientCore: HTTP2Transport, HTTP2SessionDelegate, @unchecked Sendabl
             $0.isReady = true
             $0.streamLimit = session?.peerMaxConcurrentStreams ?? 1
         }
+        timers.cancel(.connect)
         owner.onEvent(.ready)
         schedulePing()
     }
@@ -222,7 +261,7 @@ final class ClientCore: HTTP2Transport, HTTP2SessionDelegate, @unchecked Sendabl
             owner.finished(completion, .failure(.refused))
             return
         }
-        waiting.append(Waiting(request: request, completion: completion, deadline: .now + owner.configuration.requestTimeout))
+        waiting.append(Waiting(request: request, completion: completion, deadline: loop.now + owner.configuration.requestTimeout))
         settle()
     }
 
@@ -252,8 +291,9 @@ final class ClientCore: HTTP2Transport, HTTP2SessionDelegate, @unchecked Sendabl
             }
             do {
                 let id = try session.submitRequest(headers, body: request.body)
-                streams[id] = Stream(completion: completion, deadline: .now + owner.configuration.requestTimeout)
-                lastActivity = .now
+                let now = loop.now
+                streams[id] = Stream(completion: completion, deadline: now + owner.configuration.requestTimeout)
+                lastActivity = now
                 wantFlush()
             } catch {
                 owner.finished(completion, .failure(.refused))
@@ -270,14 +310,14 @@ final class ClientCore: HTTP2Transport, HTTP2SessionDelegate, @unchecked Sendabl
     /// Every quarter of the request timeout (at most 1 s), fails the streams past their deadline.
     private func scheduleTimeoutSweep() {
         let interval = min(owner.configuration.requestTimeout / 4, .seconds(1))
-        timers.append(loop.schedule(after: interval) { [weak self] in
+        timers.set(.sweep, after: interval) { [weak self] in
             guard let self, !self.isClosed else { return }
-            let now = ContinuousClock.now
+            let now = self.loop.now
             for (id, stream) in self.streams where stream.deadline <= now { self.timedOut(id) }
             self.timeOutWaiting(now: now)
             self.scheduleTimeoutSweep()
             self.settle()
-        })
+        }
     }
 
     private func timeOutWaiting(now: ContinuousClock.Instant) {
@@ -315,7 +355,7 @@ final class ClientCore: HTTP2Transport, HTTP2SessionDelegate, @unchecked Sendabl
     }
 
     func streamEnded(_ stream: Int32) {
-        lastActivity = .now
+        lastActivity = loop.now
         guard let finished = streams.removeValue(forKey: stream) else { return }
         owner.finished(finished.completion, .success(HTTP2Response(status: finished.status, headers: finished.headers, body: finished.body)))
     }
@@ -346,31 +386,27 @@ final class ClientCore: HTTP2Transport, HTTP2SessionDelegate, @unchecked Sendabl
     }
 
     func pingAcknowledged() {
-        pingOutstanding = false
-        lastActivity = .now
+        timers.cancel(.pingDeadline)
+        lastActivity = loop.now
     }
 
     // MARK: Keep-alive and closing
 
     private func schedulePing() {
         let interval = owner.configuration.idlePingInterval
-        timers.append(loop.schedule(after: interval) { [weak self] in
+        timers.set(.ping, after: interval) { [weak self] in
             guard let self, !self.isClosed else { return }
-            if self.pingOutstanding {
-                return self.fail("no PING acknowledgement within \(self.owner.configuration.pingTimeout)")
-            }
-            if ContinuousClock.now - self.lastActivity >= interval {
-                self.pingOutstanding = true
+            if !self.timers.isSet(.pingDeadline), self.loop.now - self.lastActivity >= interval {
                 self.session?.submitPing()
                 self.wantFlush()
-                self.timers.append(self.loop.schedule(after: self.owner.configuration.pingTimeout) { [weak self] in
-                    guard let self, self.pingOutstanding, !self.isClosed else { return }
-                    self.fail("no PING acknowledgement within \(self.owner.configuration.pingTimeout)")
-                })
+                let timeout = self.owner.configuration.pingTimeout
+                self.timers.set(.pingDeadline, after: timeout) { [weak self] in
+                    self?.fail("no PING acknowledgement within \(timeout)")
+                }
             }
             self.schedulePing()
             self.settle()
-        })
+        }
     }
 
     /// A loop task: no new requests; GOAWAY and close once nothing is in flight (or at once with `immediately`).
@@ -396,8 +432,7 @@ final class ClientCore: HTTP2Transport, HTTP2SessionDelegate, @unchecked Sendabl
     }
 
     override func transportClosed(reason: String) {
-        for timer in timers { loop.cancelTimer(timer) }
-        timers.removeAll()
+        timers.cancelAll()
         // Say why first, so whoever wakes up on a failed request can already see the reason.
         owner.markClosed()
         owner.onEvent(.closed(reason: reason))
