@@ -22,6 +22,8 @@ public struct Settings: Sendable, Equatable {
     public var databasePath = "./data/kumapush.db"
     /// SQLite `synchronous`: `normal` survives any process crash; `full` also survives power loss.
     public var sync = SyncMode.normal
+    /// Delivered notification text stays in SQLite's write-ahead log at most this long before it is truncated.
+    public var walTruncateInterval: Duration = .seconds(60)
 
     // APNs
     public var apnsAuthKeyPath: String?

@@ -5,7 +5,8 @@ import Queue
 func openStore(_ settings: Settings, clock: some WallClock = SystemClock()) throws -> SQLiteStore {
     do {
         return try SQLiteStore(path: settings.databasePath,
-                               options: .init(synchronousFull: settings.sync == .full),
+                               options: .init(synchronousFull: settings.sync == .full,
+                                              walTruncateInterval: settings.walTruncateInterval),
                                now: clock.nowMillis())
     } catch {
         throw StartupError.openingDatabase(settings.databasePath, error)

@@ -5,24 +5,30 @@ import Synchronization
 /// database's write lock with `BEGIN IMMEDIATE` and wait up to the busy timeout for it.
 ///
 /// One connection per store, confined by a `Mutex`: SQLite connections opened with `SQLITE_OPEN_NOMUTEX` must not
-/// be used by two threads at once, and the mutex is the only way to reach it.
+/// be used by two threads at once, and the mutex is the only way to reach it. A `WALTruncator` thread truncates the
+/// write-ahead log when writes pause and at least every `walTruncateInterval` (see `WALTruncationPolicy`).
 public final class SQLiteStore: Sendable {
     public struct Options: Sendable {
         /// `synchronous=FULL` (power-loss durable) instead of `NORMAL` (process-crash durable).
         public var synchronousFull = false
         /// How long a write waits for another process's write lock before failing with `.unavailable`.
         public var busyTimeout: Duration = .seconds(5)
+        /// The longest written (and deleted) content may stay in the `-wal` file; nil never truncates it.
+        public var walTruncateInterval: Duration? = .seconds(60)
 
-        public init(synchronousFull: Bool = false, busyTimeout: Duration = .seconds(5)) {
+        public init(synchronousFull: Bool = false, busyTimeout: Duration = .seconds(5),
+                    walTruncateInterval: Duration? = .seconds(60)) {
             self.synchronousFull = synchronousFull
             self.busyTimeout = busyTimeout
+            self.walTruncateInterval = walTruncateInterval
         }
     }
 
-    private let connection: Mutex<SQLiteConnection>
+    private let writer: WriterConnection
     /// A second connection for reads. In WAL mode readers never wait for the writer, so a webhook's tombstone
     /// lookup or `/health` does not queue behind a group commit.
     private let reader: Mutex<SQLiteConnection>
+    private let truncator: WALTruncator?
 
     /// Opens (creating if needed) the database at `path` and applies pending migrations.
     public init(path: String, options: Options = Options(), now: Int64) throws(StoreError) {
@@ -35,12 +41,18 @@ public final class SQLiteStore: Sendable {
             let readConnection = try SQLiteConnection(path: path, options: .init(
                 busyTimeoutMillis: Int32(clamping: options.busyTimeout.wholeMilliseconds),
                 synchronousFull: options.synchronousFull, cacheKiB: 4096))
-            connection = Mutex(opened)
+            let writer = WriterConnection(opened)
+            self.writer = writer
             reader = Mutex(readConnection)
+            truncator = options.walTruncateInterval.map { interval in
+                WALTruncator(policy: WALTruncationPolicy(interval: interval)) { writer.truncateWAL() }
+            }
         } catch {
             throw Self.storeError(error)
         }
     }
+
+    deinit { truncator?.stop() }
 
     /// The linked SQLite library version, e.g. `3.40.1`.
     public static var libraryVersion: String { SQLiteConnection.libraryVersion }
@@ -51,7 +63,7 @@ public final class SQLiteStore: Sendable {
     /// Runs `body` with the connection, mapping SQLite failures to `StoreError`.
     func withConnection<T: Sendable>(_ body: (SQLiteConnection) throws -> T) throws(StoreError) -> T {
         do {
-            return try connection.withLock { connection in try body(connection) }
+            return try writer.connection.withLock { connection in try body(connection) }
         } catch {
             throw Self.storeError(error)
         }
@@ -68,7 +80,9 @@ public final class SQLiteStore: Sendable {
 
     /// Runs `body` in a write transaction (see `SQLiteConnection.writeTransaction`).
     func write<T: Sendable>(_ body: (SQLiteConnection) throws -> T) throws(StoreError) -> T {
-        try withConnection { connection in try connection.writeTransaction { try body(connection) } }
+        let result = try withConnection { connection in try connection.writeTransaction { try body(connection) } }
+        truncator?.noteWrite()
+        return result
     }
 
     private static func storeError(_ error: any Error) -> StoreError {
@@ -86,7 +100,7 @@ public final class SQLiteStore: Sendable {
         try withConnection { try $0.pragma(name) }
     }
 
-    /// Copies the WAL into the database file and truncates the WAL (diagnostics and tests).
+    /// Copies the WAL into the database file and truncates the WAL now (diagnostics and tests).
     package func checkpoint() throws(StoreError) {
         try withConnection { try $0.execute("PRAGMA wal_checkpoint(TRUNCATE)") }
     }
