@@ -4,9 +4,11 @@ import Synchronization
 /// `RelayStore` on one SQLite file in WAL mode. Any number of processes may open the same file: writes take the
 /// database's write lock with `BEGIN IMMEDIATE` and wait up to the busy timeout for it.
 ///
-/// One connection per store, confined by a `Mutex`: SQLite connections opened with `SQLITE_OPEN_NOMUTEX` must not
-/// be used by two threads at once, and the mutex is the only way to reach it. A `WALTruncator` thread truncates the
-/// write-ahead log when writes pause and at least every `walTruncateInterval` (see `WALTruncationPolicy`).
+/// Each connection is confined by a `Mutex`: SQLite connections opened with `SQLITE_OPEN_NOMUTEX` must not be used by
+/// two threads at once, and the mutex is the only way to reach one. Four connections, so that slow work never
+/// queues in front of the delivery path: the writer; the reader for point lookups (`/health`, tombstones, the
+/// deliverer's change counter); one for `stats()`, whose full scans a metrics scrape runs; and one a `WALTruncator`
+/// thread uses to truncate the write-ahead log when writes pause and at least every `walTruncateInterval`.
 public final class SQLiteStore: Sendable {
     public struct Options: Sendable {
         /// `synchronous=FULL` (power-loss durable) instead of `NORMAL` (process-crash durable).
@@ -24,10 +26,12 @@ public final class SQLiteStore: Sendable {
         }
     }
 
-    private let writer: WriterConnection
+    private let writer: Mutex<SQLiteConnection>
     /// A second connection for reads. In WAL mode readers never wait for the writer, so a webhook's tombstone
     /// lookup or `/health` does not queue behind a group commit.
     private let reader: Mutex<SQLiteConnection>
+    /// `stats()` only: its scans (up to a million jobs) hold this connection, not the reader the delivery loop polls.
+    private let statsReader: Mutex<SQLiteConnection>
     private let truncator: WALTruncator?
 
     /// Opens (creating if needed) the database at `path` and applies pending migrations.
@@ -41,11 +45,15 @@ public final class SQLiteStore: Sendable {
             let readConnection = try SQLiteConnection(path: path, options: .init(
                 busyTimeoutMillis: Int32(clamping: options.busyTimeout.wholeMilliseconds),
                 synchronousFull: options.synchronousFull, cacheKiB: 4096))
-            let writer = WriterConnection(opened)
-            self.writer = writer
+            let statsConnection = try SQLiteConnection(path: path, options: .init(
+                busyTimeoutMillis: Int32(clamping: options.busyTimeout.wholeMilliseconds),
+                synchronousFull: options.synchronousFull, cacheKiB: 4096))
+            writer = Mutex(opened)
             reader = Mutex(readConnection)
-            truncator = options.walTruncateInterval.map { interval in
-                WALTruncator(policy: WALTruncationPolicy(interval: interval)) { writer.truncateWAL() }
+            statsReader = Mutex(statsConnection)
+            truncator = try options.walTruncateInterval.map { interval in
+                let checkpointer = try CheckpointConnection(path: path, synchronousFull: options.synchronousFull)
+                return WALTruncator(policy: WALTruncationPolicy(interval: interval)) { checkpointer.truncateWAL() }
             }
         } catch {
             throw Self.storeError(error)
@@ -63,7 +71,7 @@ public final class SQLiteStore: Sendable {
     /// Runs `body` with the connection, mapping SQLite failures to `StoreError`.
     func withConnection<T: Sendable>(_ body: (SQLiteConnection) throws -> T) throws(StoreError) -> T {
         do {
-            return try writer.connection.withLock { connection in try body(connection) }
+            return try writer.withLock { connection in try body(connection) }
         } catch {
             throw Self.storeError(error)
         }
@@ -109,8 +117,9 @@ public final class SQLiteStore: Sendable {
         _ = try read { db in try db.statement("SELECT count(*) FROM schema_migrations").rows { $0.int(0) } }
     }
 
+    /// Counts by full scans, on a connection of its own (see `statsReader`).
     public func stats() throws(StoreError) -> QueueStats {
-        try read { db in
+        let scan = { (db: SQLiteConnection) throws -> QueueStats in
             let devices = try db.statement("SELECT count(*) FROM devices").rows { $0.int(0) }.first ?? 0
             let tombstones = try db.statement("SELECT count(*) FROM tombstones").rows { $0.int(0) }.first ?? 0
             var byState: [JobState: Int] = [:]
@@ -126,6 +135,20 @@ public final class SQLiteStore: Sendable {
                 .rows { $0.optionalInt64(0) }.first ?? nil
             return QueueStats(devices: devices, tombstones: tombstones, jobsByState: byState,
                               deadLettersByReason: byReason, oldestJobCreatedAt: oldest)
+        }
+        return try withStatsConnection(scan)
+    }
+
+    /// Tests: runs `body` while holding the connection `stats()` scans with, as a scrape under way does.
+    package func holdingStatsConnection(_ body: () -> Void) throws(StoreError) {
+        try withStatsConnection { _ in body() }
+    }
+
+    private func withStatsConnection<T: Sendable>(_ body: (SQLiteConnection) throws -> T) throws(StoreError) -> T {
+        do {
+            return try statsReader.withLock { db in try body(db) }
+        } catch {
+            throw Self.storeError(error)
         }
     }
 }

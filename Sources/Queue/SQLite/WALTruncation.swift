@@ -103,17 +103,22 @@ extension Duration {
     }
 }
 
-/// The store's writer connection, shared with its `WALTruncator` (which must not hold the store itself: the store
-/// stops the truncator in `deinit`).
-final class WriterConnection: Sendable {
-    let connection: Mutex<SQLiteConnection>
+/// The connection a `WALTruncator` checkpoints with: its own, so a truncation never holds the store's writer, and
+/// with a short busy timeout, because a TRUNCATE checkpoint holds the database's write lock while it waits for
+/// readers — every other writer, in any process, would wait with it.
+final class CheckpointConnection: Sendable {
+    private let connection: Mutex<SQLiteConnection>
+    /// How long a truncation waits for a writer to commit or a reader to move off the WAL before giving up until its
+    /// next try; bounds what it can add to another writer's latency.
+    static let busyTimeoutMillis: Int32 = 50
 
-    init(_ connection: sending SQLiteConnection) {
-        self.connection = Mutex(connection)
+    init(path: String, synchronousFull: Bool) throws {
+        connection = Mutex(try SQLiteConnection(path: path, options: .init(
+            busyTimeoutMillis: Self.busyTimeoutMillis, synchronousFull: synchronousFull, cacheKiB: 256)))
     }
 
     /// `PRAGMA wal_checkpoint(TRUNCATE)`: copies the WAL into the database and truncates it to zero bytes. False
-    /// when it could not finish (a reader in another process still uses the WAL, or the database was locked).
+    /// when it could not finish (a reader still uses the WAL, or a writer held the lock past the busy timeout).
     func truncateWAL() -> Bool {
         connection.withLock { db in
             // The pragma's row is (busy, log frames, checkpointed frames); busy = 1 means it did not complete.
