@@ -77,6 +77,11 @@ public final class HTTP2Server: Sendable {
         forEachConnection { $0.fail("dropped on purpose") }
     }
 
+    /// Resets every connection (TCP RST, as a crashed server or a middlebox does): the client's next write fails.
+    public func resetAllConnections() {
+        forEachConnection { $0.abort("reset on purpose") }
+    }
+
     private func forEachConnection(_ body: @escaping @Sendable (ServerCore) -> Void) {
         for box in connections.withLock({ Array($0.values) }) {
             let core = box.value

@@ -142,10 +142,11 @@ class HTTP2Transport {
             }
             if let failure = writeOut() {
                 // The peer is gone. Its last frames (responses!) may still be in our receive buffer: read them
-                // before giving up on the streams they answer. `readIn` returns before we fail, so no call nests.
+                // before giving up on the streams they answer. `readIn` returns before we fail, so no call nests;
+                // its own end-of-stream is a consequence of the failed write, which is the reason reported.
                 outbound.removeAll()
                 outboundOffset = 0
-                readIn()
+                readIn(closingAtEnd: false)
                 return fail(failure)
             }
             if case .draining(let reason) = state, outbound.isEmpty {
@@ -178,7 +179,9 @@ class HTTP2Transport {
         }
     }
 
-    private func readIn() {
+    /// Reads until the socket has nothing more. `closingAtEnd`: the peer's end of stream or a read error closes the
+    /// connection (false: just stop reading; the caller closes it with its own reason).
+    private func readIn(closingAtEnd: Bool = true) {
         var buffer = [UInt8](repeating: 0, count: Self.readBufferSize)
         while !isClosed {
             let count = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
@@ -196,6 +199,7 @@ class HTTP2Transport {
                     return
                 }
             } else if count == 0 {
+                guard closingAtEnd else { return }
                 switch state {
                 case .draining(let reason), .lingering(let reason): return fail(reason)
                 default: return fail("connection closed by peer")
@@ -203,6 +207,7 @@ class HTTP2Transport {
             } else if errno == EAGAIN || errno == EWOULDBLOCK {
                 return
             } else if errno != EINTR {
+                guard closingAtEnd else { return }
                 return fail("read: \(String(cString: strerror(errno)))")
             }
         }
@@ -271,6 +276,12 @@ class HTTP2Transport {
             loop.modify(fd, events: EPOLLIN.rawValue | EPOLLRDHUP.rawValue)
         }
         return nil
+    }
+
+    /// Closes the connection with a TCP reset, as a crashed peer would (test servers).
+    func abort(_ reason: String) {
+        if fd >= 0 { Socket.resetOnClose(fd) }
+        fail(reason)
     }
 
     /// Closes the connection now; `transportClosed` runs once. Never touches nghttp2, so it is safe anywhere.
