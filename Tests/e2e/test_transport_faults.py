@@ -113,7 +113,7 @@ def test_connections_reset_while_the_relay_writes_lose_nothing(relays, fake_apns
     fake_apns.resets_left = 4
     send_rounds(relay, devices, 0, 4)
     assert_all_in_order(fake_apns, seeds, 4)
-    assert fake_apns.resets_left == 0 and fake_apns.connections >= 5
+    assert fake_apns.resets_left == 0, "every reset happened while pushes were flowing"
     assert request("GET", f"{relay.base}/health")[0] == 200
 
 
