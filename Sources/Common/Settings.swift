@@ -13,10 +13,14 @@ public struct Settings: Sendable, Equatable {
 
     /// Connections the ingest listener keeps open at most; more are refused at accept.
     public var httpMaxConnections = 10_000
-    /// A connection idle (or trickling a request) this long is closed, so slow clients cannot pin threads.
+    /// A connection that sends nothing this long is closed (inactivity; `httpRequestTimeout` bounds a trickle).
     public var httpIdleTimeout: Duration = .seconds(30)
     /// Per-connection buffer for the request line and headers; larger headers are refused.
     public var httpMaxHeaderBytes = 32 * 1024
+    /// A request's line, headers and body must all arrive within this, however steadily they trickle.
+    public var httpRequestTimeout: Duration = .seconds(10)
+    /// Open connections per client IP (IPv6: per /64), trusted proxies excepted when behind one.
+    public var httpMaxConnectionsPerIP = 2000
 
     // Storage
     public var databasePath = "./data/kumapush.db"
@@ -33,8 +37,13 @@ public struct Settings: Sendable, Equatable {
     public var apnsEnvironment = APNsEnvironment.production
     /// Explicit APNs base URL (e.g. the simulator); nil means the one for `apnsEnvironment`.
     public var apnsURL: String?
+    /// The other environment's base URL (SPEC §4: a push refused with BadDeviceToken is tried there once). Named for
+    /// the common case: an App Store relay whose TestFlight and Xcode builds have sandbox tokens.
+    public var apnsSandboxURL: String?
     public var apnsCAFile: String?
     public var apnsConnections = 2
+    /// How long one push may wait for APNs' answer before it is retried. A lease must outlive it (LEASE_TIMEOUT).
+    public var apnsRequestTimeout: Duration = .seconds(30)
     public var deliverConcurrency = 1000
 
     // Delivery semantics
@@ -54,11 +63,17 @@ public struct Settings: Sendable, Equatable {
     public var deviceQueueMax = 1000
     /// A deliverer with due jobs, no known APNs failure and nothing sent for this long resets itself (SPEC §4).
     public var stallTimeout: Duration = .seconds(30)
+    /// Dead letters kept at most; past it the oldest are purged first (a dead-lettering token cannot fill the disk).
+    public var deadLetterMax = 100_000
 
     // Abuse limits
     public var rateLimitRegister = [RateLimitRule(limit: 5, window: .seconds(60)),
                                     RateLimitRule(limit: 30, window: .seconds(3600))]
-    public var rateLimitWebhook = [RateLimitRule(limit: 600, window: .seconds(60))]
+    /// Per client IP and device; off by default, because a large Uptime Kuma's incident sends one alert per monitor
+    /// at once and never retries (SPEC §2.4): digests and the per-IP limit protect the relay instead.
+    public var rateLimitWebhook: [RateLimitRule] = []
+    /// Webhooks per client IP (IPv6: per /64) over all devices together.
+    public var rateLimitWebhookIP = [RateLimitRule(limit: 6000, window: .seconds(60))]
     public var rateLimitWebhookFailed = [RateLimitRule(limit: 10, window: .seconds(60))]
     public var behindProxy = false
     public var proxyHeader = "X-Forwarded-For"
@@ -77,6 +92,23 @@ public struct Settings: Sendable, Equatable {
     public var apnsBaseURL: String {
         if let apnsURL { return apnsURL }
         switch apnsEnvironment {
+        case .production: return "https://api.push.apple.com"
+        case .sandbox: return "https://api.sandbox.push.apple.com"
+        }
+    }
+
+    /// The environment a push is tried in when the configured one refuses its token as `BadDeviceToken`.
+    public var otherAPNsEnvironment: APNsEnvironment {
+        apnsEnvironment == .production ? .sandbox : .production
+    }
+
+    /// The other environment's base URL: APNS_SANDBOX_URL, else Apple's host for it — unless APNS_URL points the
+    /// relay somewhere else (a simulator, a proxy) and nothing says where the other environment is: then there is
+    /// none, and a BadDeviceToken is final.
+    public var otherAPNsBaseURL: String? {
+        if let apnsSandboxURL { return apnsSandboxURL }
+        guard apnsURL == nil else { return nil }
+        switch otherAPNsEnvironment {
         case .production: return "https://api.push.apple.com"
         case .sandbox: return "https://api.sandbox.push.apple.com"
         }

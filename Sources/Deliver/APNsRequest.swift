@@ -18,8 +18,10 @@ public struct APNsRequestFactory: Sendable {
     /// The push for one job, worded now.
     public func push(for job: ClaimedJob, now: Int64) throws(InvalidPayload) -> PushMessage {
         guard let event = AlertEvent(jobPayload: job.payload) else { throw InvalidPayload() }
-        return builder.notification(for: event, timeSensitiveDown: job.downNotificationLevel == .timeSensitive,
-                                    acceptedAt: job.createdAt, now: now)
+        var push = builder.notification(for: event, timeSensitiveDown: job.downNotificationLevel == .timeSensitive,
+                                        acceptedAt: job.createdAt, now: now)
+        push.badge = job.badge
+        return push
     }
 
     /// One digest push for the head job and the pending jobs merged into it (oldest first), each followed by the
@@ -33,9 +35,12 @@ public struct APNsRequestFactory: Sendable {
             events += waiting.folded.entries.map(\.event)
             uncounted = uncounted + waiting.folded.uncounted
         }
-        return DigestBuilder(lateNotice: builder.lateNotice)
+        var push = DigestBuilder(lateNotice: builder.lateNotice)
             .digest(events, uncounted: uncounted, timeSensitiveDown: job.downNotificationLevel == .timeSensitive,
                     firstAcceptedAt: job.createdAt, now: now)
+        // The badge of its last alert: the count after everything the digest reports.
+        push.badge = pending.last?.badge ?? job.badge
+        return push
     }
 
     /// `POST /3/device/<token>` with the headers APNs wants and the JSON payload (≤ 4096 bytes).

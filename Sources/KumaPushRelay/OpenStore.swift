@@ -6,6 +6,7 @@ func openStore(_ settings: Settings, clock: some WallClock = SystemClock()) thro
     do {
         return try SQLiteStore(path: settings.databasePath,
                                options: .init(synchronousFull: settings.sync == .full,
+                                              monitorRetention: settings.tombstoneRetention,
                                               walTruncateInterval: settings.walTruncateInterval),
                                now: clock.nowMillis())
     } catch {

@@ -15,16 +15,21 @@ public final class SQLiteStore: Sendable {
         public var synchronousFull = false
         /// How long a write waits for another process's write lock before failing with `.unavailable`.
         public var busyTimeout: Duration = .seconds(5)
+        /// A monitor not heard of for this long no longer counts towards a device's badge (TOMBSTONE_RETENTION).
+        public var monitorRetention: Duration = .seconds(30 * 86_400)
         /// The longest written (and deleted) content may stay in the `-wal` file; nil never truncates it.
         public var walTruncateInterval: Duration? = .seconds(60)
 
         public init(synchronousFull: Bool = false, busyTimeout: Duration = .seconds(5),
-                    walTruncateInterval: Duration? = .seconds(60)) {
+                    monitorRetention: Duration = .seconds(30 * 86_400), walTruncateInterval: Duration? = .seconds(60)) {
             self.synchronousFull = synchronousFull
             self.busyTimeout = busyTimeout
+            self.monitorRetention = monitorRetention
             self.walTruncateInterval = walTruncateInterval
         }
     }
+
+    let options: Options
 
     private let writer: Mutex<SQLiteConnection>
     /// A second connection for reads. In WAL mode readers never wait for the writer, so a webhook's tombstone
@@ -36,6 +41,7 @@ public final class SQLiteStore: Sendable {
 
     /// Opens (creating if needed) the database at `path` and applies pending migrations.
     public init(path: String, options: Options = Options(), now: Int64) throws(StoreError) {
+        self.options = options
         do {
             let opened = try SQLiteConnection(path: path, options: .init(
                 busyTimeoutMillis: Int32(clamping: options.busyTimeout.wholeMilliseconds),

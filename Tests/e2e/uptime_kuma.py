@@ -97,3 +97,30 @@ def send(url, mode, event, timeout=60):
                           timeout=timeout)
     assert done.stdout, f"the client printed nothing: {done.stderr.decode(errors='replace')}"
     return json.loads(done.stdout)
+
+
+def monitor_alert(monitor_id, name, status, msg):
+    """One of a large Uptime Kuma's HTTP monitors changing state, as (monitor, heartbeat) the way 2.5 sends them."""
+    return _monitor(monitor_id, name, "http"), _heartbeat(monitor_id, status, msg)
+
+
+def webhook(url, mode, monitor, heartbeat, local_address=None):
+    """One request for send_many: `monitor`/`heartbeat` sent in `mode`, from `local_address` (another Uptime Kuma
+    host, e.g. 127.0.0.2) when given."""
+    request = {"url": url, "notification": MODES[mode] if isinstance(mode, str) else mode, "monitorJSON": monitor,
+               "heartbeatJSON": heartbeat, "msg": uptime_kuma_msg(monitor, heartbeat)}
+    if local_address:
+        request["localAddress"] = local_address
+    return request
+
+
+def send_many(requests, timeout=120):
+    """Sends every request at once from one client process, as Uptime Kuma's monitors do when they all fail
+    together; returns the results ({ok, status, data, error}) in the same order."""
+    env = dict(os.environ, NODE_PATH=NODE_PATH)
+    done = subprocess.run(["node", str(CLIENT)], input=json.dumps(requests).encode(), capture_output=True, env=env,
+                          timeout=timeout)
+    assert done.returncode == 0 and done.stdout, f"the client failed: {done.stderr.decode(errors='replace')}"
+    results = json.loads(done.stdout)
+    assert len(results) == len(requests)
+    return results

@@ -7,8 +7,14 @@
 // webhookAdditionalHeaders}, monitorJSON, heartbeatJSON, msg}. When msg is absent it is built as Uptime Kuma's
 // Monitor.sendNotification builds it: "[<name>] [🔴 Down] <beat msg>" or "[<name>] [✅ Up] <beat msg>".
 // Output (stdout, JSON): {ok: true, status, data} or {ok: false, error, status, data}.
+//
+// Many at once (an alert storm: every monitor of one Uptime Kuma failing together): when the input is a JSON array
+// of such requests, all are sent concurrently from this one process, as Uptime Kuma's monitors send theirs, and the
+// output is the array of results in input order (the exit code stays 0; each result says how it went). A request
+// may name a `localAddress` to send from (e.g. 127.0.0.2): a second Uptime Kuma host, as the relay sees it.
 "use strict";
 
+const http = require("http");
 const axios = require("axios");
 const FormData = require("form-data");
 
@@ -45,10 +51,13 @@ function renderTemplate(template, msg, monitorJSON, heartbeatJSON) {
 }
 
 /// Webhook.send (2.5.3), minus the proxy agent and the error wrapping.
-async function send(notification, msg, monitorJSON = null, heartbeatJSON = null) {
+async function send(notification, msg, monitorJSON = null, heartbeatJSON = null, agent = undefined) {
     const httpMethod = (notification.httpMethod || "post").toLowerCase();
     let data = { heartbeat: heartbeatJSON, monitor: monitorJSON, msg };
     let config = { headers: {} };
+    if (agent) {
+        config.httpAgent = agent; // where Uptime Kuma puts its proxy agent; here only to pick the source address
+    }
 
     if (httpMethod === "get") {
         config.params = { msg: msg };
@@ -86,23 +95,42 @@ function uptimeKumaMessage(monitorJSON, heartbeatJSON) {
     return "[" + monitorJSON.name + "] [" + text + "] " + heartbeatJSON.msg;
 }
 
-async function main() {
-    const chunks = [];
-    for await (const chunk of process.stdin) chunks.push(chunk);
-    const input = JSON.parse(Buffer.concat(chunks).toString("utf8"));
+/// One request of the input, sent; resolves to its result object (never rejects).
+async function sendOne(input, agents) {
     const monitorJSON = input.monitorJSON || null;
     const heartbeatJSON = input.heartbeatJSON || null;
     const msg = input.msg !== undefined ? input.msg : uptimeKumaMessage(monitorJSON, heartbeatJSON);
     const notification = { ...input.notification, webhookURL: input.url };
+    let agent;
+    if (input.localAddress) {
+        if (!agents.has(input.localAddress)) {
+            agents.set(input.localAddress, new http.Agent({ keepAlive: true, localAddress: input.localAddress }));
+        }
+        agent = agents.get(input.localAddress);
+    }
     try {
-        const response = await send(notification, msg, monitorJSON, heartbeatJSON);
-        process.stdout.write(JSON.stringify({ ok: true, status: response.status, data: response.data }));
+        const response = await send(notification, msg, monitorJSON, heartbeatJSON, agent);
+        return { ok: true, status: response.status, data: response.data };
     } catch (error) {
         const response = error.response || {};
-        process.stdout.write(JSON.stringify({ ok: false, error: String(error.message), status: response.status,
-                                              data: response.data }));
-        process.exitCode = 1;
+        return { ok: false, error: String(error.message), status: response.status, data: response.data };
     }
+}
+
+async function main() {
+    const chunks = [];
+    for await (const chunk of process.stdin) chunks.push(chunk);
+    const input = JSON.parse(Buffer.concat(chunks).toString("utf8"));
+    const agents = new Map();
+    if (Array.isArray(input)) {
+        const results = await Promise.all(input.map((one) => sendOne(one, agents)));
+        process.stdout.write(JSON.stringify(results));
+    } else {
+        const result = await sendOne(input, agents);
+        process.stdout.write(JSON.stringify(result));
+        if (!result.ok) process.exitCode = 1;
+    }
+    for (const agent of agents.values()) agent.destroy();
 }
 
 main();
