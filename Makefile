@@ -3,11 +3,11 @@ SHELL := /bin/bash
 .DEFAULT_GOAL := help
 PYTEST := .venv/bin/pytest
 
-.PHONY: help deps venv build release test test-swift test-e2e run bench fuzz clean
+.PHONY: help deps venv build release test test-swift test-e2e test-asan run bench fuzz clean
 
 help:
 	@echo "make run    install what is missing, build, start the relay (see README)"
-	@echo "make test   install what is missing, build, run every test"
+	@echo "make test   install what is missing, build, run every test (test-asan included)"
 	@echo "make bench  measure the relay against its ceilings (bench/results/)"
 
 deps:
@@ -22,15 +22,22 @@ build: deps
 release: deps
 	swift build -c release
 
-# Swift unit and component tests, then the end-to-end tests against the real binary.
+# Swift unit and component tests, the end-to-end tests against the real binary, then the transport-fault, delivery
+# and resource end-to-end tests again against an AddressSanitizer build (test-asan).
 test: venv
 	swift build --build-tests
 	swift test
 	$(PYTEST) -v Tests/e2e
+	@scripts/test-asan.sh
 
 test-e2e: venv
 	swift build
 	$(PYTEST) -v Tests/e2e
+
+# The relay built with AddressSanitizer (.build-asan) through the transport-fault, delivery and resource e2e tests;
+# any ASan report fails it (scripts/test-asan.sh).
+test-asan: venv
+	@scripts/test-asan.sh
 
 run: release
 	@scripts/run.sh
@@ -47,4 +54,4 @@ fuzz: deps
 	@scripts/fuzz.sh
 
 clean:
-	rm -rf .build .dev
+	rm -rf .build .build-asan .dev
