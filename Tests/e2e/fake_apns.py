@@ -43,8 +43,14 @@ class FakeAPNs:
         self.goaway_after = None    # send GOAWAY after this many more pushes
         self.drop_next = False      # drop the connection on the next push
         self.hostile_next = None    # "endless_data", "ping_flood" or "settings_flood" on the next push
+        self.drop_requests = False  # drop the connection of every push while set (a window of dropped connections)
+        self.latency = 0.0          # seconds before each answer (a latency spike while nonzero)
+        self.hold = False           # park every push unanswered until release() (to act while one is in flight)
+        self.requests = []          # every request, answered or not: token, apns_id, started, ended, status
         self.connections = 0
+        self._held = []
         self._transports = set()
+        self._server = None
         self.loop = asyncio.new_event_loop()
         self.port = None
         self._ready = threading.Event()
@@ -63,12 +69,50 @@ class FakeAPNs:
 
     def _run(self):
         asyncio.set_event_loop(self.loop)
-        server = self.loop.run_until_complete(
-            self.loop.create_server(lambda: _Protocol(self), "127.0.0.1", 0, ssl=self.context))
-        self.port = server.sockets[0].getsockname()[1]
+        self._server = self.loop.run_until_complete(self._listen(0))
+        self.port = self._server.sockets[0].getsockname()[1]
         self._ready.set()
         self.loop.run_forever()
-        server.close()
+        if self._server is not None:
+            self._server.close()
+
+    def _listen(self, port):
+        return self.loop.create_server(lambda: _Protocol(self), "127.0.0.1", port, ssl=self.context)
+
+    def _call(self, function, timeout=10):
+        """Runs `function` on the fake's event loop and waits for it (faults that touch sockets happen there)."""
+        return asyncio.run_coroutine_threadsafe(self._as_coroutine(function), self.loop).result(timeout)
+
+    @staticmethod
+    async def _as_coroutine(function):
+        result = function()
+        return await result if asyncio.iscoroutine(result) else result
+
+    def refuse_connections(self):
+        """APNs unreachable: the port is closed (connect() is refused) and every open connection is cut."""
+        def refuse():
+            if self._server is not None:
+                self._server.close()
+                self._server = None
+            for transport in list(self._transports):
+                _Protocol.of(transport).abort()
+        self._call(refuse)
+
+    def accept_connections(self):
+        """Listens again on the same port after refuse_connections()."""
+        async def accept():
+            if self._server is None:
+                self._server = await self._listen(self.port)
+        self._call(accept)
+
+    def release(self):
+        """Answers every parked push (see `hold`) with the faults in force now, and stops parking."""
+        def answer_held():
+            self.hold = False
+            held, self._held = self._held, []
+            for protocol, stream_id in held:
+                protocol.respond(stream_id)
+        self._call(answer_held)
 
     # -- observation -------------------------------------------------------------------------------------------
 
@@ -83,10 +127,19 @@ class FakeAPNs:
         with self.lock:
             return sum(1 for r in self.received if r["status"] == status)
 
+    def held(self):
+        """The requests parked by `hold`, oldest first."""
+        with self.lock:
+            return [r for r in self.requests if r["ended"] is None and r.get("held")]
+
+    def in_flight(self):
+        with self.lock:
+            return [r for r in self.requests if r["ended"] is None]
+
     def drop_all(self):
         def drop():
             for transport in list(self._transports):
-                transport.abort()
+                _Protocol.of(transport).abort()
         self.loop.call_soon_threadsafe(drop)
 
     # -- what APNs would answer --------------------------------------------------------------------------------
@@ -139,15 +192,23 @@ class FakeAPNs:
 
 
 class _Protocol(asyncio.Protocol):
+    _by_transport = {}
+
     def __init__(self, fake):
         self.fake = fake
         self.conn = h2.connection.H2Connection(config=h2.config.H2Configuration(client_side=False, header_encoding="utf-8"))
         self.streams = {}
+        self.open = {}      # stream id -> its record in fake.requests, until it is answered, reset or cut
         self.transport = None
+
+    @classmethod
+    def of(cls, transport):
+        return cls._by_transport[transport]
 
     def connection_made(self, transport):
         self.transport = transport
         self.fake._transports.add(transport)
+        _Protocol._by_transport[transport] = self
         with self.fake.lock:
             self.fake.connections += 1
         self.conn.initiate_connection()
@@ -156,22 +217,63 @@ class _Protocol(asyncio.Protocol):
 
     def connection_lost(self, exc):
         self.fake._transports.discard(self.transport)
+        _Protocol._by_transport.pop(self.transport, None)
+        self.end_all()
+
+    def end_all(self):
+        """Every request still open on this connection ends now, unanswered."""
+        now = time.time()
+        with self.fake.lock:
+            for record in self.open.values():
+                record["ended"] = now
+        self.open.clear()
+
+    def abort(self):
+        """Cuts the connection without a word (the client sees a reset)."""
+        self.end_all()
+        self.transport.abort()
 
     def data_received(self, data):
         try:
             events = self.conn.receive_data(data)
         except Exception:  # a protocol error: APNs would close the connection too
+            self.end_all()
             self.transport.close()
             return
         for event in events:
             if isinstance(event, h2.events.RequestReceived):
-                self.streams[event.stream_id] = {"headers": dict(event.headers), "body": b""}
+                headers = dict(event.headers)
+                path = headers.get(":path", "")
+                record = {"token": path[len("/3/device/"):] if path.startswith("/3/device/") else "",
+                          "apns_id": headers.get("apns-id"), "started": time.time(), "ended": None, "status": None}
+                self.streams[event.stream_id] = {"headers": headers, "body": b"", "record": record}
+                self.open[event.stream_id] = record
+                with self.fake.lock:
+                    self.fake.requests.append(record)
             elif isinstance(event, h2.events.DataReceived):
                 self.streams[event.stream_id]["body"] += event.data
                 self.conn.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
             elif isinstance(event, h2.events.StreamEnded):
-                self.respond(event.stream_id)
+                self.request_complete(event.stream_id)
+            elif isinstance(event, h2.events.StreamReset):
+                self.streams.pop(event.stream_id, None)
+                record = self.open.pop(event.stream_id, None)
+                if record is not None:
+                    with self.fake.lock:
+                        record["ended"] = time.time()
         self.transport.write(self.conn.data_to_send())
+
+    def request_complete(self, stream_id):
+        """The whole request is in: answer now, later (latency), or when released (hold)."""
+        fake = self.fake
+        if fake.hold:
+            with fake.lock:
+                self.streams[stream_id]["record"]["held"] = True
+            fake._held.append((self, stream_id))
+        elif fake.latency > 0:
+            fake.loop.call_later(fake.latency, self.respond, stream_id)
+        else:
+            self.respond(stream_id)
 
     def misbehave(self, how, stream_id):
         """A broken or hostile server, as far as the client can tell."""
@@ -217,15 +319,23 @@ class _Protocol(asyncio.Protocol):
             self.transport.write(self.conn.data_to_send())
 
     def respond(self, stream_id):
+        if stream_id not in self.streams or self.transport.is_closing():
+            return  # reset by the client or cut meanwhile
         request = self.streams.pop(stream_id)
+        record = self.open.pop(stream_id)
         fake = self.fake
         with fake.lock:
-            if fake.drop_next:
-                fake.drop_next = False
-                self.transport.abort()
-                return
+            drop = fake.drop_next or fake.drop_requests
+            fake.drop_next = False
+        if drop:
+            self.open[stream_id] = record
+            self.abort()
+            return
+        with fake.lock:
             hostile, fake.hostile_next = fake.hostile_next, None
         if hostile:
+            with fake.lock:
+                record["ended"] = time.time()
             return self.misbehave(hostile, stream_id)
         with fake.lock:
             goaway = False
@@ -241,18 +351,27 @@ class _Protocol(asyncio.Protocol):
         except ValueError:
             payload = None
         apns_id = request["headers"].get("apns-id") or str(uuid.uuid4())
+        now = time.time()
         with fake.lock:
             fake.received.append({"token": token, "status": status, "reason": reason, "headers": request["headers"],
-                                  "payload": payload, "jwt": claims})
+                                  "payload": payload, "jwt": claims, "at": now})
+            record["status"], record["reason"] = status, reason
         headers = [(":status", str(status)), ("apns-id", apns_id)]
         body = b""
         if status != 200:
-            body = json.dumps({"reason": reason}).encode()
+            error = {"reason": reason}
+            if status == 410:
+                error["timestamp"] = int(now * 1000)  # when APNs learnt the token was gone, in milliseconds
+            body = json.dumps(error).encode()
             headers.append(("content-type", "application/json"))
         self.conn.send_headers(stream_id, headers, end_stream=not body)
         if body:
             self.conn.send_data(stream_id, body, end_stream=True)
         if goaway:
             self.conn.close_connection(error_code=0, additional_data=b'{"reason":"Shutdown"}', last_stream_id=stream_id)
-            self.transport.write(self.conn.data_to_send())
+        self.transport.write(self.conn.data_to_send())
+        with fake.lock:
+            record["ended"] = time.time()
+        if goaway:
+            self.end_all()
             self.transport.close()
