@@ -3,12 +3,13 @@ SHELL := /bin/bash
 .DEFAULT_GOAL := help
 PYTEST := .venv/bin/pytest
 
-.PHONY: help deps venv build release test test-swift test-e2e run bench fuzz clean
+.PHONY: help deps venv build release test test-swift test-e2e chaos run bench fuzz clean
 
 help:
 	@echo "make run    install what is missing, build, start the relay (see README)"
 	@echo "make test   install what is missing, build, run every test"
 	@echo "make bench  measure the relay against its ceilings (bench/results/)"
+	@echo "make chaos  the chaos suite on SEEDS=N random seeds (default 10), or SEED=S to replay one"
 
 deps:
 	@scripts/install-deps.sh
@@ -31,6 +32,13 @@ test: venv
 test-e2e: venv
 	swift build
 	$(PYTEST) -v Tests/e2e
+
+# The chaos suite (Tests/e2e/chaos*.py) on random seeds; `make test` runs its fixed seeds. A failing seed prints
+# the command that replays it: make chaos SEED=S.
+SEEDS ?= 10
+chaos: venv
+	swift build
+	.venv/bin/python Tests/e2e/chaos.py $(if $(SEED),--seed $(SEED),--seeds $(SEEDS))
 
 run: release
 	@scripts/run.sh

@@ -46,7 +46,7 @@ class FakeAPNs:
         self.drop_requests = False  # drop the connection of every push while set (a window of dropped connections)
         self.latency = 0.0          # seconds before each answer (a latency spike while nonzero)
         self.hold = False           # park every push unanswered until release() (to act while one is in flight)
-        self.requests = []          # every request, answered or not: token, apns_id, started, ended, status
+        self.requests = []          # every request, answered or not: token, apns_id, payload, started, ended, status
         self.connections = 0
         self._held = []
         self._transports = set()
@@ -266,6 +266,12 @@ class _Protocol(asyncio.Protocol):
     def request_complete(self, stream_id):
         """The whole request is in: answer now, later (latency), or when released (hold)."""
         fake = self.fake
+        try:
+            payload = json.loads(self.streams[stream_id]["body"])
+        except ValueError:
+            payload = None
+        with fake.lock:
+            self.streams[stream_id]["record"]["payload"] = payload
         if fake.hold:
             with fake.lock:
                 self.streams[stream_id]["record"]["held"] = True
