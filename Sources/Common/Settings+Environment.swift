@@ -167,6 +167,12 @@ extension Settings {
         Variable(name: "DEVICE_BURST", defaultText: "10", summary: "pushes per device per minute before alerts merge into digests; `off` disables") { s, text throws(ConfigurationError) in
             s.deviceBurst = text.trimmingWhitespace().lowercased() == "off" ? nil : try parseInt(text, "DEVICE_BURST", 1...10_000)
         },
+        Variable(name: "DEVICE_QUEUE_MAX", defaultText: "1000", summary: "live jobs per device; beyond it alerts merge into the waiting digest (202 merged)") { s, text throws(ConfigurationError) in
+            s.deviceQueueMax = try parseInt(text, "DEVICE_QUEUE_MAX", 2...1_000_000)
+        },
+        Variable(name: "STALL_TIMEOUT", defaultText: "30s", summary: "a deliverer with due jobs that sent nothing this long resets its breaker and connections") { s, text throws(ConfigurationError) in
+            s.stallTimeout = try parseDuration(text, "STALL_TIMEOUT")
+        },
         Variable(name: "BEHIND_PROXY", defaultText: "false", summary: "take the client IP from PROXY_HEADER when the peer is a trusted proxy") { s, text throws(ConfigurationError) in
             s.behindProxy = try parseBool(text, "BEHIND_PROXY")
         },

@@ -48,6 +48,10 @@ public struct Settings: Sendable, Equatable {
     public var shutdownGrace: Duration = .seconds(10)
     /// Pushes per device per minute before waiting alerts merge into a digest; nil disables digests.
     public var deviceBurst: Int? = 10
+    /// Live jobs per device; beyond it, alerts fold into the device's waiting digest instead of growing the queue.
+    public var deviceQueueMax = 1000
+    /// A deliverer with due jobs, no known APNs failure and nothing sent for this long resets itself (SPEC §4).
+    public var stallTimeout: Duration = .seconds(30)
 
     // Abuse limits
     public var rateLimitRegister = [RateLimitRule(limit: 5, window: .seconds(60)),

@@ -62,6 +62,12 @@ public final class APNsConnectionPool: Sendable {
         open(index)
     }
 
+    /// Replaces every connection (the stall detector's reset): whatever state they were in, fresh ones follow.
+    public func recycleAll() {
+        let connections = slots.withLock { $0.compactMap(\.connection) }
+        for connection in connections { recycle(connection) }
+    }
+
     public func shutdown() {
         stopped.store(true, ordering: .relaxed)
         let connections = slots.withLock { $0.compactMap(\.connection) }

@@ -27,6 +27,8 @@ public final class DeliveryEngine: Sendable {
         /// Over its burst, a device gets at most one push per window; what arrives meanwhile waits and goes out as
         /// one digest.
         public var digestWindow: Duration = .seconds(5)
+        /// STALL_TIMEOUT: due jobs, APNs not known to be failing, and nothing sent for this long → reset (SPEC §4).
+        public var stallTimeout: Duration
 
         public init(settings: Settings, worker: String) {
             self.worker = worker
@@ -36,13 +38,13 @@ public final class DeliveryEngine: Sendable {
             deadLetterRetention = settings.deadLetterRetention
             tombstoneRetention = settings.tombstoneRetention
             deviceBurst = settings.deviceBurst
+            stallTimeout = settings.stallTimeout
         }
     }
 
     struct InFlight: Sendable {
         let job: ClaimedJob
         let generation: Int
-        let isProbe: Bool
         var resends: Int
         let started: ContinuousClock.Instant
         /// Pending jobs this push is a digest of.
@@ -77,6 +79,8 @@ public final class DeliveryEngine: Sendable {
     private let finished = DispatchSemaphore(value: 0)
     /// Loop-thread state, boxed so the Sendable engine can own it (touched only by the delivery thread).
     let loopState = UncheckedLoopState()
+    /// Set when the stall detector fired, cleared by the next answer from APNs; `serve`'s `/health` reads it.
+    let stalled = Atomic<Bool>(false)
 
     public init(configuration: Configuration, store: any RelayStore, pool: APNsConnectionPool, tokens: ProviderTokenSource,
                 factory: APNsRequestFactory, clock: any WallClock, logger: Logger, metrics: MetricsRegistry) {
@@ -96,6 +100,9 @@ public final class DeliveryEngine: Sendable {
         thread.name = "delivery"
         thread.start()
     }
+
+    /// False from a detected stall until APNs answers again (SPEC §4 "Delivery never stalls").
+    public var isHealthy: Bool { !stalled.load(ordering: .relaxed) }
 
     /// New jobs may be waiting (called by ingest in `serve`, and by the connection pool when capacity returns).
     public func wake() {
@@ -148,6 +155,7 @@ public final class DeliveryEngine: Sendable {
                     lastHousekeeping = .now
                     housekeeping(now: now, purge: ContinuousClock.now - lastPurge >= .seconds(600))
                     if ContinuousClock.now - lastPurge >= .seconds(600) { lastPurge = .now }
+                    checkLiveness(now: now)
                     state.claimDue = true
                 }
                 let change = (try? store.changeCounter()) ?? lastChange
@@ -157,10 +165,14 @@ public final class DeliveryEngine: Sendable {
                     state.claimDue = true
                     state.nextRetryAt = nil
                 }
-                if pool.allDown, case .opened = state.breaker.connectionsDown(now: now) {
-                    logger.error("APNs unreachable: every connection failing, delivery paused until a probe succeeds")
+                if pool.allDown {
+                    state.lastFailureAt = .now
+                    if case .opened = state.breaker.connectionsDown(now: now) {
+                        logger.error("APNs unreachable: every connection failing, delivery paused until a probe succeeds")
+                    }
                 }
                 claimAndSend(now: now)
+                settleProbe()
             }
             waitForWork()
         }
@@ -208,8 +220,8 @@ public final class DeliveryEngine: Sendable {
             return
         }
         if jobs.count == limit { state.claimDue = true }
-        if allowance == .probe, !jobs.isEmpty {
-            state.breaker.probeSent()
+        if allowance == .probe, let probe = jobs.first {
+            state.breaker.probeSent(jobID: probe.id, now: now)
             logger.info("probing APNs with one push")
         }
         var outcomes: [JobOutcome] = []
@@ -223,12 +235,12 @@ public final class DeliveryEngine: Sendable {
                 state.nextRetryAt = min(state.nextRetryAt ?? until, until)
                 continue
             }
-            send(job, isProbe: allowance == .probe, resends: 0, outcomes: &outcomes)
+            send(job, resends: 0, outcomes: &outcomes)
         }
         if !outcomes.isEmpty { record(outcomes) }
     }
 
-    private func send(_ job: ClaimedJob, isProbe: Bool, resends: Int, outcomes: inout [JobOutcome]) {
+    private func send(_ job: ClaimedJob, resends: Int, outcomes: inout [JobOutcome]) {
         let state = loopState
         let now = clock.nowMillis()
         let request: HTTP2Request
@@ -248,11 +260,12 @@ public final class DeliveryEngine: Sendable {
             metrics.increment("kumapush_alerts_merged_total", by: Double(merged.count + 1))
         }
         guard let connection = pool.pick() else {
-            state.resendQueue.append((job, isProbe, resends))
+            state.resendQueue.append((job, resends))
             return
         }
-        state.inFlight[job.id] = InFlight(job: job, generation: generation, isProbe: isProbe, resends: resends, started: .now,
+        state.inFlight[job.id] = InFlight(job: job, generation: generation, resends: resends, started: .now,
                                           merged: merged.map(\.id))
+        state.lastSentAt = .now
         metrics.observe("kumapush_webhook_to_apns_seconds", value: Double(max(0, clock.nowMillis() - job.createdAt)) / 1000)
         connection.send(request) { [weak self] result in
             guard let self else { return }
@@ -270,7 +283,7 @@ public final class DeliveryEngine: Sendable {
         let queued = state.resendQueue
         state.resendQueue.removeAll()
         var outcomes: [JobOutcome] = []
-        for (job, isProbe, resends) in queued { send(job, isProbe: isProbe, resends: resends, outcomes: &outcomes) }
+        for (job, resends) in queued { send(job, resends: resends, outcomes: &outcomes) }
         if !outcomes.isEmpty { record(outcomes) }
     }
 
@@ -294,7 +307,8 @@ public final class DeliveryEngine: Sendable {
             verdict = .retry(reason: "StreamReset\(code)", outage: true)
         }
         let now = clock.nowMillis()
-        switch state.breaker.record(verdict, wasProbe: flight.isProbe, now: now) {
+        noteHealth(of: verdict)
+        switch state.breaker.record(verdict, jobID: job.id, now: now) {
         case .opened:
             logger.error("APNs outage: most recent pushes failed; pausing, probing with one push at a time")
         case .recovered:
@@ -314,12 +328,12 @@ public final class DeliveryEngine: Sendable {
         }
         switch verdict {
         case .resend where flight.resends < 5:
-            state.resendQueue.append((job, flight.isProbe, flight.resends + 1))
+            state.resendQueue.append((job, flight.resends + 1))
             return
         case .refreshProviderToken where flight.resends < 5:
             tokens.expired(generation: flight.generation)
             pool.recycle(answer.connection)
-            state.resendQueue.append((job, flight.isProbe, flight.resends + 1))
+            state.resendQueue.append((job, flight.resends + 1))
             return
         default:
             break

@@ -11,6 +11,8 @@ enum DeliveryMetrics {
         metrics.describe("kumapush_provider_token_refreshes_total", .counter, "Provider tokens (JWT) made.")
         metrics.describe("kumapush_digests_total", .counter, "Digest pushes sent for alert storms.")
         metrics.describe("kumapush_alerts_merged_total", .counter, "Alerts carried by digest pushes.")
+        metrics.describe("relay_delivery_stalls_total", .counter,
+                         "Times the deliverer found due jobs, no known APNs failure and nothing sent for STALL_TIMEOUT, and reset itself.")
         metrics.collect {
             [(name: "kumapush_apns_connections", labels: [], value: Double(pool.connectionCount)),
              (name: "kumapush_provider_token_refreshes_total", labels: [], value: Double(tokens.refreshes.load(ordering: .relaxed)))]

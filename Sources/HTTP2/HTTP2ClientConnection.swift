@@ -155,7 +155,15 @@ final class ClientCore: HTTP2Transport, HTTP2SessionDelegate, @unchecked Sendabl
     /// breaks the owner → core → owner cycle once the transport is closed.
     private let owner: HTTP2ClientConnection
     private var streams: [Int32: Stream] = [:]
-    private var waiting: [(HTTP2Request, HTTP2ClientConnection.Completion)] = []
+    /// Requests waiting for a stream slot. They time out like streams do: a server that never grants a slot
+    /// (a stream limit of 0, one stuck stream) must not hold a request forever.
+    private var waiting: [Waiting] = []
+
+    struct Waiting {
+        let request: HTTP2Request
+        let completion: HTTP2ClientConnection.Completion
+        let deadline: ContinuousClock.Instant
+    }
     private var ready = false
     private var goingAway = false
     private var closingWhenIdle = false
@@ -195,7 +203,7 @@ final class ClientCore: HTTP2Transport, HTTP2SessionDelegate, @unchecked Sendabl
             owner.finished(completion, .failure(.refused))
             return
         }
-        waiting.append((request, completion))
+        waiting.append(Waiting(request: request, completion: completion, deadline: .now + owner.configuration.requestTimeout))
         if ready { submitWaiting() }
     }
 
@@ -203,7 +211,8 @@ final class ClientCore: HTTP2Transport, HTTP2SessionDelegate, @unchecked Sendabl
         guard ready, let session, !goingAway else { return }
         var submitted = false
         while !waiting.isEmpty, streams.count < session.peerMaxConcurrentStreams {
-            let (request, completion) = waiting.removeFirst()
+            let next = waiting.removeFirst()
+            let (request, completion) = (next.request, next.completion)
             var headers = [HTTP2Header(name: ":method", value: request.method),
                            HTTP2Header(name: ":scheme", value: "https"),
                            HTTP2Header(name: ":authority", value: owner.configuration.authority),
@@ -232,8 +241,17 @@ final class ClientCore: HTTP2Transport, HTTP2SessionDelegate, @unchecked Sendabl
             guard let self, !self.isClosed else { return }
             let now = ContinuousClock.now
             for (id, stream) in self.streams where stream.deadline <= now { self.timedOut(id) }
+            self.timeOutWaiting(now: now)
             self.scheduleTimeoutSweep()
         })
+    }
+
+    private func timeOutWaiting(now: ContinuousClock.Instant) {
+        guard waiting.contains(where: { $0.deadline <= now }) else { return }
+        let expired = waiting.filter { $0.deadline <= now }
+        waiting.removeAll { $0.deadline <= now }
+        for entry in expired { owner.finished(entry.completion, .failure(.timedOut)) }
+        closeIfDrained()
     }
 
     private func timedOut(_ id: Int32) {
@@ -293,7 +311,7 @@ final class ClientCore: HTTP2Transport, HTTP2SessionDelegate, @unchecked Sendabl
         }
         let pending = waiting
         waiting.removeAll()
-        for (_, completion) in pending { owner.finished(completion, .failure(.refused)) }
+        for entry in pending { owner.finished(entry.completion, .failure(.refused)) }
         closeIfDrained()
     }
 
@@ -336,7 +354,7 @@ final class ClientCore: HTTP2Transport, HTTP2SessionDelegate, @unchecked Sendabl
         owner.updateStatus { $0.isGoingAway = true }
         let pending = waiting
         waiting.removeAll()
-        for (_, completion) in pending { owner.finished(completion, .failure(.refused)) }
+        for entry in pending { owner.finished(entry.completion, .failure(.refused)) }
         if immediately || streams.isEmpty {
             session?.submitGoAway()
             closeGracefully(reason: "closed by client")
@@ -362,7 +380,7 @@ final class ClientCore: HTTP2Transport, HTTP2SessionDelegate, @unchecked Sendabl
         }
         let pending = waiting
         waiting.removeAll()
-        for (_, completion) in pending { owner.finished(completion, .failure(.refused)) }
+        for entry in pending { owner.finished(entry.completion, .failure(.refused)) }
         // Drop the owner's reference after this call returns; `self` stays alive until then.
         loop.execute { [owner] in owner.released() }
     }

@@ -15,13 +15,19 @@ public final class IngestService: Sendable {
     let deviceAPI: DeviceAPI
     let webhook: WebhookEndpoint
     let resolver: ClientAddressResolver
+    /// In `serve`, whether the deliverer of this process is making progress (SPEC §4): `/health` reports a stall.
+    let deliveryHealthy: @Sendable () -> Bool
     /// Device calls and health checks touch the disk; they run here, never on an MHD thread.
     let blockingWork = DispatchQueue(label: "ingest.blocking", qos: .userInitiated, attributes: .concurrent)
     private let servers = Mutex<(api: HTTPServer?, metrics: HTTPServer?)>((nil, nil))
 
-    /// - Parameter onCommit: called after each group commit (in `serve`, wakes the deliverer at once).
+    /// - Parameters:
+    ///   - onCommit: called after each group commit (in `serve`, wakes the deliverer at once).
+    ///   - deliveryHealthy: in `serve`, the deliverer's own liveness verdict, reported by `/health`.
     public init(settings: Settings, store: any RelayStore, clock: any WallClock = SystemClock(), logger: Logger,
-                metrics: MetricsRegistry = MetricsRegistry(), onCommit: @escaping @Sendable () -> Void = {}) {
+                metrics: MetricsRegistry = MetricsRegistry(), onCommit: @escaping @Sendable () -> Void = {},
+                deliveryHealthy: @escaping @Sendable () -> Bool = { true }) {
+        self.deliveryHealthy = deliveryHealthy
         self.settings = settings
         self.store = store
         self.clock = clock
@@ -75,9 +81,10 @@ public final class IngestService: Sendable {
                                                  started: .now, logger: logger, metrics: metrics, logRequest: route != .health)
         switch route {
         case .health:
-            blockingWork.async { [store] in
+            blockingWork.async { [store, deliveryHealthy] in
                 do {
                     try store.ping()
+                    guard deliveryHealthy() else { return instrumented.respond(.error(503, "delivery stalled")) }
                     instrumented.respond(.json(200, "{\"status\":\"ok\"}"))
                 } catch {
                     instrumented.respond(.error(503, "database unavailable"))

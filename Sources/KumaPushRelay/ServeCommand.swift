@@ -23,7 +23,7 @@ enum ServeCommand: Command {
         var withoutMetrics = settings
         withoutMetrics.metricsAddress = nil
         let ingest = IngestService(settings: withoutMetrics, store: store, logger: logger.child(label: "ingest"), metrics: metrics,
-                                   onCommit: { delivery.engine.wake() })
+                                   onCommit: { delivery.engine.wake() }, deliveryHealthy: { delivery.engine.isHealthy })
         do {
             try ingest.start()
         } catch {

@@ -56,6 +56,8 @@ public protocol JobQueue: Sendable {
     func changeCounter() throws(StoreError) -> Int64
     /// Jobs not yet finished (everything but dead letters).
     func liveJobCount() throws(StoreError) -> Int
+    /// Whether a job is waiting to be claimed now (the deliverer's stall check).
+    func hasDueJobs(now: Int64) throws(StoreError) -> Bool
     func stats() throws(StoreError) -> QueueStats
     /// A cheap query that fails when the database does not answer (`GET /health`).
     func ping() throws(StoreError)

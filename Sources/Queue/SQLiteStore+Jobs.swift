@@ -212,6 +212,14 @@ extension SQLiteStore {
         }
     }
 
+    public func hasDueJobs(now: Int64) throws(StoreError) -> Bool {
+        try read { db in
+            try db.statement("""
+                SELECT EXISTS (SELECT 1 FROM jobs WHERE state IN ('available', 'retryable') AND scheduled_at <= ?)
+                """).rows([.integer(now)]) { $0.int(0) == 1 }.first ?? false
+        }
+    }
+
     public func liveJobCount() throws(StoreError) -> Int {
         try read { db in
             try db.statement("SELECT count(*) FROM jobs WHERE state != 'discarded'").rows { $0.int(0) }.first ?? 0

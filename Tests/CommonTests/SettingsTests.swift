@@ -18,7 +18,7 @@ import Testing
         #expect(s.rateLimitRegister.settingText == "5/1m,30/1h")
         #expect(s.rateLimitWebhook.settingText == "600/1m")
         #expect(s.rateLimitWebhookFailed.settingText == "10/1m")
-        #expect(s.deviceBurst == 10)
+        #expect(s.deviceBurst == 10 && s.deviceQueueMax == 1000 && s.stallTimeout == .seconds(30))
         #expect(!s.behindProxy && s.proxyHeader == "X-Forwarded-For" && s.trustedProxies.isEmpty)
         #expect(s.metricsAddress == ListenAddress(host: "127.0.0.1", port: 9464))
         #expect(s.logLevel == .info && s.logFormat == .text)
@@ -45,6 +45,7 @@ import Testing
             "BEHIND_PROXY": "true", "PROXY_HEADER": "X-Real-IP", "TRUSTED_PROXIES": "10.0.0.0/8, fd00::/8",
             "METRICS_ADDR": "off", "LOG_LEVEL": "debug", "LOG_FORMAT": "json",
             "HTTP_MAX_CONNECTIONS": "50", "HTTP_IDLE_TIMEOUT": "5s", "HTTP_MAX_HEADER_BYTES": "8192",
+            "DEVICE_QUEUE_MAX": "50", "STALL_TIMEOUT": "2m",
         ]
         // The test itself must not go stale: it names every variable there is.
         #expect(Set(environment.keys).union(["APNS_ENVIRONMENT"]) == Set(Settings.variables.map(\.name)))
@@ -65,6 +66,7 @@ import Testing
         #expect(s.trustedProxies.map(\.description) == ["10.0.0.0/8", "fd00::/8"])
         #expect(s.metricsAddress == nil && s.logLevel == .debug && s.logFormat == .json)
         #expect(s.httpMaxConnections == 50 && s.httpIdleTimeout == .seconds(5) && s.httpMaxHeaderBytes == 8192)
+        #expect(s.deviceQueueMax == 50 && s.stallTimeout == .seconds(120))
     }
 
     @Test func apnsEnvironmentWinsOverEnv() throws {
@@ -86,6 +88,7 @@ import Testing
         "PROXY_HEADER": "X Forwarded", "TRUSTED_PROXIES": "10.0.0.0/33", "METRICS_ADDR": "localhost",
         "LOG_LEVEL": "loud", "LOG_FORMAT": "xml",
         "HTTP_MAX_CONNECTIONS": "0", "HTTP_IDLE_TIMEOUT": "500ms", "HTTP_MAX_HEADER_BYTES": "12",
+        "DEVICE_QUEUE_MAX": "1", "STALL_TIMEOUT": "0s",
     ]
     static let freeText: Set = ["APNS_AUTH_KEY_PATH", "APNS_KEY_ID", "APNS_TEAM_ID", "APP_BUNDLE_IDENTIFIER", "ENV", "APNS_CA_FILE"]
 

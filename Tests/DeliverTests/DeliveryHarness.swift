@@ -27,7 +27,7 @@ final class DeliveryHarness {
     static let topic = "com.example.kumapush"
 
     init(streams: UInt32 = 1000, connections: Int = 2, requestTimeout: Duration = .seconds(5), ttl: Duration = .seconds(3600),
-         deviceBurst: Int? = nil) throws {
+         deviceBurst: Int? = nil, stallTimeout: Duration = .seconds(30)) throws {
         store = try SQLiteStore(path: directory.path("relay.db"), now: SystemClock().nowMillis())
         var simConfig = APNsSimulator.Configuration(certificateFile: TLSFixtures.path("server.pem"), privateKeyFile: TLSFixtures.path("server.key"),
                                                     tokenKeyFile: TLSFixtures.signingPublicKey)
@@ -49,6 +49,7 @@ final class DeliveryHarness {
         settings.leaseTimeout = .seconds(30)
         settings.jobTTL = ttl
         settings.deviceBurst = deviceBurst
+        settings.stallTimeout = stallTimeout
         var configuration = DeliveryEngine.Configuration(settings: settings, worker: "test-worker")
         configuration.pollInterval = .milliseconds(2)
         engine = DeliveryEngine(configuration: configuration, store: store, pool: pool, tokens: tokens,
@@ -73,13 +74,13 @@ final class DeliveryHarness {
     }
 
     /// Enqueues a monitor-down alert whose message is `label`.
-    func enqueue(_ deviceID: String, _ labels: [String], test: Bool = false) throws {
+    func enqueue(_ deviceID: String, _ labels: [String], test: Bool = false, ttl: Duration = .seconds(3600)) throws {
         let jobs = labels.map { label in
             let event = test ? AlertEvent.test(label) : AlertEvent(kind: .monitor, status: .down, monitorID: 1, monitorName: "DB", message: label)
             return NewJob(deviceID: deviceID, publicID: UUID().uuidString.lowercased(), payload: event.jobPayload,
                           reportsOutcome: test)
         }
-        _ = try store.enqueue(jobs, now: clock.nowMillis(), ttl: .seconds(3600))
+        _ = try store.enqueue(jobs, now: clock.nowMillis(), ttl: ttl)
         engine.wake()
     }
 

@@ -83,48 +83,106 @@ import Testing
 }
 
 @Suite struct OutageBreakerTests {
-    @Test func mostlyFailingAnswersOpenItAndOnlyProbesGoOutUntilOneSucceeds() {
+    let outage = Verdict.retry(reason: "ServiceUnavailable", outage: true)
+
+    /// Opened by four 503s in a window of ten; from job 100 on the probes are jobs 100, 101, ….
+    func openBreaker() -> OutageBreaker {
         var breaker = OutageBreaker(windowSize: 10, minimumSamples: 4, threshold: 0.75,
-                                    probeBackoff: Backoff(base: .seconds(1), cap: .seconds(30)))
-        let outage = Verdict.retry(reason: "ServiceUnavailable", outage: true)
-        #expect(breaker.record(outage, wasProbe: false, now: 0) == .none)
-        #expect(breaker.record(outage, wasProbe: false, now: 0) == .none)
-        #expect(breaker.record(outage, wasProbe: false, now: 0) == .none)
-        #expect(breaker.record(outage, wasProbe: false, now: 0) == .opened)
+                                    probeBackoff: Backoff(base: .seconds(1), cap: .seconds(30)), probeTimeout: .seconds(35))
+        for job in 1...3 { _ = breaker.record(outage, jobID: Int64(job), now: 0) }
+        #expect(breaker.record(outage, jobID: 4, now: 0) == .opened)
+        return breaker
+    }
+
+    @Test func mostlyFailingAnswersOpenItAndOnlyProbesGoOutUntilOneSucceeds() {
+        var breaker = openBreaker()
         #expect(breaker.allowance(now: 999) == .nothing)
         #expect(breaker.allowance(now: 1000) == .probe)
-        breaker.probeSent()
+        breaker.probeSent(jobID: 100, now: 1000)
         #expect(breaker.allowance(now: 5000) == .nothing, "one probe at a time")
-        #expect(breaker.record(outage, wasProbe: true, now: 5000) == .none)
+        #expect(breaker.record(outage, jobID: 100, now: 5000) == .none)
         #expect(breaker.allowance(now: 5000) == .nothing, "the next probe waits longer")
-        #expect(breaker.nextProbeAt.map { $0 > 5000 } == true)
         let next = breaker.nextProbeAt!
-        breaker.probeSent()
-        #expect(breaker.record(.delivered, wasProbe: true, now: next) == .recovered)
+        #expect(next > 5000)
+        #expect(breaker.allowance(now: next) == .probe)
+        breaker.probeSent(jobID: 101, now: next)
+        #expect(breaker.record(.delivered, jobID: 101, now: next) == .recovered)
         #expect(breaker.allowance(now: next) == .normal)
+    }
+
+    @Test func aFailedStragglerIsNotTheProbeButASuccessfulOneShowsAPNsIsBack() {
+        var breaker = openBreaker()
+        breaker.probeSent(jobID: 100, now: 1000)
+        #expect(breaker.record(outage, jobID: 7, now: 1100) == .none, "a request sent before the outage opened")
+        #expect(breaker.probe?.jobID == 100, "still waiting for the probe")
+        #expect(breaker.record(.deadLetter(reason: "BadDeviceToken"), jobID: 8, now: 1200) == .recovered,
+                "any answer that is not an outage means APNs is up")
+        #expect(breaker.probe == nil && breaker.isClosed)
+    }
+
+    /// The wedge of issue 19: the probe's job expired (or was postponed, could not be built, lost its device) and
+    /// never reached APNs. The breaker must not wait for its answer.
+    @Test func aProbeThatEndsWithoutAnAnswerLetsTheNextJobProbe() {
+        var breaker = openBreaker()
+        breaker.probeSent(jobID: 100, now: 1000)
+        #expect(breaker.allowance(now: 2000) == .nothing)
+        breaker.probeEnded(jobID: 99)
+        #expect(breaker.allowance(now: 2000) == .nothing, "another job's fate says nothing about the probe")
+        breaker.probeEnded(jobID: 100)
+        #expect(breaker.allowance(now: 2000) == .probe)
+        #expect(breaker.state != .closed, "a job's fate never closes the breaker either")
+    }
+
+    @Test func aProbeWithNoWordForTheProbeTimeoutIsTakenAsLost() {
+        var breaker = openBreaker()
+        breaker.probeSent(jobID: 100, now: 1000)
+        #expect(breaker.allowance(now: 35_999) == .nothing)
+        #expect(breaker.nextProbeAt == 36_000, "the engine wakes when the probe counts as lost")
+        #expect(breaker.allowance(now: 36_000) == .probe)
+    }
+
+    @Test func resendsKeepTheProbeOutstanding() {
+        var breaker = openBreaker()
+        breaker.probeSent(jobID: 100, now: 1000)
+        #expect(breaker.record(.resend, jobID: 100, now: 1100) == .none)
+        #expect(breaker.record(.refreshProviderToken, jobID: 100, now: 1200) == .none)
+        #expect(breaker.probe?.jobID == 100)
+        #expect(breaker.allowance(now: 1300) == .nothing)
     }
 
     @Test func permanentRejectionsProveAPNsIsUp() {
         var breaker = OutageBreaker(windowSize: 10, minimumSamples: 4, threshold: 0.75)
-        for _ in 0..<20 { #expect(breaker.record(.deadLetter(reason: "BadDeviceToken"), wasProbe: false, now: 0) == .none) }
-        for _ in 0..<2 { _ = breaker.record(.retry(reason: "x", outage: true), wasProbe: false, now: 0) }
+        for job in 0..<20 { #expect(breaker.record(.deadLetter(reason: "BadDeviceToken"), jobID: Int64(job), now: 0) == .none) }
+        for job in 0..<2 { _ = breaker.record(.retry(reason: "x", outage: true), jobID: Int64(job), now: 0) }
         #expect(breaker.state == .closed)
-        #expect(breaker.record(.retry(reason: "TooManyRequests", outage: false), wasProbe: false, now: 0) == .none)
+        #expect(breaker.record(.retry(reason: "TooManyRequests", outage: false), jobID: 1, now: 0) == .none)
         #expect(breaker.state == .closed)
     }
 
     @Test func aConfigurationFaultPausesAndProbesRarely() {
         var breaker = OutageBreaker(pauseProbeInterval: .seconds(60))
-        #expect(breaker.record(.pause(reason: "InvalidProviderToken"), wasProbe: false, now: 0) == .paused(reason: "InvalidProviderToken"))
+        #expect(breaker.record(.pause(reason: "InvalidProviderToken"), jobID: 1, now: 0) == .paused(reason: "InvalidProviderToken"))
+        #expect(breaker.isPaused)
         #expect(breaker.allowance(now: 59_999) == .nothing)
         #expect(breaker.allowance(now: 60_000) == .probe)
-        breaker.probeSent()
-        #expect(breaker.record(.delivered, wasProbe: true, now: 60_000) == .recovered)
+        breaker.probeSent(jobID: 2, now: 60_000)
+        #expect(breaker.record(.pause(reason: "InvalidProviderToken"), jobID: 2, now: 60_000) == .none)
+        #expect(breaker.allowance(now: 60_001) == .nothing, "still paused: the next probe a minute later")
+        #expect(breaker.allowance(now: 120_000) == .probe)
+        breaker.probeSent(jobID: 3, now: 120_000)
+        #expect(breaker.record(.delivered, jobID: 3, now: 120_000) == .recovered)
     }
 
     @Test func allConnectionsDownOpensIt() {
         var breaker = OutageBreaker()
         #expect(breaker.connectionsDown(now: 0) == .opened)
         #expect(breaker.connectionsDown(now: 0) == .none)
+    }
+
+    @Test func resetForgetsEverything() {
+        var breaker = openBreaker()
+        breaker.probeSent(jobID: 100, now: 1000)
+        breaker.reset()
+        #expect(breaker.isClosed && breaker.probe == nil && breaker.allowance(now: 1001) == .normal)
     }
 }

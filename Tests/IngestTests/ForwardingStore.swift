@@ -39,6 +39,7 @@ class ForwardingStore: RelayStore, @unchecked Sendable {
     }
     func purgeDeadLetters(before: Int64) throws(StoreError) -> Int { try inner.purgeDeadLetters(before: before) }
     func liveJobCount() throws(StoreError) -> Int { try inner.liveJobCount() }
+    func hasDueJobs(now: Int64) throws(StoreError) -> Bool { try inner.hasDueJobs(now: now) }
     func reportedOutcome(publicID: String) throws(StoreError) -> ReportedOutcome? { try inner.reportedOutcome(publicID: publicID) }
     func purgeReportedOutcomes(before: Int64) throws(StoreError) -> Int { try inner.purgeReportedOutcomes(before: before) }
     func changeCounter() throws(StoreError) -> Int64 { try inner.changeCounter() }

@@ -1,0 +1,49 @@
+import Common
+import Queue
+
+/// Delivery never stalls (SPEC §4): the probe is settled whatever happened to its job, and a deliverer that
+/// has due jobs, no known APNs failure and has sent nothing for STALL_TIMEOUT resets itself and says so.
+extension DeliveryEngine {
+    /// A probe whose job left without an answer from APNs (expired, postponed, unbuildable, its device gone) is
+    /// given back to the breaker, so the next job probes instead of the breaker waiting for an answer that never
+    /// comes. Runs after every claim and every batch of answers.
+    func settleProbe() {
+        let state = loopState
+        guard let probe = state.breaker.probe, state.inFlight[probe.jobID] == nil,
+              !state.resendQueue.contains(where: { $0.0.id == probe.jobID }) else { return }
+        state.breaker.probeEnded(jobID: probe.jobID)
+        state.claimDue = true
+    }
+
+    /// Keeps the detector's view of APNs: an outage-class failure or a configuration fault means APNs is known to
+    /// be failing; any answer at all means this deliverer is not stalled.
+    func noteHealth(of verdict: Verdict) {
+        switch verdict {
+        case .retry(_, outage: true), .pause:
+            loopState.lastFailureAt = .now
+        default:
+            break
+        }
+        if stalled.exchange(false, ordering: .relaxed) {
+            logger.info("delivery resumed after a stall")
+        }
+    }
+
+    /// The liveness rule, checked once a second. Cheap: the database is asked only after STALL_TIMEOUT of silence.
+    func checkLiveness(now: Int64) {
+        let state = loopState
+        let timeout = configuration.stallTimeout
+        guard ContinuousClock.now - state.lastSentAt >= timeout, !state.breaker.isPaused else { return }
+        if let failed = state.lastFailureAt, ContinuousClock.now - failed < timeout { return }
+        guard (try? store.hasDueJobs(now: now)) == true else { return }
+        logger.error("delivery stalled: jobs are due, APNs is not known to be failing, and nothing was sent for STALL_TIMEOUT; resetting the outage breaker and the APNs connections",
+                     ["stall_timeout": String(describing: timeout)])
+        metrics.increment("relay_delivery_stalls_total")
+        stalled.store(true, ordering: .relaxed)
+        state.breaker.reset()
+        pool.recycleAll()
+        state.claimDue = true
+        // A full STALL_TIMEOUT for the reset to work before it counts as another stall.
+        state.lastSentAt = .now
+    }
+}

@@ -1,0 +1,67 @@
+import Common
+import Foundation
+import Deliver
+import Queue
+import Simulator
+import TestSupport
+import Testing
+
+/// SPEC §4 "Delivery never stalls": every breaker state has a way out, and a deliverer that sends nothing while
+/// jobs are due resets itself and says so.
+@Suite struct DeliveryLivenessTests {
+    /// Issue 19's reproduction: an outage outlives JOB_TTL, so the probe's job expires instead of reaching APNs.
+    /// Before the fix the breaker waited for that probe's answer forever and nothing was delivered again.
+    @Test func anOutageLongerThanTheJobTTLDoesNotWedgeDelivery() throws {
+        let h = try DeliveryHarness()
+        defer { h.stop() }
+        let devices = try (1...12).map { try h.device($0) }
+        let recovery = SystemClock().nowMillis() + 4000
+        h.simulator.faults.withLock { $0.unavailableUntil = recovery }
+        for device in devices { try h.enqueue(device.id, ["\(device.token.suffix(2))-1", "\(device.token.suffix(2))-2"], ttl: .milliseconds(1500)) }
+        #expect(h.waitUntil { (h.simulator.answersByStatus[503] ?? 0) >= 8 }, "enough 503s to open the breaker")
+        #expect(try h.waitUntil { try h.store.countDeadLetters(DeadLetterFilter(reason: "Expired")) == 24 }, "every job outlived its TTL")
+        #expect(h.waitUntil { SystemClock().nowMillis() > recovery })
+
+        let fresh = try h.device(99)
+        try h.enqueue(fresh.id, ["after"])
+        #expect(h.waitUntil { h.acceptedBodies(fresh.token) == ["after"] }, "a new job is delivered after recovery")
+
+        #expect(try h.store.replayDeadLetters(DeadLetterFilter(reason: "Expired"), limit: 100, now: h.clock.nowMillis(), ttl: .seconds(3600)) == 24)
+        h.engine.wake()
+        #expect(h.waitUntil { devices.allSatisfy { h.acceptedBodies($0.token) == ["\($0.token.suffix(2))-1", "\($0.token.suffix(2))-2"] } },
+                "replayed jobs are delivered, in per-device order")
+        #expect(h.metrics.value("relay_delivery_stalls_total") == 0, "the breaker found its way out without the stall detector")
+    }
+
+    /// A probe whose device is deleted while its push waits is settled like any other probe that ends unanswered.
+    @Test func aProbeThatNeverReachesAPNsIsReplacedByTheNextJob() throws {
+        let h = try DeliveryHarness()
+        defer { h.stop() }
+        let devices = try (1...4).map { try h.device($0) }
+        let recovery = SystemClock().nowMillis() + 2500
+        h.simulator.faults.withLock { $0.unavailableUntil = recovery }
+        for device in devices { try h.enqueue(device.id, ["x1", "x2"], ttl: .milliseconds(800)) }
+        #expect(try h.waitUntil { try h.store.countDeadLetters(DeadLetterFilter(reason: "Expired")) == 8 })
+        for device in devices { _ = try h.store.deleteDevice(id: device.id) }
+        #expect(h.waitUntil { SystemClock().nowMillis() > recovery })
+        let fresh = try h.device(9)
+        try h.enqueue(fresh.id, ["after"])
+        #expect(h.waitUntil { h.acceptedBodies(fresh.token) == ["after"] })
+    }
+
+    /// A server that grants no stream at all: jobs are due, nothing can be sent and APNs never reports a failure. The detector must notice, count it, reset the
+    /// breaker and connections, and report the deliverer unhealthy.
+    @Test func aDelivererThatSendsNothingWhileJobsAreDueReportsAStall() throws {
+        let h = try DeliveryHarness(streams: 0, connections: 1, requestTimeout: .seconds(120), stallTimeout: .seconds(1))
+        defer { h.stop() }
+        let first = try h.device(1)
+        let second = try h.device(2)
+        #expect(h.engine.isHealthy)
+        #expect(h.waitUntil { h.pool.readyConnections == 1 && h.pool.freeStreams == 0 }, "the server's SETTINGS arrived")
+        try h.enqueue(first.id, ["due, never sent"])
+        try h.enqueue(second.id, ["due, never sent"])
+        #expect(h.waitUntil { h.metrics.value("relay_delivery_stalls_total") >= 1 })
+        #expect(!h.engine.isHealthy)
+        #expect(h.simulator.received.isEmpty)
+    }
+}
