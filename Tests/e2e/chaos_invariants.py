@@ -21,7 +21,11 @@ NAMES = [
     "no device has two pushes in flight at once",
     "once APNs is healthy and jobs are due, delivery resumes within seconds",
     "replayed dead letters are delivered",
+    "the relay keeps APNs' rules (no request refused as malformed, no stream over the server's limit)",
 ]
+
+# The only refusals a chaos run provokes: outage windows and per-token windows.
+PROVOKED = {(503, "ServiceUnavailable"), (400, "DeviceTokenNotForTopic"), (410, "Unregistered")}
 
 
 def marker_of(record):
@@ -144,3 +148,13 @@ def one_push_in_flight_per_device(requests):
             if a["ended"] is None or a["ended"] > b["started"]:
                 violations.append(f"device {key}: {marker_b} was sent while {marker_a} was still in flight")
     return violations
+
+
+def apns_rules_kept(requests, protocol_violations):
+    """Every answer other than 200 is one the schedule provoked; the fake saw no breach of HTTP/2 as APNs runs it."""
+    refused = {}
+    for record in requests:
+        if record["status"] not in (None, 200) and (record["status"], record.get("reason")) not in PROVOKED:
+            key = f"{record['status']} {record.get('reason')}"
+            refused[key] = refused.get(key, 0) + 1
+    return [f"APNs refused {count} request(s) with {key}" for key, count in sorted(refused.items())] + list(protocol_violations)

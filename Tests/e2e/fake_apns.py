@@ -2,10 +2,21 @@
 
 It shares no code with the relay: TLS from Python's ssl module, HTTP/2 from hyper-h2, ES256 verification from
 cryptography. So the relay's nghttp2, OpenSSL and JWT code is judged by someone else's implementation.
+
+It is as strict as Apple (../shared/reference/apns.md §1.2, §1.4-1.6; issue #18): a new connection allows one
+stream until a request with a valid provider token arrives, then `max_streams`; a client that opens more gets
+GOAWAY, as APNs does. Requests are refused with Apple's status and reason for a repeated header, a missing or
+malformed device token, an `apns-id` that is not a lower-case UUID, an `apns-expiration` that is not epoch
+seconds, an `apns-priority` other than 10, 5 or 1, an `apns-collapse-id` over 64 bytes, a missing or wrong topic or
+push type, an empty or oversized payload, a provider token that is missing, unsigned, of another key or team or
+over an hour old, and a provider token replaced on a connection less than 20 minutes after the one it replaces
+(429 TooManyProviderTokenUpdates). 410 carries its `timestamp` in milliseconds. Breaches of the protocol itself
+(too many streams) are also listed in `violations`.
 """
 import asyncio
 import base64
 import json
+import re
 import ssl
 import threading
 import time
@@ -13,12 +24,21 @@ import uuid
 
 import h2.config
 import h2.connection
+import h2.errors
 import h2.events
+import h2.exceptions
 import h2.settings
+import hyperframe.frame
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.utils import encode_dss_signature
+
+
+UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+DEVICE_TOKEN = re.compile(r"(?:[0-9a-fA-F]{2}){16,256}")
+TOKEN_RENEWAL_MINIMUM = 20 * 60   # seconds between provider tokens on one connection (Apple: "once every 20 minutes")
+TOKEN_LIFETIME = 3600             # a provider token older than this is ExpiredProviderToken
 
 
 def _b64url_decode(text):
@@ -28,13 +48,16 @@ def _b64url_decode(text):
 class FakeAPNs:
     """Runs on its own thread and event loop. Faults are plain attributes, changed from the test thread."""
 
-    def __init__(self, cert, key, public_key_pem, topic, max_streams=1000):
+    def __init__(self, cert, key, public_key_pem, topic, max_streams=1000, key_id="KEY1234567", team_id="TEAM123456"):
         self.context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         self.context.load_cert_chain(cert, key)
         self.context.set_alpn_protocols(["h2"])
         self.public_key = serialization.load_pem_public_key(open(public_key_pem, "rb").read())
         self.topic = topic
-        self.max_streams = max_streams
+        self.key_id = key_id
+        self.team_id = team_id
+        self.max_streams = max_streams  # after the first request with a valid provider token; 1 before
+        self.violations = []        # breaches of HTTP/2 as APNs enforces it (more streams than allowed)
         self.lock = threading.Lock()
         self.received = []          # dicts: token, status, reason, headers, payload, jwt_claims
         self.by_token = {}          # token -> (status, reason)
@@ -64,8 +87,10 @@ class FakeAPNs:
         return self
 
     def stop(self):
+        """Stops the fake; raises if the client broke HTTP/2 as APNs enforces it, so no test passes over that."""
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(10)
+        assert not self.violations, f"the client broke APNs' rules: {self.violations}"
 
     def _run(self):
         asyncio.set_event_loop(self.loop)
@@ -158,23 +183,53 @@ class FakeAPNs:
         except (ValueError, InvalidSignature, json.JSONDecodeError):
             return None
 
-    def answer(self, headers, body):
+    def answer(self, header_list, body, connection):
+        """(token, status, reason, claims) for one request, checked as APNs checks it. `connection` is the
+        _Protocol it came on (provider tokens are judged per connection)."""
+        headers = dict(header_list)
         path = headers.get(":path", "")
         token = path[len("/3/device/"):] if path.startswith("/3/device/") else ""
         if headers.get(":method") != "POST":
             return token, 405, "MethodNotAllowed", None
         if not path.startswith("/3/device/"):
             return token, 404, "BadPath", None
+        names = [name for name, _ in header_list]
+        if len(names) != len(set(names)):
+            return token, 400, "DuplicateHeaders", None
         auth = headers.get("authorization", "")
-        claims = self.verify_jwt(auth[len("bearer "):]) if auth.startswith("bearer ") else None
-        if claims is None:
-            return token, 403, "InvalidProviderToken", None
-        if claims["iat"] is None or claims["iat"] < time.time() - 3600:
+        if not auth:
+            return token, 403, "MissingProviderToken", None
+        jwt = auth[len("bearer "):] if auth.startswith("bearer ") else ""
+        claims = self.verify_jwt(jwt) if jwt else None
+        if claims is None or claims["kid"] != self.key_id or claims["iss"] != self.team_id:
+            return token, 403, "InvalidProviderToken", claims
+        if not isinstance(claims["iat"], int) or claims["iat"] < time.time() - TOKEN_LIFETIME:
             return token, 403, "ExpiredProviderToken", claims
-        if headers.get("apns-topic") != self.topic:
+        # A token is new when it was issued at another time (a signature differs on every signing, so the text
+        # alone would take a re-signed token for a new one).
+        if connection.jwt_iat is not None and claims["iat"] != connection.jwt_iat:
+            if claims["iat"] - connection.jwt_iat < TOKEN_RENEWAL_MINIMUM:
+                return token, 429, "TooManyProviderTokenUpdates", claims
+        connection.jwt_iat = claims["iat"]
+        connection.authenticated()
+        if "apns-topic" not in headers:
+            return token, 400, "MissingTopic", claims
+        if headers["apns-topic"] != self.topic:
             return token, 400, "BadTopic", claims
         if headers.get("apns-push-type") != "alert":
             return token, 400, "InvalidPushType", claims
+        if not token:
+            return token, 400, "MissingDeviceToken", claims
+        if not DEVICE_TOKEN.fullmatch(token):
+            return token, 400, "BadDeviceToken", claims
+        if "apns-id" in headers and not UUID.fullmatch(headers["apns-id"]):
+            return token, 400, "BadMessageId", claims
+        if "apns-expiration" in headers and not self.expiration_is_valid(headers["apns-expiration"]):
+            return token, 400, "BadExpirationDate", claims
+        if headers.get("apns-priority", "10") not in ("10", "5", "1"):
+            return token, 400, "BadPriority", claims
+        if len(headers.get("apns-collapse-id", "").encode()) > 64:
+            return token, 400, "BadCollapseId", claims
         if not body:
             return token, 400, "PayloadEmpty", claims
         if len(body) > 4096:
@@ -190,6 +245,15 @@ class FakeAPNs:
                 return token, 503, "ServiceUnavailable", claims
         return token, 200, "", claims
 
+    @staticmethod
+    def expiration_is_valid(text):
+        """UNIX epoch seconds: 0 (do not store) or a time at most 30 days ahead, APNs' longest storage. Anything
+        else, milliseconds included, is BadExpirationDate."""
+        if not text.isdigit():
+            return False
+        value = int(text)
+        return value == 0 or value <= time.time() + 30 * 86400
+
 
 class _Protocol(asyncio.Protocol):
     _by_transport = {}
@@ -200,6 +264,8 @@ class _Protocol(asyncio.Protocol):
         self.streams = {}
         self.open = {}      # stream id -> its record in fake.requests, until it is answered, reset or cut
         self.transport = None
+        self.jwt_iat = None  # when the provider token this connection uses was issued
+        self.limit_raised = False
 
     @classmethod
     def of(cls, transport):
@@ -211,9 +277,18 @@ class _Protocol(asyncio.Protocol):
         _Protocol._by_transport[transport] = self
         with self.fake.lock:
             self.fake.connections += 1
+        # APNs starts a token-authenticated connection at one stream (apns.md §1.5, §1.6).
+        self.conn.local_settings = h2.settings.Settings(client=False, initial_values={
+            h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS: 1,
+            h2.settings.SettingCodes.MAX_HEADER_LIST_SIZE: self.conn.DEFAULT_MAX_HEADER_LIST_SIZE})
         self.conn.initiate_connection()
-        self.conn.update_settings({h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS: self.fake.max_streams})
         transport.write(self.conn.data_to_send())
+
+    def authenticated(self):
+        """A request with a valid provider token arrived: raise the stream limit, as APNs does."""
+        if not self.limit_raised:
+            self.limit_raised = True
+            self.conn.update_settings({h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS: self.fake.max_streams})
 
     def connection_lost(self, exc):
         self.fake._transports.discard(self.transport)
@@ -236,6 +311,18 @@ class _Protocol(asyncio.Protocol):
     def data_received(self, data):
         try:
             events = self.conn.receive_data(data)
+        except h2.exceptions.TooManyStreamsError:
+            limit = self.conn.local_settings.max_concurrent_streams
+            with self.fake.lock:
+                self.fake.violations.append(f"a stream opened beyond the limit of {limit}")
+            # h2 has queued a bare GOAWAY; APNs' carries its reason, so send that one instead.
+            self.conn.data_to_send()
+            self.transport.write(hyperframe.frame.GoAwayFrame(
+                0, last_stream_id=self.conn.highest_inbound_stream_id, error_code=h2.errors.ErrorCodes.PROTOCOL_ERROR,
+                additional_data=b'{"reason":"Maximum active streams violated for this endpoint"}').serialize())
+            self.end_all()
+            self.transport.close()
+            return
         except Exception:  # a protocol error: APNs would close the connection too
             self.end_all()
             self.transport.close()
@@ -243,10 +330,12 @@ class _Protocol(asyncio.Protocol):
         for event in events:
             if isinstance(event, h2.events.RequestReceived):
                 headers = dict(event.headers)
+                header_list = list(event.headers)
                 path = headers.get(":path", "")
                 record = {"token": path[len("/3/device/"):] if path.startswith("/3/device/") else "",
                           "apns_id": headers.get("apns-id"), "started": time.time(), "ended": None, "status": None}
-                self.streams[event.stream_id] = {"headers": headers, "body": b"", "record": record}
+                self.streams[event.stream_id] = {"headers": headers, "header_list": header_list, "body": b"",
+                                                 "record": record}
                 self.open[event.stream_id] = record
                 with self.fake.lock:
                     self.fake.requests.append(record)
@@ -351,7 +440,7 @@ class _Protocol(asyncio.Protocol):
                     goaway = True
                 else:
                     fake.goaway_after -= 1
-        token, status, reason, claims = fake.answer(request["headers"], request["body"])
+        token, status, reason, claims = fake.answer(request["header_list"], request["body"], self)
         try:
             payload = json.loads(request["body"])
         except ValueError:
