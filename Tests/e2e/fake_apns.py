@@ -3,15 +3,15 @@
 It shares no code with the relay: TLS from Python's ssl module, HTTP/2 from hyper-h2, ES256 verification from
 cryptography. So the relay's nghttp2, OpenSSL and JWT code is judged by someone else's implementation.
 
-It is as strict as Apple (../shared/reference/apns.md §1.2, §1.4-1.6; issue #18): a new connection allows one
-stream until a request with a valid provider token arrives, then `max_streams`; a client that opens more gets
-GOAWAY, as APNs does. Requests are refused with Apple's status and reason for a repeated header, a missing or
-malformed device token, an `apns-id` that is not a lower-case UUID, an `apns-expiration` that is not epoch
-seconds, an `apns-priority` other than 10, 5 or 1, an `apns-collapse-id` over 64 bytes, a missing or wrong topic or
-push type, an empty or oversized payload, a provider token that is missing, unsigned, of another key or team or
-over an hour old, and a provider token replaced on a connection less than 20 minutes after the one it replaces
-(429 TooManyProviderTokenUpdates). 410 carries its `timestamp` in milliseconds. Breaches of the protocol itself
-(too many streams) are also listed in `violations`.
+It is as strict as Apple (../shared/reference/apns.md §1.2, §1.4-1.6; issue #18): a new connection allows one stream
+until a request with a valid provider token arrives, then `max_streams`; a client that opens more gets GOAWAY, as
+APNs does. Requests are refused with Apple's status and reason for a repeated header, a missing or malformed device
+token, an `apns-id` that is not a lower-case UUID, an `apns-expiration` that is not epoch seconds (digits, at most a
+year ahead), an `apns-priority` other than 10, 5 or 1, an `apns-collapse-id` over 64 bytes, a missing or wrong topic
+or push type, an empty or oversized payload, a provider token that is missing, unsigned, of another key or team or
+over an hour old, and a provider token replaced on a connection less than 20 minutes after the one it replaces (429
+TooManyProviderTokenUpdates). 410 carries its `timestamp` in milliseconds. Breaches of the protocol itself (too many
+streams) are also listed in `violations`.
 """
 import asyncio
 import base64
@@ -247,12 +247,12 @@ class FakeAPNs:
 
     @staticmethod
     def expiration_is_valid(text):
-        """UNIX epoch seconds: 0 (do not store) or a time at most 30 days ahead, APNs' longest storage. Anything
-        else, milliseconds included, is BadExpirationDate."""
+        """UNIX epoch seconds as decimal digits: 0 (do not store) or a time. A value more than a year ahead can only
+        be milliseconds (APNs stores for 30 days at most); it is BadExpirationDate, like anything not a number."""
         if not text.isdigit():
             return False
         value = int(text)
-        return value == 0 or value <= time.time() + 30 * 86400
+        return value == 0 or value <= time.time() + 365 * 86400
 
 
 class _Protocol(asyncio.Protocol):
