@@ -116,10 +116,11 @@ def devices_vanish_only_for_a_cause(incarnations, surviving, requests):
             if inc.key not in surviving and not inc.deleted and inc.key not in answered_410]
 
 
-def per_device_order(requests, posted_at, job_ttl):
+def per_device_order(requests, posted_at, job_ttl, retry_max):
     """For two jobs j < k of one device, a push of j that starts after a push of k started is out of order unless
-    j may have been dead-lettered (and replayed) before k was sent: APNs rejected j permanently before that, or j's
-    JOB_TTL had run out (counted from just before its webhook was posted, so never too early)."""
+    j may have been dead-lettered (and replayed) before k was sent: APNs rejected j permanently before that, or j
+    may have expired. A job expires at its JOB_TTL (counted from just before its webhook was posted, so never too
+    early), or up to RETRY_MAX before it: a retry that would fall after the TTL is dead-lettered as Expired at once."""
     violations = []
     for key, records in requests_by_incarnation(requests).items():
         rejected_at = {}
@@ -133,7 +134,7 @@ def per_device_order(requests, posted_at, job_ttl):
                     continue
                 overtaken_at = later_push["started"]
                 may_be_dead = (rejected_at.get(marker, float("inf")) <= overtaken_at
-                               or overtaken_at >= posted_at[marker] + job_ttl)
+                               or overtaken_at >= posted_at[marker] + job_ttl - retry_max)
                 if not may_be_dead:
                     violations.append(f"device {key}: {marker} was sent after the later {later_marker}, "
                                       f"though it was neither rejected nor expired when {later_marker} was sent")

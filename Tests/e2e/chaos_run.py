@@ -167,7 +167,7 @@ class ChaosRun:
             (1, invariants.nothing_queued(stats)),
             (2, invariants.dead_letter_reasons_are_true(dead, requests, stats)),
             (3, invariants.devices_vanish_only_for_a_cause(self.incarnations, surviving, requests)),
-            (4, invariants.per_device_order(requests, self.posted_at, self.job_ttl)),
+            (4, invariants.per_device_order(requests, self.posted_at, self.seconds("JOB_TTL"), self.seconds("RETRY_MAX"))),
             (5, invariants.one_push_in_flight_per_device(requests)),
             (8, invariants.apns_rules_kept(requests, list(self.fake.violations))),
         ]
@@ -307,9 +307,8 @@ class ChaosRun:
 
     # -- helpers -----------------------------------------------------------------------------------------------
 
-    @property
-    def job_ttl(self):
-        text = self.schedule.settings["JOB_TTL"]
+    def seconds(self, setting):
+        text = self.schedule.settings[setting]
         return float(text[:-2]) / 1000 if text.endswith("ms") else float(text[:-1])
 
     def fake_faulty(self):

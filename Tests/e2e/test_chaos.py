@@ -70,13 +70,14 @@ def test_a_job_sent_after_a_later_one_is_reported_unless_it_was_rejected_or_expi
     posted = {"chaos 0.0.1": 0.0, "chaos 0.0.2": 0.1}
     in_order = [push("chaos 0.0.1", 1, 2), push("chaos 0.0.2", 3, 4)]
     overtaken = [push("chaos 0.0.2", 1, 2), push("chaos 0.0.1", 3, 4)]
-    assert per_device_order(in_order, posted, job_ttl=5) == []
-    assert len(per_device_order(overtaken, posted, job_ttl=5)) == 1
-    assert per_device_order(overtaken, posted, job_ttl=0.5) == [], "expired, dead-lettered and replayed"
+    assert per_device_order(in_order, posted, job_ttl=5, retry_max=1) == []
+    assert len(per_device_order(overtaken, posted, job_ttl=5, retry_max=1)) == 1
+    assert per_device_order(overtaken, posted, job_ttl=0.5, retry_max=0.1) == [], "expired, dead-lettered and replayed"
+    assert per_device_order(overtaken, posted, job_ttl=1.5, retry_max=1) == [], "a retry past the TTL expires early"
     rejected_first = [push("chaos 0.0.1", 0.5, 0.6, status=400, reason="DeviceTokenNotForTopic")] + overtaken
-    assert per_device_order(rejected_first, posted, job_ttl=5) == [], "rejected, dead-lettered and replayed"
+    assert per_device_order(rejected_first, posted, job_ttl=5, retry_max=1) == [], "rejected, dead-lettered and replayed"
     other_device = [push("chaos 0.0.2", 1, 2), push("chaos 0.1.1", 3, 4)]
-    assert per_device_order(other_device, {"chaos 0.0.2": 0, "chaos 0.1.1": 0}, job_ttl=5) == []
+    assert per_device_order(other_device, {"chaos 0.0.2": 0, "chaos 0.1.1": 0}, job_ttl=5, retry_max=1) == []
 
 
 def test_two_pushes_in_flight_for_one_device_are_reported():
