@@ -10,7 +10,7 @@ KUMAPUSH_FUZZ=1 swift build -c release --product FuzzTargets --build-path .build
   -Xswiftc -sanitize=fuzzer -Xswiftc -parse-as-library >/dev/null
 binary=$(KUMAPUSH_FUZZ=1 swift build -c release --build-path .build/fuzz --show-bin-path)/FuzzTargets
 status=0
-for target in json webhook query authorization apns-response; do
+for target in json tolerant-json webhook query authorization apns-response; do
   echo "==> fuzzing $target for ${seconds}s"
   mkdir -p "fuzz/corpus/$target" "fuzz/crashes/$target"
   if ! FUZZ_TARGET=$target "$binary" "fuzz/corpus/$target" -max_total_time="$seconds" -max_len=70000 -timeout=5 \

@@ -12,6 +12,9 @@ packages=(
   openssl             # make run: throwaway CA, certificates and signing key
   curl                # make run walk-through, healthchecks in scripts
   systemd             # systemd-analyze verify of deploy/systemd in the tests
+  nodejs              # Tests/e2e/uptime_kuma_client.js: webhooks sent exactly as Uptime Kuma sends them,
+  node-axios          #   with its real HTTP client (NODE_PATH=/usr/share/nodejs)
+  node-form-data      #   and its multipart encoder
 )
 
 # `install-deps.sh bench` adds what `make bench` measures against.

@@ -116,6 +116,9 @@ extension Settings {
         Variable(name: "APNS_URL", defaultText: "", summary: "APNs base URL override, e.g. https://127.0.0.1:8443 (simulator)") { s, text throws(ConfigurationError) in
             s.apnsURL = try parseAPNsURL(text)
         },
+        Variable(name: "APNS_SANDBOX_URL", defaultText: "", summary: "the other APNs environment's base URL, tried once on BadDeviceToken; default Apple's other host unless APNS_URL is set") { s, text throws(ConfigurationError) in
+            s.apnsSandboxURL = try parseAPNsURL(text, "APNS_SANDBOX_URL")
+        },
         Variable(name: "APNS_CA_FILE", defaultText: "", summary: "extra PEM CA trusted for APNs (tests, simulator)") { s, text throws(ConfigurationError) in
             s.apnsCAFile = text.isEmpty ? nil : text
         },
@@ -169,6 +172,9 @@ extension Settings {
         },
         Variable(name: "DEVICE_QUEUE_MAX", defaultText: "1000", summary: "live jobs per device; beyond it alerts merge into the waiting digest (202 merged)") { s, text throws(ConfigurationError) in
             s.deviceQueueMax = try parseInt(text, "DEVICE_QUEUE_MAX", 2...1_000_000)
+        },
+        Variable(name: "DEAD_LETTER_MAX", defaultText: "100000", summary: "dead letters kept at most; past it the oldest are purged first") { s, text throws(ConfigurationError) in
+            s.deadLetterMax = try parseInt(text, "DEAD_LETTER_MAX", 1...Int(Int32.max))
         },
         Variable(name: "STALL_TIMEOUT", defaultText: "30s", summary: "a deliverer with due jobs that sent nothing this long resets its breaker and connections") { s, text throws(ConfigurationError) in
             s.stallTimeout = try parseDuration(text, "STALL_TIMEOUT")
@@ -280,12 +286,12 @@ private func parseBasePath(_ text: String) throws(ConfigurationError) -> String 
     return path
 }
 
-private func parseAPNsURL(_ text: String) throws(ConfigurationError) -> String? {
+private func parseAPNsURL(_ text: String, _ name: String = "APNS_URL") throws(ConfigurationError) -> String? {
     var url = text.trimmingWhitespace()
     if url.isEmpty { return nil }
     while url.hasSuffix("/") { url.removeLast() }
     guard url.hasPrefix("https://"), APNsEndpoint(url) != nil else {
-        throw invalid("APNS_URL", text, "an https URL such as https://127.0.0.1:8443")
+        throw invalid(name, text, "an https URL such as https://127.0.0.1:8443")
     }
     return url
 }

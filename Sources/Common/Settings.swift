@@ -31,6 +31,9 @@ public struct Settings: Sendable, Equatable {
     public var apnsEnvironment = APNsEnvironment.production
     /// Explicit APNs base URL (e.g. the simulator); nil means the one for `apnsEnvironment`.
     public var apnsURL: String?
+    /// The other environment's base URL (SPEC §4: a push refused with BadDeviceToken is tried there once). Named for
+    /// the common case: an App Store relay whose TestFlight and Xcode builds have sandbox tokens.
+    public var apnsSandboxURL: String?
     public var apnsCAFile: String?
     public var apnsConnections = 2
     public var deliverConcurrency = 1000
@@ -52,6 +55,8 @@ public struct Settings: Sendable, Equatable {
     public var deviceQueueMax = 1000
     /// A deliverer with due jobs, no known APNs failure and nothing sent for this long resets itself (SPEC §4).
     public var stallTimeout: Duration = .seconds(30)
+    /// Dead letters kept at most; past it the oldest are purged first (a dead-lettering token cannot fill the disk).
+    public var deadLetterMax = 100_000
 
     // Abuse limits
     public var rateLimitRegister = [RateLimitRule(limit: 5, window: .seconds(60)),
@@ -75,6 +80,23 @@ public struct Settings: Sendable, Equatable {
     public var apnsBaseURL: String {
         if let apnsURL { return apnsURL }
         switch apnsEnvironment {
+        case .production: return "https://api.push.apple.com"
+        case .sandbox: return "https://api.sandbox.push.apple.com"
+        }
+    }
+
+    /// The environment a push is tried in when the configured one refuses its token as `BadDeviceToken`.
+    public var otherAPNsEnvironment: APNsEnvironment {
+        apnsEnvironment == .production ? .sandbox : .production
+    }
+
+    /// The other environment's base URL: APNS_SANDBOX_URL, else Apple's host for it — unless APNS_URL points the
+    /// relay somewhere else (a simulator, a proxy) and nothing says where the other environment is: then there is
+    /// none, and a BadDeviceToken is final.
+    public var otherAPNsBaseURL: String? {
+        if let apnsSandboxURL { return apnsSandboxURL }
+        guard apnsURL == nil else { return nil }
+        switch otherAPNsEnvironment {
         case .production: return "https://api.push.apple.com"
         case .sandbox: return "https://api.sandbox.push.apple.com"
         }

@@ -18,16 +18,29 @@ public struct APNsRequestFactory: Sendable {
     /// The push for one job, worded now.
     public func push(for job: ClaimedJob, now: Int64) throws(InvalidPayload) -> PushMessage {
         guard let event = AlertEvent(jobPayload: job.payload) else { throw InvalidPayload() }
-        return builder.notification(for: event, timeSensitiveDown: job.downNotificationLevel == .timeSensitive,
-                                    acceptedAt: job.createdAt, now: now)
+        var push = builder.notification(for: event, timeSensitiveDown: job.downNotificationLevel == .timeSensitive,
+                                        acceptedAt: job.createdAt, now: now)
+        push.badge = job.badge
+        return push
     }
 
-    /// One digest push for the head job and the pending jobs merged into it (oldest first).
+    /// One digest push for the head job and the pending jobs merged into it (oldest first), each followed by the
+    /// alerts folded into it past `DEVICE_QUEUE_MAX`.
     public func digest(for job: ClaimedJob, merging pending: [PendingJob], now: Int64) throws(InvalidPayload) -> PushMessage {
         guard let head = AlertEvent(jobPayload: job.payload) else { throw InvalidPayload() }
-        let events = [head] + pending.compactMap { AlertEvent(jobPayload: $0.payload) }
-        return DigestBuilder(lateNotice: builder.lateNotice)
-            .digest(events, timeSensitiveDown: job.downNotificationLevel == .timeSensitive, firstAcceptedAt: job.createdAt, now: now)
+        var events = [head] + job.folded.entries.map(\.event)
+        var uncounted = job.folded.uncounted
+        for waiting in pending {
+            if let event = AlertEvent(jobPayload: waiting.payload) { events.append(event) }
+            events += waiting.folded.entries.map(\.event)
+            uncounted = uncounted + waiting.folded.uncounted
+        }
+        var push = DigestBuilder(lateNotice: builder.lateNotice)
+            .digest(events, uncounted: uncounted, timeSensitiveDown: job.downNotificationLevel == .timeSensitive,
+                    firstAcceptedAt: job.createdAt, now: now)
+        // The badge of its last alert: the count after everything the digest reports.
+        push.badge = pending.last?.badge ?? job.badge
+        return push
     }
 
     /// `POST /3/device/<token>` with the headers APNs wants and the JSON payload (≤ 4096 bytes).

@@ -10,9 +10,15 @@ extension DeliveryEngine {
     func settleProbe() {
         let state = loopState
         guard let probe = state.breaker.probe, state.inFlight[probe.jobID] == nil,
-              !state.resendQueue.contains(where: { $0.0.id == probe.jobID }) else { return }
+              !state.resendQueue.contains(where: { $0.job.id == probe.jobID }) else { return }
         state.breaker.probeEnded(jobID: probe.jobID)
         state.claimDue = true
+    }
+
+    /// One answer from the configured environment, for the detector and the breaker.
+    func recordHealth(_ verdict: Verdict, jobID: Int64, now: Int64) -> OutageBreaker.Transition {
+        noteHealth(of: verdict)
+        return loopState.breaker.record(verdict, jobID: jobID, now: now)
     }
 
     /// Keeps the detector's view of APNs: an outage-class failure or a configuration fault means APNs is known to

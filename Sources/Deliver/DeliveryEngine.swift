@@ -23,12 +23,16 @@ public final class DeliveryEngine: Sendable {
         /// DEVICE_BURST: pushes per device per minute before waiting alerts merge into a digest (nil: never).
         public var deviceBurst: Int?
         /// Most alerts one digest merges.
-        public var maximumMerged = 200
+        public var maximumMerged = 1000
         /// Over its burst, a device gets at most one push per window; what arrives meanwhile waits and goes out as
         /// one digest.
         public var digestWindow: Duration = .seconds(5)
         /// STALL_TIMEOUT: due jobs, APNs not known to be failing, and nothing sent for this long → reset (SPEC §4).
         public var stallTimeout: Duration
+        /// DEAD_LETTER_MAX: the oldest dead letters past it are purged (checked every 10 s).
+        public var deadLetterMax: Int
+        /// The environment the relay is configured for (ENV / APNS_ENVIRONMENT); `pool` talks to it.
+        public var environment: Settings.APNsEnvironment
 
         public init(settings: Settings, worker: String) {
             self.worker = worker
@@ -39,6 +43,8 @@ public final class DeliveryEngine: Sendable {
             tombstoneRetention = settings.tombstoneRetention
             deviceBurst = settings.deviceBurst
             stallTimeout = settings.stallTimeout
+            deadLetterMax = settings.deadLetterMax
+            environment = settings.apnsEnvironment
         }
     }
 
@@ -46,9 +52,12 @@ public final class DeliveryEngine: Sendable {
         let job: ClaimedJob
         let generation: Int
         var resends: Int
+        /// Where this attempt went, and whether the push already switched environment once (SPEC §4).
+        let environment: Settings.APNsEnvironment
+        let switched: Bool
         let started: ContinuousClock.Instant
         /// Pending jobs this push is a digest of.
-        let merged: [Int64]
+        let merged: [MergedJob]
     }
 
     struct Answer: Sendable {
@@ -69,6 +78,8 @@ public final class DeliveryEngine: Sendable {
     let configuration: Configuration
     let store: any RelayStore
     let pool: APNsConnectionPool
+    /// The other APNs environment, when there is one to try (`Settings.otherAPNsBaseURL`).
+    let other: OtherAPNsEnvironment?
     let tokens: ProviderTokenSource
     let factory: APNsRequestFactory
     let clock: any WallClock
@@ -82,11 +93,12 @@ public final class DeliveryEngine: Sendable {
     /// Set when the stall detector fired, cleared by the next answer from APNs; `serve`'s `/health` reads it.
     let stalled = Atomic<Bool>(false)
 
-    public init(configuration: Configuration, store: any RelayStore, pool: APNsConnectionPool, tokens: ProviderTokenSource,
-                factory: APNsRequestFactory, clock: any WallClock, logger: Logger, metrics: MetricsRegistry) {
+    public init(configuration: Configuration, store: any RelayStore, pool: APNsConnectionPool, other: OtherAPNsEnvironment? = nil,
+                tokens: ProviderTokenSource, factory: APNsRequestFactory, clock: any WallClock, logger: Logger, metrics: MetricsRegistry) {
         self.configuration = configuration
         self.store = store
         self.pool = pool
+        self.other = other
         self.tokens = tokens
         self.factory = factory
         self.clock = clock
@@ -156,6 +168,8 @@ public final class DeliveryEngine: Sendable {
                     housekeeping(now: now, purge: ContinuousClock.now - lastPurge >= .seconds(600))
                     if ContinuousClock.now - lastPurge >= .seconds(600) { lastPurge = .now }
                     checkLiveness(now: now)
+                    refreshPause(now: now)
+                    other?.closeIfIdle()
                     state.claimDue = true
                 }
                 let change = (try? store.changeCounter()) ?? lastChange
@@ -227,7 +241,7 @@ public final class DeliveryEngine: Sendable {
         var outcomes: [JobOutcome] = []
         for job in jobs {
             if now > job.expiresAt {
-                outcomes.append(JobOutcome(jobID: job.id, attempt: job.attempt, kind: .deadLetter(reason: "Expired")))
+                outcomes.append(JobOutcome(jobID: job.id, attempt: job.attempt, kind: .abandon(reason: "Expired")))
                 continue
             }
             if let until = digestWindowEnd(for: job, now: now) {
@@ -235,36 +249,57 @@ public final class DeliveryEngine: Sendable {
                 state.nextRetryAt = min(state.nextRetryAt ?? until, until)
                 continue
             }
-            send(job, resends: 0, outcomes: &outcomes)
+            send(Resend(job: job, resends: 0, environment: nil, switched: false), outcomes: &outcomes)
         }
         if !outcomes.isEmpty { record(outcomes) }
     }
 
-    private func send(_ job: ClaimedJob, resends: Int, outcomes: inout [JobOutcome]) {
+    /// A push to (re)send: how often it was resent, and the environment it must go to (nil: the device's).
+    struct Resend: Sendable {
+        let job: ClaimedJob
+        let resends: Int
+        let environment: Settings.APNsEnvironment?
+        let switched: Bool
+    }
+
+    private func send(_ attempt: Resend, outcomes: inout [JobOutcome]) {
         let state = loopState
+        let (job, resends) = (attempt.job, attempt.resends)
         let now = clock.nowMillis()
         let request: HTTP2Request
         let generation: Int
         let merged = resends == 0 ? stormBacklog(of: job, now: now) : []
+        let push: PushMessage
+        do {
+            push = merged.isEmpty && job.folded.isEmpty
+                ? try factory.push(for: job, now: now) : try factory.digest(for: job, merging: merged, now: now)
+        } catch {
+            outcomes.append(JobOutcome(jobID: job.id, attempt: job.attempt, kind: .abandon(reason: "InvalidPayload")))
+            return
+        }
         do {
             let (token, tokenGeneration) = try tokens.token()
             generation = tokenGeneration
-            let push = merged.isEmpty ? try factory.push(for: job, now: now) : try factory.digest(for: job, merging: merged, now: now)
             request = factory.request(for: job, push: push, providerToken: token)
         } catch {
-            outcomes.append(JobOutcome(jobID: job.id, attempt: job.attempt, kind: .deadLetter(reason: "InvalidPayload")))
+            // Our signing failed, not the push: it waits and is tried again, never dead-lettered for it.
+            logger.error("cannot sign a provider token", ["error": String(describing: error)])
+            outcomes.append(Self.outcome(for: .retry(reason: "ProviderTokenUnavailable", outage: false), job: job,
+                                         backoff: configuration.backoff, now: now))
             return
         }
-        if !merged.isEmpty {
+        if !merged.isEmpty || !job.folded.isEmpty {
             metrics.increment("kumapush_digests_total")
-            metrics.increment("kumapush_alerts_merged_total", by: Double(merged.count + 1))
+            let carried = 1 + job.folded.count + merged.reduce(0) { $0 + 1 + $1.folded.count }
+            metrics.increment("kumapush_alerts_merged_total", by: Double(carried))
         }
-        guard let connection = pool.pick() else {
-            state.resendQueue.append((job, resends))
+        let environment = route(attempt)
+        guard let connection = pool(for: environment).pick() else {
+            state.resendQueue.append(attempt)
             return
         }
-        state.inFlight[job.id] = InFlight(job: job, generation: generation, resends: resends, started: .now,
-                                          merged: merged.map(\.id))
+        state.inFlight[job.id] = InFlight(job: job, generation: generation, resends: resends, environment: environment,
+                                          switched: attempt.switched, started: .now, merged: merged.map(\.asMerged))
         state.lastSentAt = .now
         metrics.observe("kumapush_webhook_to_apns_seconds", value: Double(max(0, clock.nowMillis() - job.createdAt)) / 1000)
         connection.send(request) { [weak self] result in
@@ -279,11 +314,17 @@ public final class DeliveryEngine: Sendable {
 
     private func dispatchResends() {
         let state = loopState
-        guard !state.resendQueue.isEmpty, pool.freeStreams > 0 else { return }
+        guard !state.resendQueue.isEmpty else { return }
         let queued = state.resendQueue
         state.resendQueue.removeAll()
         var outcomes: [JobOutcome] = []
-        for (job, resends) in queued { send(job, resends: resends, outcomes: &outcomes) }
+        for attempt in queued {
+            if pool(for: route(attempt)).freeStreams > 0 {
+                send(attempt, outcomes: &outcomes)
+            } else {
+                state.resendQueue.append(attempt)
+            }
+        }
         if !outcomes.isEmpty { record(outcomes) }
     }
 
@@ -307,33 +348,40 @@ public final class DeliveryEngine: Sendable {
             verdict = .retry(reason: "StreamReset\(code)", outage: true)
         }
         let now = clock.nowMillis()
-        noteHealth(of: verdict)
-        switch state.breaker.record(verdict, jobID: job.id, now: now) {
+        // The breaker and the stall detector watch the configured environment; the other one's answers say
+        // nothing about its health (and its failures only retry the pushes that went there).
+        let transition = flight.environment == configuration.environment
+            ? recordHealth(verdict, jobID: job.id, now: now) : .none
+        switch transition {
         case .opened:
             logger.error("APNs outage: most recent pushes failed; pausing, probing with one push at a time")
         case .recovered:
+            try? store.recordPause(worker: configuration.worker, reason: nil, now: now)
             let due = (try? store.makeRetryableDue(now: now)) ?? 0
             logger.info("APNs answers again: sending the backlog now", ["jobs.due": String(due)])
             state.claimDue = true
         case .paused(let reason):
+            recordPause(reason, now: now)
             logger.error("APNs rejects our credentials or topic: delivery paused, jobs kept. Fix APNS_KEY_ID, APNS_TEAM_ID, APP_BUNDLE_IDENTIFIER or the key, then restart",
                          ["apns.reason": reason])
         case .none:
             break
         }
+        if switchEnvironment(after: verdict, flight: flight) { return }
+        learnEnvironment(from: verdict, flight: flight)
         var outcome = Self.outcome(for: verdict, job: job, backoff: configuration.backoff, now: now)
         switch outcome.kind {
-        case .delivered, .deadLetter: outcome.merged = flight.merged
+        case .delivered, .deadLetter, .abandon: outcome.merged = flight.merged
         case .retry, .removeDevice, .postpone: break
         }
         switch verdict {
         case .resend where flight.resends < 5:
-            state.resendQueue.append((job, flight.resends + 1))
+            state.resendQueue.append(Resend(job: job, resends: flight.resends + 1, environment: flight.environment, switched: flight.switched))
             return
         case .refreshProviderToken where flight.resends < 5:
             tokens.expired(generation: flight.generation)
-            pool.recycle(answer.connection)
-            state.resendQueue.append((job, flight.resends + 1))
+            pool(for: flight.environment).recycle(answer.connection)
+            state.resendQueue.append(Resend(job: job, resends: flight.resends + 1, environment: flight.environment, switched: flight.switched))
             return
         default:
             break
@@ -346,8 +394,11 @@ public final class DeliveryEngine: Sendable {
         if case .delivered = outcome.kind { state.recordSend(to: job.deviceID, at: now) }
         metrics.increment("kumapush_deliveries_total", [("outcome", Self.label(outcome.kind)), ("reason", Self.reason(verdict))])
         if case .removeDevice = outcome.kind { metrics.increment("kumapush_devices_removed_total") }
-        if case .deadLetter(let reason) = outcome.kind {
-            logger.warning("push dead-lettered", ["job.id": job.publicID, "apns.reason": reason, "device.token": Redact.token(job.deviceToken)])
+        switch outcome.kind {
+        case .deadLetter(let reason), .abandon(let reason):
+            logger.warning("push dead-lettered", ["job.id": job.publicID, "reason": reason, "device.token": Redact.token(job.deviceToken)])
+        case .delivered, .retry, .removeDevice, .postpone:
+            break
         }
         outcomes.append(outcome)
     }
@@ -362,11 +413,11 @@ public final class DeliveryEngine: Sendable {
         case .deadLetter(let reason): kind = .deadLetter(reason: reason)
         case .retry(let reason, _), .pause(let reason):
             let at = now + max(1, backoff.delayMillis(afterAttempt: job.attempt))
-            kind = at > job.expiresAt ? .deadLetter(reason: "Expired") : .retry(at: at, error: reason)
+            kind = at > job.expiresAt ? .abandon(reason: "Expired") : .retry(at: at, error: reason)
         case .resend, .refreshProviderToken:
             // Only reached when resending kept failing: treat as a transient failure.
             let at = now + max(1, backoff.delayMillis(afterAttempt: job.attempt))
-            kind = at > job.expiresAt ? .deadLetter(reason: "Expired") : .retry(at: at, error: "Refused")
+            kind = at > job.expiresAt ? .abandon(reason: "Expired") : .retry(at: at, error: "Refused")
         }
         return JobOutcome(jobID: job.id, attempt: job.attempt, kind: kind)
     }
@@ -386,6 +437,13 @@ public final class DeliveryEngine: Sendable {
         if let rescued = try? store.rescueExpiredLeases(now: now), rescued > 0 {
             logger.warning("rescued jobs from expired leases", ["count": String(rescued)])
         }
+        if now - loopState.deadLettersCheckedAt >= 10_000 {
+            loopState.deadLettersCheckedAt = now
+            if let purged = try? store.purgeDeadLetters(keeping: configuration.deadLetterMax), purged > 0 {
+                metrics.increment("kumapush_dead_letters_purged_total", [("cause", "budget")], by: Double(purged))
+                logger.warning("dead letters over DEAD_LETTER_MAX: oldest purged", ["count": String(purged)])
+            }
+        }
         guard purge else { return }
         _ = try? store.purgeDeadLetters(before: now - configuration.deadLetterRetention.wholeMilliseconds)
         _ = try? store.purgeTombstones(before: now - configuration.tombstoneRetention.wholeMilliseconds)
@@ -394,7 +452,8 @@ public final class DeliveryEngine: Sendable {
 
     private func releaseRemaining() {
         let state = loopState
-        let remaining = Array(state.inFlight.keys) + state.resendQueue.map(\.0.id)
+        if state.breaker.isPaused { try? store.recordPause(worker: configuration.worker, reason: nil, now: clock.nowMillis()) }
+        let remaining = Array(state.inFlight.keys) + state.resendQueue.map(\.job.id)
         guard !remaining.isEmpty else { return }
         let released = (try? store.release(jobIDs: remaining, worker: configuration.worker, now: clock.nowMillis())) ?? 0
         logger.warning("released leases of pushes still in flight at shutdown", ["count": String(released)])
@@ -404,7 +463,7 @@ public final class DeliveryEngine: Sendable {
         switch kind {
         case .delivered: return "delivered"
         case .retry: return "retry"
-        case .deadLetter: return "dead_letter"
+        case .deadLetter, .abandon: return "dead_letter"
         case .removeDevice: return "device_removed"
         case .postpone: return "postponed"
         }

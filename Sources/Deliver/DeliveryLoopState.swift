@@ -26,13 +26,17 @@ final class UncheckedLoopState: @unchecked Sendable {
     func recentSends(to device: String, now: Int64) -> Int {
         sends[device]?.reduce(0) { $0 + (now - $1 < 60_000 ? 1 : 0) } ?? 0
     }
-    /// Pushes to send again at once (refused streams, a new provider token), with how often they were resent.
-    var resendQueue: [(ClaimedJob, Int)] = []
+    /// Pushes to send again at once (refused streams, a new provider token, the other APNs environment).
+    var resendQueue: [DeliveryEngine.Resend] = []
     var breaker = OutageBreaker()
     /// When a push was last handed to a connection, and when APNs last failed for everyone (an outage-class
     /// answer, a configuration fault, every connection down): the stall detector's two clocks.
     var lastSentAt = ContinuousClock.now
     var lastFailureAt: ContinuousClock.Instant?
+    /// When this deliverer last wrote its configuration-fault pause to the store (ms), for the refresh.
+    var pauseRecordedAt: Int64 = 0
+    /// When the dead-letter budget was last enforced (ms).
+    var deadLettersCheckedAt: Int64 = 0
     var claimDue = true
     var nextRetryAt: Int64?
     /// Last time there was anything to do (for the idle poll interval).

@@ -3,11 +3,12 @@ import Foundation
 import Synchronization
 
 /// The one provider token of this process (SPEC §4, reference/apns.md §1.5): made from the .p8 key, reused for
-/// 50 minutes (APNs accepts 20–60), renewed early only after APNs says `ExpiredProviderToken`, and then at most
-/// once a minute however many in-flight requests report it.
+/// 50 minutes (APNs accepts 20–60), renewed early only after APNs says `ExpiredProviderToken`, and then only
+/// when the current token is at least 20 minutes old: Apple answers `TooManyProviderTokenUpdates` to anything more
+/// frequent, however many in-flight requests report the token expired.
 public final class ProviderTokenSource: Sendable {
     public static let lifetime: Duration = .seconds(50 * 60)
-    public static let minimumForcedInterval: Duration = .seconds(60)
+    public static let minimumForcedInterval: Duration = .seconds(20 * 60)
 
     struct Current: Sendable {
         var token: String
@@ -63,7 +64,8 @@ public final class ProviderTokenSource: Sendable {
     }
 
     /// APNs said the token of `generation` expired: make a new one unless that already happened, or the last
-    /// renewal was under a minute ago (a burst of 403s for the same token must not become a burst of renewals).
+    /// renewal was under 20 minutes ago (a burst of 403s for the same token must not become a burst of renewals,
+    /// and Apple refuses renewals more frequent than that).
     public func expired(generation: Int) {
         let now = clock.nowMillis()
         guard let current = current.withLock({ $0 }), current.generation == generation,

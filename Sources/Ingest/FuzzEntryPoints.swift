@@ -3,13 +3,20 @@ import Common
 /// Every parser that sees outside bytes, behind one function per input kind, for the libFuzzer targets
 /// (`make fuzz`) and the corpus replay in `make test`. Each must return for any input: no crash, no hang.
 public enum FuzzEntryPoints {
-    public static let names = ["json", "webhook", "query", "authorization", "apns-response"]
+    public static let names = ["json", "tolerant-json", "webhook", "query", "authorization", "apns-response"]
 
     public static func run(_ name: String, _ bytes: [UInt8]) {
         switch name {
         case "json":
             _ = try? JSONParser.parse(bytes)
             _ = try? JSONParser.parse(bytes, keeping: WebhookParser.keysRead)
+        case "tolerant-json":
+            // The custom-text path alone: tolerant JSON, the form recogniser, and the whole strict/tolerant/text chain.
+            _ = TolerantJSONParser.parse(bytes)
+            if let text = String(validating: bytes, as: UTF8.self) {
+                _ = FormText.fields(text)
+                _ = CustomText.event(text, unwrapped: false)
+            }
         case "webhook":
             // The first byte picks the content type; the rest is the body (and, for GET, the query).
             let types = ["application/json", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x", "text/plain"]

@@ -33,7 +33,8 @@ public final class IngestService: Sendable {
         self.clock = clock
         self.logger = logger
         self.metrics = metrics
-        writer = QueueWriter(store: store, clock: clock, ttl: settings.jobTTL, logger: logger, metrics: metrics, onCommit: onCommit)
+        writer = QueueWriter(store: store, clock: clock, ttl: settings.jobTTL, deviceCap: settings.deviceQueueMax, logger: logger,
+                             metrics: metrics, onCommit: onCommit)
         deviceAPI = DeviceAPI(store: store, clock: clock, registerLimiter: SlidingWindowLimiter(rules: settings.rateLimitRegister),
                               logger: logger)
         webhook = WebhookEndpoint(store: store, writer: writer, clock: clock, queueMax: settings.queueMax, testWait: settings.testWait,

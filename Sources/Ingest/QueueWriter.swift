@@ -29,6 +29,8 @@ public final class QueueWriter: Sendable {
     private let store: any JobQueue
     private let clock: any WallClock
     private let ttl: Duration
+    /// DEVICE_QUEUE_MAX: past it a device's alerts fold into its waiting digest instead of becoming jobs.
+    private let deviceCap: Int
     private let maxBatch: Int
     private let logger: Logger
     private let metrics: MetricsRegistry
@@ -37,8 +39,9 @@ public final class QueueWriter: Sendable {
     private let state = Mutex(State())
     private let finished = DispatchSemaphore(value: 0)
 
-    public init(store: any JobQueue, clock: any WallClock, ttl: Duration, maxBatch: Int = 1000, logger: Logger,
-                metrics: MetricsRegistry, onCommit: @escaping @Sendable () -> Void = {}) {
+    public init(store: any JobQueue, clock: any WallClock, ttl: Duration, deviceCap: Int = .max, maxBatch: Int = 1000,
+                logger: Logger, metrics: MetricsRegistry, onCommit: @escaping @Sendable () -> Void = {}) {
+        self.deviceCap = deviceCap
         self.onCommit = onCommit
         self.store = store
         self.clock = clock
@@ -110,7 +113,7 @@ public final class QueueWriter: Sendable {
     private func commit(_ batch: [Pending]) {
         metrics.observe("kumapush_enqueue_batch_size", value: Double(batch.count))
         do {
-            let results = try store.enqueue(batch.map(\.job), now: clock.nowMillis(), ttl: ttl)
+            let results = try store.enqueue(batch.map(\.job), now: clock.nowMillis(), ttl: ttl, deviceCap: deviceCap)
             let queued = results.filter { $0 == .queued }.count
             state.withLock { $0.depth += queued }
             if queued > 0 { onCommit() }

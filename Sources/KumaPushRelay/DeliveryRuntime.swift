@@ -10,6 +10,7 @@ import Synchronization
 final class DeliveryRuntime: Sendable {
     let engine: DeliveryEngine
     let pool: APNsConnectionPool
+    let other: OtherAPNsEnvironment?
 
     init(settings: Settings, store: any RelayStore, logger: Logger, metrics: MetricsRegistry) throws {
         let clock = SystemClock()
@@ -29,8 +30,10 @@ final class DeliveryRuntime: Sendable {
         let waker = Waker()
         pool = APNsConnectionPool(configuration: connection, connections: settings.apnsConnections, tls: tls,
                                   logger: logger.child(label: "apns"), onChange: { waker.wake() })
+        let other = try Self.otherEnvironment(settings: settings, tls: tls, logger: logger, waker: waker)
         let worker = "\(ProcessInfo.processInfo.hostName)-\(getpid())-\(Base64URL.encode((try? Crypto.randomBytes(4)) ?? [0]))"
-        engine = DeliveryEngine(configuration: .init(settings: settings, worker: worker), store: store, pool: pool, tokens: tokens,
+        self.other = other
+        engine = DeliveryEngine(configuration: .init(settings: settings, worker: worker), store: store, pool: pool, other: other, tokens: tokens,
                                 factory: APNsRequestFactory(topic: settings.appBundleIdentifier ?? "", lateNotice: settings.lateNotice),
                                 clock: clock, logger: logger, metrics: metrics)
         waker.target.withLock { $0 = engine }
@@ -46,6 +49,24 @@ final class DeliveryRuntime: Sendable {
     func shutdown(grace: Duration) {
         engine.shutdown(grace: grace)
         pool.shutdown()
+        other?.shutdown()
+    }
+
+    /// The other APNs environment's pool, opened on first use (nil when there is none: `Settings.otherAPNsBaseURL`).
+    private static func otherEnvironment(settings: Settings, tls: TLSContext, logger: Logger, waker: Waker) throws -> OtherAPNsEnvironment? {
+        guard let url = settings.otherAPNsBaseURL else { return nil }
+        guard let endpoint = APNsEndpoint(url) else {
+            throw ConfigurationError(variable: "APNS_SANDBOX_URL", message: "cannot use \(url)")
+        }
+        var connection = HTTP2ClientConnection.Configuration(host: endpoint.host, port: endpoint.port)
+        connection.requestTimeout = .seconds(30)
+        let environment = settings.otherAPNsEnvironment
+        return OtherAPNsEnvironment(environment: environment) { [connection] in
+            let pool = APNsConnectionPool(configuration: connection, connections: 1, tls: tls,
+                                          logger: logger.child(label: "apns-\(environment.rawValue)"), onChange: { waker.wake() })
+            pool.start()
+            return pool
+        }
     }
 }
 

@@ -5,7 +5,7 @@ import Queue
 func openStore(_ settings: Settings, clock: some WallClock = SystemClock()) throws -> SQLiteStore {
     do {
         return try SQLiteStore(path: settings.databasePath,
-                               options: .init(synchronousFull: settings.sync == .full),
+                               options: .init(synchronousFull: settings.sync == .full, monitorRetention: settings.tombstoneRetention),
                                now: clock.nowMillis())
     } catch {
         throw StartupError.openingDatabase(settings.databasePath, error)

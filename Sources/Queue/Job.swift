@@ -1,3 +1,5 @@
+import Common
+
 /// The states of a push job, with River's names plus `pending`.
 ///
 /// Per device exactly one live job is the *head* (`available`, `running` or `retryable`); the device's later jobs
@@ -26,12 +28,40 @@ public struct NewJob: Sendable {
     public var payload: [UInt8]
     /// Record the final outcome for a waiting request (the Test button) in `job_outcomes`.
     public var reportsOutcome: Bool
+    /// A monitor's new state, recorded for the device's badge in the same transaction as the job.
+    public var monitor: MonitorReport?
 
-    public init(deviceID: String, publicID: String, payload: [UInt8], reportsOutcome: Bool = false) {
+    public init(deviceID: String, publicID: String, payload: [UInt8], reportsOutcome: Bool = false, monitor: MonitorReport? = nil) {
         self.deviceID = deviceID
         self.publicID = publicID
         self.payload = payload
         self.reportsOutcome = reportsOutcome
+        self.monitor = monitor
+    }
+}
+
+/// What the badge needs of an alert (SPEC §3 `aps.badge`): which monitor, and whether it is now down. Only this is
+/// kept per device — a monitor id, or a hash of the name of a monitor without one; never names or messages.
+public struct MonitorReport: Sendable, Equatable {
+    public var key: String
+    public var isDown: Bool
+
+    public init(key: String, isDown: Bool) {
+        self.key = key
+        self.isDown = isDown
+    }
+
+    /// Down (status 0) and up (1) change the count; pending, maintenance and anything else leave it as it is.
+    public init?(_ event: AlertEvent) {
+        guard event.kind == .monitor, let status = event.status, status == .down || status == .up else { return nil }
+        if let id = event.monitorID {
+            key = "id:\(id)"
+        } else if !event.monitorName.isEmpty {
+            key = "name:" + String(Crypto.sha256Hex(event.monitorName).prefix(32))
+        } else {
+            return nil
+        }
+        isDown = status == .down
     }
 }
 
@@ -44,6 +74,8 @@ public struct ReportedOutcome: Sendable, Hashable {
         case rejected
         /// APNs said the token is gone; the device was removed.
         case unregistered
+        /// The relay gave up on it without an APNs rejection (`reason`: Expired, InvalidPayload).
+        case failed
     }
 
     public var kind: Kind
@@ -58,6 +90,9 @@ public struct ReportedOutcome: Sendable, Hashable {
 /// What happened to one job of an enqueue batch.
 public enum EnqueueResult: Sendable, Equatable {
     case queued
+    /// The device already holds its cap of live jobs (`DEVICE_QUEUE_MAX`): the alert was folded into the device's
+    /// newest waiting job, whose push (a digest) accounts for it. Stored and acknowledged, not a job of its own.
+    case merged
     /// The device was deleted between the lookup and the commit; nothing was stored.
     case deviceGone
 }
@@ -75,6 +110,12 @@ public struct ClaimedJob: Sendable, Equatable {
     public var createdAt: Int64
     public var expiresAt: Int64
     public var reportsOutcome: Bool = false
+    /// Alerts folded into this job after its device reached its cap; its push is then a digest.
+    public var folded = FoldedAlerts()
+    /// The device's down monitors as of this alert (the newest folded one included): the push's `aps.badge`.
+    public var badge: Int?
+    /// The APNs environment the device's token is known to belong to; nil: the configured one.
+    public var environment: Settings.APNsEnvironment?
 }
 
 /// The result of one attempt, applied with `JobQueue.finish`. Each names the job and the attempt it answers, so a
@@ -87,6 +128,9 @@ public struct JobOutcome: Sendable, Equatable {
         case retry(at: Int64, error: String)
         /// Give up: keep the job as a dead letter with `reason`, record it on the device.
         case deadLetter(reason: String)
+        /// Give up without APNs rejecting it (it outlived `JOB_TTL`, its push could not be built): a dead letter
+        /// like any other, but a waiting Test request is told the relay did not deliver it, not that APNs refused.
+        case abandon(reason: String)
         /// APNs says the token is gone: delete the device and its jobs, leave a tombstone with `reason`.
         case removeDevice(reason: String)
         /// Not sent: wait until `until` (ms) without counting the attempt (an alert storm gathering into a digest).
@@ -98,13 +142,25 @@ public struct JobOutcome: Sendable, Equatable {
     public var kind: Kind
     /// Pending jobs of the same device merged into this one's push (an alert-storm digest): they complete with it
     /// (delivered or dead-lettered); on a retry they stay pending and are merged again.
-    public var merged: [Int64]
+    public var merged: [MergedJob]
 
-    public init(jobID: Int64, attempt: Int, kind: Kind, merged: [Int64] = []) {
+    public init(jobID: Int64, attempt: Int, kind: Kind, merged: [MergedJob] = []) {
         self.jobID = jobID
         self.attempt = attempt
         self.kind = kind
         self.merged = merged
+    }
+}
+
+/// A pending job carried by a digest push, as it was read: a job that gained folded alerts since (ingest folds
+/// into a device's newest waiting job) is not completed with the digest, so what was folded later is not lost.
+public struct MergedJob: Sendable, Equatable {
+    public var id: Int64
+    public var foldedCount: Int
+
+    public init(id: Int64, foldedCount: Int = 0) {
+        self.id = id
+        self.foldedCount = foldedCount
     }
 }
 
@@ -115,13 +171,23 @@ public struct PendingJob: Sendable, Equatable {
     public var createdAt: Int64
     /// A Test-button job: its waiting request needs its own answer, so a digest stops before it.
     public var reportsOutcome: Bool
+    /// Alerts folded into this job after its device reached its cap.
+    public var folded: FoldedAlerts
+    /// The device's down monitors as of this alert: a digest carries the badge of its last alert.
+    public var badge: Int?
 
-    public init(id: Int64, payload: [UInt8], createdAt: Int64, reportsOutcome: Bool = false) {
+    public init(id: Int64, payload: [UInt8], createdAt: Int64, reportsOutcome: Bool = false, folded: FoldedAlerts = FoldedAlerts(),
+                badge: Int? = nil) {
         self.id = id
         self.payload = payload
         self.createdAt = createdAt
         self.reportsOutcome = reportsOutcome
+        self.folded = folded
+        self.badge = badge
     }
+
+    /// How a digest that carries this job names it when it completes.
+    public var asMerged: MergedJob { MergedJob(id: id, foldedCount: folded.count) }
 }
 
 /// Which dead letters `replay` takes.

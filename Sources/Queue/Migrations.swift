@@ -66,6 +66,50 @@ enum Migrations {
                 finished_at INTEGER NOT NULL
             );
             """),
+        Migration(version: 3, name: "alerts folded into a waiting job past DEVICE_QUEUE_MAX", sql: """
+            -- FoldedAlerts as compact JSON (names while they fit a small budget, then counts); NULL for most jobs.
+            ALTER TABLE jobs ADD COLUMN folded BLOB;
+            -- How many alerts were folded in: also the fence a digest completes the job with.
+            ALTER TABLE jobs ADD COLUMN folded_count INTEGER NOT NULL DEFAULT 0 CHECK (folded_count >= 0);
+            """),
+        Migration(version: 4, name: "Test-button outcomes the relay gave up on; deliverers paused by a configuration fault", sql: """
+            -- 'failed': the relay gave up on the push itself (it expired, it could not be built); APNs never refused it.
+            CREATE TABLE job_outcomes_4 (
+                public_id TEXT PRIMARY KEY NOT NULL,
+                outcome TEXT NOT NULL CHECK (outcome IN ('delivered', 'rejected', 'unregistered', 'failed')),
+                reason TEXT NOT NULL DEFAULT '',
+                finished_at INTEGER NOT NULL
+            );
+            INSERT INTO job_outcomes_4 SELECT public_id, outcome, reason, finished_at FROM job_outcomes;
+            DROP TABLE job_outcomes;
+            ALTER TABLE job_outcomes_4 RENAME TO job_outcomes;
+            -- A deliverer paused by a configuration fault (BadTopic, InvalidProviderToken…) says so here, refreshed
+            -- while it lasts, so an ingest process anywhere answers a waiting Test request with 502 at once.
+            CREATE TABLE delivery_pauses (
+                worker TEXT PRIMARY KEY NOT NULL,
+                reason TEXT NOT NULL,
+                updated_at INTEGER NOT NULL
+            );
+            """),
+        Migration(version: 5, name: "monitor states per device for the badge", sql: """
+            -- The last state each monitor reported to a device: a monitor id (or a hash of its name), down or up.
+            -- Nothing else: no names, no messages. Rows not updated for TOMBSTONE_RETENTION no longer count.
+            CREATE TABLE monitor_states (
+                device_id TEXT NOT NULL REFERENCES devices (id) ON DELETE CASCADE,
+                monitor TEXT NOT NULL,
+                down INTEGER NOT NULL CHECK (down IN (0, 1)),
+                updated_at INTEGER NOT NULL,
+                PRIMARY KEY (device_id, monitor)
+            ) WITHOUT ROWID;
+            CREATE INDEX monitor_states_by_age ON monitor_states (updated_at);
+            -- How many of the device's monitors were down as of this job's alert (aps.badge); NULL before version 5.
+            ALTER TABLE jobs ADD COLUMN badge INTEGER;
+            """),
+        Migration(version: 6, name: "the APNs environment a device's token belongs to", sql: """
+            -- Learnt when the other environment accepted a push the configured one refused as BadDeviceToken
+            -- (TestFlight and Xcode builds next to App Store installs); NULL until then. A new token forgets it.
+            ALTER TABLE devices ADD COLUMN apns_environment TEXT CHECK (apns_environment IN ('production', 'sandbox'));
+            """),
     ]
 
     static var latestVersion: Int { all.map(\.version).max() ?? 0 }

@@ -15,6 +15,9 @@ public protocol DeviceStore: Sendable {
     /// Changes the token and/or level. nil when there is no such device; `StoreError.tokenConflict` when another
     /// device has the token.
     func updateDevice(id: String, token: String?, level: Device.DownNotificationLevel?) throws(StoreError) -> Device?
+    /// Remembers that `token`'s pushes go to `environment` (the other APNs environment accepted it), while the device
+    /// still has that token. Registering the token again or changing it forgets this.
+    func setEnvironment(deviceID: String, token: String, environment: Settings.APNsEnvironment) throws(StoreError)
     /// Deletes the device and drops its jobs. False when there was no such device.
     func deleteDevice(id: String) throws(StoreError) -> Bool
     func tombstone(deviceID: String) throws(StoreError) -> Tombstone?
@@ -26,8 +29,10 @@ public protocol DeviceStore: Sendable {
 
 public protocol JobQueue: Sendable {
     /// Stores `jobs` in one transaction, in order: all of them or (on error) none.
-    /// A job whose device no longer exists is skipped and reported as `.deviceGone`.
-    func enqueue(_ jobs: some Sequence<NewJob>, now: Int64, ttl: Duration) throws(StoreError) -> [EnqueueResult]
+    /// A job whose device no longer exists is skipped and reported as `.deviceGone`. A job whose device already
+    /// holds `deviceCap` live jobs is folded into the device's newest waiting job and reported as `.merged`
+    /// (Test-button jobs, which wait for their own answer, are always stored as jobs).
+    func enqueue(_ jobs: some Sequence<NewJob>, now: Int64, ttl: Duration, deviceCap: Int) throws(StoreError) -> [EnqueueResult]
     /// Leases up to `limit` due head jobs (at most one per device) to `worker` until `now + lease`.
     func claim(worker: String, limit: Int, now: Int64, lease: Duration) throws(StoreError) -> [ClaimedJob]
     /// Applies outcomes in one transaction. Returns, per outcome, whether the job was still leased to `worker` at
@@ -47,10 +52,17 @@ public protocol JobQueue: Sendable {
     func replayDeadLetters(_ filter: DeadLetterFilter, limit: Int, now: Int64, ttl: Duration) throws(StoreError) -> Int
     /// Deletes dead letters finalized before `before`. Returns how many.
     func purgeDeadLetters(before: Int64) throws(StoreError) -> Int
+    /// Deletes the oldest dead letters so that at most `keeping` remain. Returns how many.
+    func purgeDeadLetters(keeping: Int) throws(StoreError) -> Int
     /// The outcome recorded for a job that reports one, once it is final (nil while it is still queued or retrying).
     func reportedOutcome(publicID: String) throws(StoreError) -> ReportedOutcome?
     /// Forgets reported outcomes older than `before`. Returns how many.
     func purgeReportedOutcomes(before: Int64) throws(StoreError) -> Int
+    /// A deliverer paused by a configuration fault records `reason`, refreshing it while the pause lasts; nil
+    /// clears it (recovered, shutting down).
+    func recordPause(worker: String, reason: String?, now: Int64) throws(StoreError)
+    /// The reason of a pause some deliverer recorded at or after `since`, if any (a waiting Test request's 502).
+    func currentPause(since: Int64) throws(StoreError) -> String?
     /// A number that changes whenever any connection, in any process, commits to the database: polling it is how
     /// a deliverer notices new jobs written by another process (PRAGMA data_version; no disk I/O).
     func changeCounter() throws(StoreError) -> Int64
@@ -64,5 +76,12 @@ public protocol JobQueue: Sendable {
 }
 
 public typealias RelayStore = DeviceStore & JobQueue
+
+extension JobQueue {
+    /// Enqueues with no per-device cap (tools and tests that move jobs, not webhooks).
+    public func enqueue(_ jobs: some Sequence<NewJob>, now: Int64, ttl: Duration) throws(StoreError) -> [EnqueueResult] {
+        try enqueue(jobs, now: now, ttl: ttl, deviceCap: .max)
+    }
+}
 
 extension SQLiteStore: DeviceStore, JobQueue {}

@@ -24,17 +24,35 @@ extension SQLiteStore {
             let ids = try db.statement("SELECT id FROM jobs WHERE \(whereClause) ORDER BY id LIMIT ?")
                 .rows(values + [.integer(Int64(limit))]) { $0.int64(0) }
             // One row at a time: whether a replayed job becomes its device's head depends on the rows before it.
+            // It is stored again under a new id, so it queues behind every job its device already has (ids are
+            // acceptance order; keeping the old id put replayed jobs ahead of newer ones).
             let requeue = try db.statement("""
-                UPDATE jobs SET
-                    state = CASE WHEN EXISTS (SELECT 1 FROM jobs h WHERE h.device_id = jobs.device_id
-                                              AND h.state IN ('available', 'running', 'retryable'))
-                                 THEN 'pending' ELSE 'available' END,
-                    attempt = 0, scheduled_at = ?1, expires_at = ?2, finalized_at = NULL, last_error = ''
-                WHERE id = ?3 AND state = 'discarded'
+                INSERT INTO jobs (public_id, device_id, state, payload, created_at, scheduled_at, expires_at,
+                                  reports_outcome, folded, folded_count)
+                SELECT public_id, device_id,
+                       CASE WHEN EXISTS (SELECT 1 FROM jobs h WHERE h.device_id = old.device_id
+                                         AND h.state IN ('available', 'running', 'retryable'))
+                            THEN 'pending' ELSE 'available' END,
+                       payload, created_at, ?1, ?2, reports_outcome, folded, folded_count
+                FROM jobs old WHERE old.id = ?3 AND old.state = 'discarded'
                 """)
+            let remove = try db.statement("DELETE FROM jobs WHERE id = ? AND state = 'discarded'")
             var count = 0
-            for id in ids { count += try requeue.run([.integer(now), .integer(now + ttl.wholeMilliseconds), .integer(id)]) }
+            for id in ids {
+                count += try requeue.run([.integer(now), .integer(now + ttl.wholeMilliseconds), .integer(id)])
+                try remove.run([.integer(id)])
+            }
             return count
+        }
+    }
+
+    public func purgeDeadLetters(keeping: Int) throws(StoreError) -> Int {
+        try write { db in
+            try db.statement("""
+                DELETE FROM jobs WHERE id IN (
+                    SELECT id FROM jobs WHERE state = 'discarded' ORDER BY finalized_at, id
+                    LIMIT max(0, (SELECT count(*) FROM jobs WHERE state = 'discarded') - ?1))
+                """).run([.integer(Int64(keeping))])
         }
     }
 

@@ -21,7 +21,7 @@ extension SQLiteStore {
                 return try write { db in
                     let rows = try db.statement("""
                         INSERT INTO devices (id, device_token, auth_token_hash, date_added) VALUES (?1, ?2, ?3, ?4)
-                        ON CONFLICT (device_token) DO UPDATE SET auth_token_hash = excluded.auth_token_hash
+                        ON CONFLICT (device_token) DO UPDATE SET auth_token_hash = excluded.auth_token_hash, apns_environment = NULL
                         RETURNING \(Self.deviceColumns)
                         """).rows([.text(candidate), .text(token), .text(authTokenHash), .integer(now)], Self.device)
                     guard let device = rows.first else { throw StoreError(.failed, "register returned no row") }
@@ -47,6 +47,7 @@ extension SQLiteStore {
                 try db.statement("""
                     UPDATE devices SET
                         last_delivery_error = CASE WHEN ?1 IS NOT NULL AND ?1 != device_token THEN '' ELSE last_delivery_error END,
+                        apns_environment = CASE WHEN ?1 IS NOT NULL AND ?1 != device_token THEN NULL ELSE apns_environment END,
                         device_token = coalesce(?1, device_token),
                         down_notification_level = coalesce(?2, down_notification_level)
                     WHERE id = ?3
@@ -55,6 +56,14 @@ extension SQLiteStore {
             }
         } catch where error.message.contains("UNIQUE constraint failed: devices.device_token") {
             throw StoreError(.tokenConflict, "device token already registered")
+        }
+    }
+
+    public func setEnvironment(deviceID: String, token: String, environment: Settings.APNsEnvironment) throws(StoreError) {
+        // Only while the device still has the token the environment was learnt for.
+        _ = try write { db in
+            try db.statement("UPDATE devices SET apns_environment = ? WHERE id = ? AND device_token = ?")
+                .run([.text(environment.rawValue), .text(deviceID), .text(token)])
         }
     }
 
@@ -82,6 +91,10 @@ extension SQLiteStore {
     }
 
     public func purgeTombstones(before: Int64) throws(StoreError) -> Int {
-        try write { db in try db.statement("DELETE FROM tombstones WHERE removed_at < ?").run([.integer(before)]) }
+        try write { db in
+            // Monitors silent as long as a tombstone is kept are forgotten with the same clock (TOMBSTONE_RETENTION).
+            try db.statement("DELETE FROM monitor_states WHERE updated_at < ?").run([.integer(before)])
+            return try db.statement("DELETE FROM tombstones WHERE removed_at < ?").run([.integer(before)])
+        }
     }
 }

@@ -1,15 +1,29 @@
 import Common
 
 extension SQLiteStore {
-    /// A new job is the device's head when the device has no live head yet, otherwise it waits as `pending`.
+    /// A new job is the device's head when the device has no live head yet, otherwise it waits as `pending`. Its
+    /// badge is the device's count of down monitors right now (after this alert's own state was recorded).
     private static let insertJob = """
-        INSERT INTO jobs (public_id, device_id, state, payload, created_at, scheduled_at, expires_at, reports_outcome)
+        INSERT INTO jobs (public_id, device_id, state, payload, created_at, scheduled_at, expires_at, reports_outcome, badge)
         SELECT ?1, d.id,
                CASE WHEN EXISTS (SELECT 1 FROM jobs h WHERE h.device_id = d.id
                                  AND h.state IN ('available', 'running', 'retryable'))
                     THEN 'pending' ELSE 'available' END,
-               ?2, ?3, ?3, ?4, ?6
+               ?2, ?3, ?3, ?4, ?6, \(downMonitors("d.id", since: "?7"))
         FROM devices d WHERE d.id = ?5
+        """
+
+    /// The badge: monitors of `device` whose last word, within the retention, was "down".
+    static func downMonitors(_ device: String, since: String) -> String {
+        "(SELECT count(*) FROM monitor_states m WHERE m.device_id = \(device) AND m.down = 1 AND m.updated_at >= \(since))"
+    }
+
+    /// Records a monitor's state for the badge, only for a device that exists (the job insert then says whether
+    /// it did; a state for a device deleted meanwhile would break the foreign key and the whole batch).
+    private static let recordMonitor = """
+        INSERT INTO monitor_states (device_id, monitor, down, updated_at)
+        SELECT id, ?2, ?3, ?4 FROM devices WHERE id = ?1
+        ON CONFLICT (device_id, monitor) DO UPDATE SET down = excluded.down, updated_at = excluded.updated_at
         """
 
     /// Promotes a device's oldest pending job to head after its head left (completed, dead-lettered).
@@ -21,18 +35,47 @@ extension SQLiteStore {
     /// The lease guard every completion carries: still running, leased by this worker, at this attempt.
     private static let leaseGuard = "id = ? AND state = 'running' AND attempted_by = ? AND attempt = ?"
 
-    public func enqueue(_ jobs: some Sequence<NewJob>, now: Int64, ttl: Duration) throws(StoreError) -> [EnqueueResult] {
+    public func enqueue(_ jobs: some Sequence<NewJob>, now: Int64, ttl: Duration, deviceCap: Int) throws(StoreError) -> [EnqueueResult] {
         let expiresAt = now + ttl.wholeMilliseconds
+        let badgeSince = now - options.monitorRetention.wholeMilliseconds
         return try write { db in
             let insert = try db.statement(Self.insertJob)
+            let record = try db.statement(Self.recordMonitor)
             var results: [EnqueueResult] = []
             for job in jobs {
+                if let monitor = job.monitor {
+                    try record.run([.text(job.deviceID), .text(monitor.key), .integer(monitor.isDown ? 1 : 0), .integer(now)])
+                }
+                if deviceCap < .max, !job.reportsOutcome, try Self.fold(job, deviceCap: deviceCap, badgeSince: badgeSince, db) {
+                    results.append(.merged)
+                    continue
+                }
                 let changed = try insert.run([.text(job.publicID), .blob(job.payload), .integer(now), .integer(expiresAt),
-                                              .text(job.deviceID), .integer(job.reportsOutcome ? 1 : 0)])
+                                              .text(job.deviceID), .integer(job.reportsOutcome ? 1 : 0), .integer(badgeSince)])
                 results.append(changed == 1 ? .queued : .deviceGone)
             }
             return results
         }
+    }
+
+    /// SPEC §2.4: a device at its cap of live jobs gets its new alert folded into its newest waiting job (never
+    /// a Test-button job, which is answered on its own). False when the device is under its cap (or has no such
+    /// job), and the caller stores a job as usual. The count is an index range scan of the device's own jobs.
+    private static func fold(_ job: NewJob, deviceCap: Int, badgeSince: Int64, _ db: SQLiteConnection) throws -> Bool {
+        let live = try db.statement("SELECT count(*) FROM jobs WHERE device_id = ? AND state != 'discarded'")
+            .rows([.text(job.deviceID)]) { $0.int(0) }.first ?? 0
+        guard live >= deviceCap, let event = AlertEvent(jobPayload: job.payload) else { return false }
+        let tail = try db.statement("""
+            SELECT id, folded FROM jobs WHERE device_id = ? AND state = 'pending' AND reports_outcome = 0
+            ORDER BY id DESC LIMIT 1
+            """).rows([.text(job.deviceID)]) { ($0.int64(0), $0.isNull(1) ? [] : $0.blob(1)) }.first
+        guard let (tailID, stored) = tail else { return false }
+        var folded = FoldedAlerts(encoded: stored)
+        folded.add(event)
+        // The tail's push now ends with this alert, so it carries the badge as of this alert.
+        try db.statement("UPDATE jobs SET folded = ?1, folded_count = ?2, badge = \(downMonitors("?4", since: "?5")) WHERE id = ?3")
+            .run([.blob(folded.encoded), .integer(Int64(folded.count)), .integer(tailID), .text(job.deviceID), .integer(badgeSince)])
+        return true
     }
 
     public func claim(worker: String, limit: Int, now: Int64, lease: Duration) throws(StoreError) -> [ClaimedJob] {
@@ -43,20 +86,23 @@ extension SQLiteStore {
                                 lease_expires_at = ?3
                 WHERE id IN (SELECT id FROM jobs WHERE state IN ('available', 'retryable') AND scheduled_at <= ?1
                              ORDER BY scheduled_at LIMIT ?4)
-                RETURNING id, public_id, device_id, payload, attempt, created_at, expires_at, reports_outcome
+                RETURNING id, public_id, device_id, payload, attempt, created_at, expires_at, reports_outcome, folded, badge
                 """).rows([.integer(now), .text(worker), .integer(now + lease.wholeMilliseconds), .integer(Int64(limit))]) {
-                ($0.int64(0), $0.text(1), $0.text(2), $0.blob(3), $0.int(4), $0.int64(5), $0.int64(6), $0.int(7) == 1)
+                ($0.int64(0), $0.text(1), $0.text(2), $0.blob(3), $0.int(4), $0.int64(5), $0.int64(6), $0.int(7) == 1,
+                 $0.isNull(8) ? FoldedAlerts() : FoldedAlerts(encoded: $0.blob(8)), $0.isNull(9) ? nil : $0.int(9))
             }
-            let lookup = try db.statement("SELECT device_token, down_notification_level FROM devices WHERE id = ?")
+            let lookup = try db.statement("SELECT device_token, down_notification_level, apns_environment FROM devices WHERE id = ?")
             var claimed: [ClaimedJob] = []
             claimed.reserveCapacity(leased.count)
-            for (id, publicID, deviceID, payload, attempt, createdAt, expiresAt, reportsOutcome) in leased {
+            for (id, publicID, deviceID, payload, attempt, createdAt, expiresAt, reportsOutcome, folded, badge) in leased {
                 // The foreign key guarantees the device exists while its job does.
-                guard let (token, level) = try lookup.rows([.text(deviceID)], { ($0.text(0), $0.text(1)) }).first else { continue }
+                guard let (token, level, environment) = try lookup.rows([.text(deviceID)], {
+                    ($0.text(0), $0.text(1), $0.isNull(2) ? nil : Settings.APNsEnvironment(rawValue: $0.text(2)))
+                }).first else { continue }
                 claimed.append(ClaimedJob(id: id, publicID: publicID, deviceID: deviceID, deviceToken: token,
                                           downNotificationLevel: Device.DownNotificationLevel(rawValue: level) ?? .normal,
                                           payload: payload, attempt: attempt, createdAt: createdAt, expiresAt: expiresAt,
-                                          reportsOutcome: reportsOutcome))
+                                          reportsOutcome: reportsOutcome, folded: folded, badge: badge, environment: environment))
             }
             // Acceptance order, which is what callers log and send in.
             return claimed.sorted { $0.id < $1.id }
@@ -91,14 +137,15 @@ extension SQLiteStore {
                         WHERE id = ?1 AND state = 'running' AND attempted_by = ?2 AND attempt = ?3
                         """).run(guardValues + [.integer(at), .text(error)])
                     applied.append(changed == 1)
-                case .deadLetter(let reason):
+                case .deadLetter(let reason), .abandon(let reason):
                     let finished = try db.statement("""
                         UPDATE jobs SET state = 'discarded', finalized_at = ?4, last_error = ?5,
                                         attempted_by = NULL, lease_expires_at = NULL
                         WHERE id = ?1 AND state = 'running' AND attempted_by = ?2 AND attempt = ?3
                         RETURNING device_id, public_id, reports_outcome
                         """).rows(guardValues + [.integer(now), .text(reason)]) { ($0.text(0), $0.text(1), $0.int(2) == 1) }
-                    try Self.report(finished, .rejected, reason, now: now, db)
+                    let kind: ReportedOutcome.Kind = if case .abandon = outcome.kind { .failed } else { .rejected }
+                    try Self.report(finished, kind, reason, now: now, db)
                     let devices = finished.map(\.0)
                     for device in devices {
                         try Self.settleMerged(outcome.merged, device: device, deadLetterReason: reason, now: now, db)
@@ -136,25 +183,30 @@ extension SQLiteStore {
     public func pendingJobs(deviceID: String, limit: Int) throws(StoreError) -> [PendingJob] {
         try read { db in
             try db.statement("""
-                SELECT id, payload, created_at, reports_outcome FROM jobs WHERE device_id = ? AND state = 'pending' ORDER BY id LIMIT ?
+                SELECT id, payload, created_at, reports_outcome, folded, badge FROM jobs WHERE device_id = ? AND state = 'pending'
+                ORDER BY id LIMIT ?
                 """).rows([.text(deviceID), .integer(Int64(limit))]) {
-                PendingJob(id: $0.int64(0), payload: $0.blob(1), createdAt: $0.int64(2), reportsOutcome: $0.int(3) == 1)
+                PendingJob(id: $0.int64(0), payload: $0.blob(1), createdAt: $0.int64(2), reportsOutcome: $0.int(3) == 1,
+                           folded: $0.isNull(4) ? FoldedAlerts() : FoldedAlerts(encoded: $0.blob(4)),
+                           badge: $0.isNull(5) ? nil : $0.int(5))
             }
         }
     }
 
     /// Completes the jobs merged into a digest with the digest's head: deleted when it was delivered,
-    /// dead-lettered with its reason when it was rejected. Only jobs still pending on that device are touched.
-    private static func settleMerged(_ merged: [Int64], device: String, deadLetterReason: String?, now: Int64,
+    /// dead-lettered with its reason when it was rejected. Only jobs still pending on that device, holding the
+    /// folded alerts the digest carried, are touched: one that gained folded alerts meanwhile stays, and goes out
+    /// again with them (at least once: never lost, at worst one alert shown twice).
+    private static func settleMerged(_ merged: [MergedJob], device: String, deadLetterReason: String?, now: Int64,
                                      _ db: SQLiteConnection) throws {
         guard !merged.isEmpty else { return }
-        if let reason = deadLetterReason {
-            let discard = try db.statement(
-                "UPDATE jobs SET state = 'discarded', finalized_at = ?1, last_error = ?2 WHERE id = ?3 AND device_id = ?4 AND state = 'pending'")
-            for id in merged { try discard.run([.integer(now), .text(reason), .integer(id), .text(device)]) }
-        } else {
-            let delete = try db.statement("DELETE FROM jobs WHERE id = ? AND device_id = ? AND state = 'pending'")
-            for id in merged { try delete.run([.integer(id), .text(device)]) }
+        let fence = "id = ? AND device_id = ? AND state = 'pending' AND folded_count = ?"
+        let settle = try db.statement(deadLetterReason == nil
+            ? "DELETE FROM jobs WHERE \(fence)"
+            : "UPDATE jobs SET state = 'discarded', finalized_at = \(now), last_error = ? WHERE \(fence)")
+        let reason: [SQLiteValue] = deadLetterReason.map { [.text($0)] } ?? []
+        for job in merged {
+            try settle.run(reason + [.integer(job.id), .text(device), .integer(Int64(job.foldedCount))])
         }
     }
 
@@ -223,6 +275,26 @@ extension SQLiteStore {
     public func liveJobCount() throws(StoreError) -> Int {
         try read { db in
             try db.statement("SELECT count(*) FROM jobs WHERE state != 'discarded'").rows { $0.int(0) }.first ?? 0
+        }
+    }
+}
+
+extension SQLiteStore {
+    public func recordPause(worker: String, reason: String?, now: Int64) throws(StoreError) {
+        _ = try write { db in
+            if let reason {
+                try db.statement("INSERT OR REPLACE INTO delivery_pauses (worker, reason, updated_at) VALUES (?, ?, ?)")
+                    .run([.text(worker), .text(reason), .integer(now)])
+            } else {
+                try db.statement("DELETE FROM delivery_pauses WHERE worker = ?").run([.text(worker)])
+            }
+        }
+    }
+
+    public func currentPause(since: Int64) throws(StoreError) -> String? {
+        try read { db in
+            try db.statement("SELECT reason FROM delivery_pauses WHERE updated_at >= ? ORDER BY updated_at DESC LIMIT 1")
+                .rows([.integer(since)]) { $0.text(0) }.first
         }
     }
 }

@@ -12,12 +12,17 @@ public final class SQLiteStore: Sendable {
         public var synchronousFull = false
         /// How long a write waits for another process's write lock before failing with `.unavailable`.
         public var busyTimeout: Duration = .seconds(5)
+        /// A monitor not heard of for this long no longer counts towards a device's badge (TOMBSTONE_RETENTION).
+        public var monitorRetention: Duration = .seconds(30 * 86_400)
 
-        public init(synchronousFull: Bool = false, busyTimeout: Duration = .seconds(5)) {
+        public init(synchronousFull: Bool = false, busyTimeout: Duration = .seconds(5), monitorRetention: Duration = .seconds(30 * 86_400)) {
             self.synchronousFull = synchronousFull
             self.busyTimeout = busyTimeout
+            self.monitorRetention = monitorRetention
         }
     }
+
+    let options: Options
 
     private let connection: Mutex<SQLiteConnection>
     /// A second connection for reads. In WAL mode readers never wait for the writer, so a webhook's tombstone
@@ -26,6 +31,7 @@ public final class SQLiteStore: Sendable {
 
     /// Opens (creating if needed) the database at `path` and applies pending migrations.
     public init(path: String, options: Options = Options(), now: Int64) throws(StoreError) {
+        self.options = options
         do {
             let opened = try SQLiteConnection(path: path, options: .init(
                 busyTimeoutMillis: Int32(clamping: options.busyTimeout.wholeMilliseconds),

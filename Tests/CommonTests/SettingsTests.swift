@@ -45,7 +45,8 @@ import Testing
             "BEHIND_PROXY": "true", "PROXY_HEADER": "X-Real-IP", "TRUSTED_PROXIES": "10.0.0.0/8, fd00::/8",
             "METRICS_ADDR": "off", "LOG_LEVEL": "debug", "LOG_FORMAT": "json",
             "HTTP_MAX_CONNECTIONS": "50", "HTTP_IDLE_TIMEOUT": "5s", "HTTP_MAX_HEADER_BYTES": "8192",
-            "DEVICE_QUEUE_MAX": "50", "STALL_TIMEOUT": "2m",
+            "DEVICE_QUEUE_MAX": "50", "STALL_TIMEOUT": "2m", "APNS_SANDBOX_URL": "https://127.0.0.1:8444/",
+            "DEAD_LETTER_MAX": "500",
         ]
         // The test itself must not go stale: it names every variable there is.
         #expect(Set(environment.keys).union(["APNS_ENVIRONMENT"]) == Set(Settings.variables.map(\.name)))
@@ -66,7 +67,20 @@ import Testing
         #expect(s.trustedProxies.map(\.description) == ["10.0.0.0/8", "fd00::/8"])
         #expect(s.metricsAddress == nil && s.logLevel == .debug && s.logFormat == .json)
         #expect(s.httpMaxConnections == 50 && s.httpIdleTimeout == .seconds(5) && s.httpMaxHeaderBytes == 8192)
-        #expect(s.deviceQueueMax == 50 && s.stallTimeout == .seconds(120))
+        #expect(s.deviceQueueMax == 50 && s.stallTimeout == .seconds(120) && s.deadLetterMax == 500)
+        #expect(s.apnsSandboxURL == "https://127.0.0.1:8444" && s.otherAPNsBaseURL == "https://127.0.0.1:8444")
+        #expect(s.otherAPNsEnvironment == .production, "ENV=development: the other environment is production")
+    }
+
+    /// SPEC §4: the other environment is Apple's other host, or APNS_SANDBOX_URL; a custom APNS_URL (a simulator,
+    /// a proxy) with no APNS_SANDBOX_URL means there is no other environment to try.
+    @Test func theOtherAPNsEnvironmentIsAppleSOtherHostUnlessAPNsURLPointsElsewhere() throws {
+        let (production, _) = try Settings.load(environment: [:], arguments: [])
+        #expect(production.otherAPNsEnvironment == .sandbox && production.otherAPNsBaseURL == "https://api.sandbox.push.apple.com")
+        let (sandbox, _) = try Settings.load(environment: ["APNS_ENVIRONMENT": "sandbox"], arguments: [])
+        #expect(sandbox.otherAPNsEnvironment == .production && sandbox.otherAPNsBaseURL == "https://api.push.apple.com")
+        let (simulator, _) = try Settings.load(environment: ["APNS_URL": "https://127.0.0.1:8443"], arguments: [])
+        #expect(simulator.otherAPNsBaseURL == nil)
     }
 
     @Test func apnsEnvironmentWinsOverEnv() throws {
@@ -88,7 +102,7 @@ import Testing
         "PROXY_HEADER": "X Forwarded", "TRUSTED_PROXIES": "10.0.0.0/33", "METRICS_ADDR": "localhost",
         "LOG_LEVEL": "loud", "LOG_FORMAT": "xml",
         "HTTP_MAX_CONNECTIONS": "0", "HTTP_IDLE_TIMEOUT": "500ms", "HTTP_MAX_HEADER_BYTES": "12",
-        "DEVICE_QUEUE_MAX": "1", "STALL_TIMEOUT": "0s",
+        "DEVICE_QUEUE_MAX": "1", "STALL_TIMEOUT": "0s", "APNS_SANDBOX_URL": "http://127.0.0.1:8444", "DEAD_LETTER_MAX": "0",
     ]
     static let freeText: Set = ["APNS_AUTH_KEY_PATH", "APNS_KEY_ID", "APNS_TEAM_ID", "APP_BUNDLE_IDENTIFIER", "ENV", "APNS_CA_FILE"]
 

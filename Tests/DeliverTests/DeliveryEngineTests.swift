@@ -12,7 +12,9 @@ import Testing
         let h = try DeliveryHarness()
         defer { h.stop() }
         let devices = try (1...5).map { try h.device($0) }
+        let enqueuedFrom = h.clock.nowMillis()
         for device in devices { try h.enqueue(device.id, (0..<20).map { "\($0)" }) }
+        let enqueuedUntil = h.clock.nowMillis()
         #expect(try h.waitUntil { try h.store.liveJobCount() == 0 })
         for device in devices {
             #expect(h.acceptedBodies(device.token) == (0..<20).map { "\($0)" })
@@ -21,7 +23,9 @@ import Testing
         #expect(push.headers["apns-push-type"] == "alert" && push.headers["apns-priority"] == "10")
         #expect(push.headers["apns-topic"] == DeliveryHarness.topic)
         #expect(push.headers["apns-id"] == push.headers["apns-collapse-id"])
-        #expect(Int64(push.headers["apns-expiration"] ?? "") != nil)
+        // Acceptance time + JOB_TTL (3600 s here), in seconds: not 0, not milliseconds.
+        let expiration = try #require(Int64(push.headers["apns-expiration"] ?? ""))
+        #expect((enqueuedFrom / 1000 + 3600)...(enqueuedUntil / 1000 + 3600) ~= expiration)
         let stored = try #require(try h.store.device(id: devices[0].id))
         #expect(stored.lastSuccessfulNotification != nil && stored.lastDeliveryError == "")
         #expect(h.tokens.refreshes.load(ordering: .relaxed) == 1, "one provider token for everything")
@@ -62,6 +66,24 @@ import Testing
         #expect(Set(outcomes) == [ReportedOutcome(kind: .delivered), ReportedOutcome(kind: .rejected, reason: "DeviceTokenNotForTopic")])
     }
 
+    /// SPEC §2.2's 502 rows, the deliverer's half: a configuration fault is written where every ingest process
+    /// sees it (and withdrawn at shutdown); a Test push the relay gave up on is reported as failed, not rejected.
+    @Test func configurationFaultsAndRelaySideFailuresAreReportedForTheTestButton() throws {
+        let h = try DeliveryHarness()
+        let device = try h.device(1)
+        let late = NewJob(deviceID: device.id, publicID: UUID().uuidString.lowercased(), payload: AlertEvent.test("late").jobPayload,
+                          reportsOutcome: true)
+        _ = try h.store.enqueue([late], now: h.clock.nowMillis() - 10_000, ttl: .seconds(1))
+        h.engine.wake()
+        #expect(h.waitUntil { (try? h.store.reportedOutcome(publicID: late.publicID)) == ReportedOutcome(kind: .failed, reason: "Expired") })
+
+        h.simulator.faults.withLock { $0.byToken[device.token] = .init(status: 400, reason: "BadTopic") }
+        try h.enqueue(device.id, ["x"])
+        #expect(h.waitUntil { (try? h.store.currentPause(since: 0)) == "BadTopic" })
+        h.stop()
+        #expect(try h.store.currentPause(since: 0) == nil, "a deliverer that stopped no longer speaks for delivery")
+    }
+
     @Test func aStreamLimitOf1StillDeliversEverythingInOrder() throws {
         let h = try DeliveryHarness(streams: 1, connections: 1)
         defer { h.stop() }
@@ -89,7 +111,13 @@ import Testing
         h.simulator.faults.withLock { $0.dropNext = true }
         for device in devices { try h.enqueue(device.id, ["0", "1"]) }
         #expect(try h.waitUntil { try h.store.liveJobCount() == 0 })
-        for device in devices { #expect(Array(h.acceptedBodies(device.token).suffix(2)) == ["0", "1"] || h.acceptedBodies(device.token) == ["0", "1"]) }
+        // At least once: a push whose answer was lost with the connection may arrive twice, but only right after
+        // itself — never out of order.
+        for device in devices {
+            let bodies = h.acceptedBodies(device.token)
+            let deduplicated = bodies.enumerated().filter { $0.offset == 0 || bodies[$0.offset - 1] != $0.element }.map(\.element)
+            #expect(deduplicated == ["0", "1"], "\(bodies)")
+        }
         #expect(try h.store.countDeadLetters(DeadLetterFilter()) == 0)
     }
 
@@ -111,13 +139,31 @@ import Testing
         let device = try h.device(1)
         try h.enqueue(device.id, ["first"])
         #expect(h.waitUntil { h.acceptedBodies(device.token) == ["first"] })
-        // APNs now considers the current token stale; our clock has moved on by more than a minute.
+        // APNs now considers the current token stale; our clock has moved on by more than 20 minutes.
         h.simulator.faults.withLock { $0.expireTokensIssuedBefore = SystemClock().nowMillis() / 1000 + 30 }
-        h.clock.advance(.seconds(61))
+        h.clock.advance(.seconds(20 * 60 + 1))
         try h.enqueue(device.id, ["second", "third"])
         #expect(h.waitUntil { h.acceptedBodies(device.token) == ["first", "second", "third"] })
         #expect(h.tokens.refreshes.load(ordering: .relaxed) == 2, "exactly one new token")
         #expect(h.simulator.answersByStatus[403] == 1)
+    }
+
+    /// Issue 12 item 5: Apple answers TooManyProviderTokenUpdates to renewals under 20 minutes, so a token ten
+    /// minutes old is not renewed however often APNs calls it expired; past 20 minutes it is, once.
+    @Test func aProviderTokenYoungerThanTwentyMinutesIsNotRenewed() throws {
+        let h = try DeliveryHarness(connections: 1)
+        defer { h.stop() }
+        let device = try h.device(1)
+        _ = try h.tokens.token()
+        h.simulator.faults.withLock { $0.expireTokensIssuedBefore = SystemClock().nowMillis() / 1000 + 30 }
+        h.clock.advance(.seconds(10 * 60))
+        try h.enqueue(device.id, ["waits for a token APNs takes"])
+        #expect(h.waitUntil { (h.simulator.answersByStatus[403] ?? 0) >= 3 })
+        #expect(h.tokens.refreshes.load(ordering: .relaxed) == 1, "no renewal under 20 minutes")
+        h.clock.advance(.seconds(10 * 60 + 1))
+        // Ten minutes late by our clock, so the body also says when the event happened.
+        #expect(h.waitUntil { h.acceptedBodies(device.token).map { $0.hasPrefix("waits for a token APNs takes") } == [true] })
+        #expect(h.tokens.refreshes.load(ordering: .relaxed) == 2)
     }
 
     /// APNs answers 503 for a while: attempts stop after the breaker opens (only probes go out), and once APNs
@@ -133,8 +179,7 @@ import Testing
         let failed = h.simulator.answersByStatus[503] ?? 0
         #expect(failed <= 25, "attempts during the outage stay bounded, not one per job per retry (\(failed))")
         for device in devices { #expect(h.acceptedBodies(device.token) == (0..<10).map { "\($0)" }) }
-        let lastFailureToDone = SystemClock().nowMillis() - until
-        #expect(lastFailureToDone < 10_000, "the backlog drains within seconds of recovery")
+        // "Within seconds of recovery" is the deadline of the wait above; how fast is `make bench`'s outage figure.
     }
 
     @Test func shutdownReleasesLeasesOfPushesStillInFlight() throws {
@@ -170,7 +215,7 @@ import Testing
             let alert = try #require((try JSONParser.parse(push.payload))["aps"]?["alert"])
             let title = try #require(alert["title"]?.stringValue)
             let body = try #require(alert["body"]?.stringValue)
-            if title.hasSuffix("monitors changed") {
+            if title.contains(" monitors changed: ") {
                 let names = body.components(separatedBy: " · ").map { String($0.dropLast(" is down".count)) }
                 #expect(Int(title.split(separator: " ")[0]) == names.count)
                 listed += names
@@ -181,5 +226,36 @@ import Testing
         #expect(listed == (0..<60).map { "M\($0)" }, "all 60, in order")
         #expect(h.acceptedBodies(calm.token) == ["a", "b", "c"])
         #expect(h.metrics.value("kumapush_digests_total") >= 1)
+    }
+
+    /// Issue 20: a device at DEVICE_QUEUE_MAX keeps acknowledging; the alerts folded into its waiting job reach the
+    /// phone inside digests whose counts account for every alert, and storage never exceeds the cap.
+    @Test func alertsFoldedPastTheDeviceCapAreAllAccountedForInTheDigests() throws {
+        for burst in [10, nil] as [Int?] {
+            let h = try DeliveryHarness(deviceBurst: burst)
+            defer { h.stop() }
+            let device = try h.device(1)
+            h.simulator.faults.withLock { $0.unavailableUntil = Int64.max }   // hold everything until all 300 are in
+            let events = (0..<300).map { AlertEvent(kind: .monitor, status: $0 % 4 == 0 ? .up : .down, monitorID: $0, monitorName: "M\($0)", message: "m") }
+            var results: [EnqueueResult] = []
+            for event in events {
+                results += try h.store.enqueue([NewJob(deviceID: device.id, publicID: UUID().uuidString.lowercased(), payload: event.jobPayload)],
+                                               now: h.clock.nowMillis(), ttl: .seconds(3600), deviceCap: 50)
+                #expect(try h.store.liveJobCount() <= 50)
+            }
+            #expect(results.filter { $0 == .merged }.count == 250)
+            h.simulator.faults.withLock { $0.unavailableUntil = 0 }
+            h.engine.wake()
+            #expect(h.waitUntil { (try? h.store.liveJobCount()) == 0 }, "burst \(String(describing: burst))")
+            let titles = h.simulator.received.filter { $0.token == device.token && $0.status == 200 }.compactMap { push in
+                (try? JSONParser.parse(push.payload))?["aps"]?["alert"]?["title"]?.stringValue
+            }
+            let counted = titles.map { title -> Int in
+                guard title.contains(" monitors changed: ") || title.contains(" alerts") else { return 1 }
+                return Int(title.split(separator: " ")[0].replacingOccurrences(of: ",", with: "")) ?? 0
+            }
+            #expect(counted.reduce(0, +) == 300, "every alert accounted for: \(titles)")
+            #expect(titles.count < 60, "a handful of pushes, not 300")
+        }
     }
 }

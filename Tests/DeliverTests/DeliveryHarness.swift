@@ -6,6 +6,7 @@ import Queue
 import Simulator
 import Synchronization
 import TestSupport
+import Testing
 
 /// A clock tests can move forward (provider-token ages), starting at real time.
 final class MovableClock: WallClock {
@@ -19,6 +20,9 @@ final class DeliveryHarness {
     let directory = TemporaryDirectory()
     let store: SQLiteStore
     let simulator: APNsSimulator
+    /// The other APNs environment (sandbox, the relay being configured for production), when asked for.
+    let sandbox: APNsSimulator?
+    let other: OtherAPNsEnvironment?
     let pool: APNsConnectionPool
     let engine: DeliveryEngine
     let tokens: ProviderTokenSource
@@ -27,7 +31,7 @@ final class DeliveryHarness {
     static let topic = "com.example.kumapush"
 
     init(streams: UInt32 = 1000, connections: Int = 2, requestTimeout: Duration = .seconds(5), ttl: Duration = .seconds(3600),
-         deviceBurst: Int? = nil, stallTimeout: Duration = .seconds(30)) throws {
+         deviceBurst: Int? = nil, stallTimeout: Duration = .seconds(30), withSandbox: Bool = false) throws {
         store = try SQLiteStore(path: directory.path("relay.db"), now: SystemClock().nowMillis())
         var simConfig = APNsSimulator.Configuration(certificateFile: TLSFixtures.path("server.pem"), privateKeyFile: TLSFixtures.path("server.key"),
                                                     tokenKeyFile: TLSFixtures.signingPublicKey)
@@ -35,6 +39,7 @@ final class DeliveryHarness {
         simConfig.topic = Self.topic
         simConfig.maxConcurrentStreams = streams
         simulator = try APNsSimulator(simConfig)
+        sandbox = withSandbox ? try APNsSimulator(simConfig) : nil
         let key = try ES256.PrivateKey(pem: Array(try Data(contentsOf: URL(fileURLWithPath: TLSFixtures.signingKey))))
         tokens = ProviderTokenSource(key: key, keyID: "KEY1234567", teamID: "TEAM123456", clock: clock)
         var connection = HTTP2ClientConnection.Configuration(host: "127.0.0.1", port: simulator.port)
@@ -52,7 +57,18 @@ final class DeliveryHarness {
         settings.stallTimeout = stallTimeout
         var configuration = DeliveryEngine.Configuration(settings: settings, worker: "test-worker")
         configuration.pollInterval = .milliseconds(2)
-        engine = DeliveryEngine(configuration: configuration, store: store, pool: pool, tokens: tokens,
+        let tls = try TLSContext.client(extraCAFile: TLSFixtures.caFile)
+        other = sandbox.map { sandbox in
+            var sandboxConnection = connection
+            sandboxConnection.port = sandbox.port
+            return OtherAPNsEnvironment(environment: .sandbox) { [sandboxConnection] in
+                let pool = APNsConnectionPool(configuration: sandboxConnection, connections: 1, tls: tls, logger: logger,
+                                              onChange: { waker.wake() })
+                pool.start()
+                return pool
+            }
+        }
+        engine = DeliveryEngine(configuration: configuration, store: store, pool: pool, other: other, tokens: tokens,
                                 factory: APNsRequestFactory(topic: Self.topic, lateNotice: .seconds(120)),
                                 clock: clock, logger: logger, metrics: metrics)
         waker.engine.withLock { $0 = engine }
@@ -63,7 +79,9 @@ final class DeliveryHarness {
     func stop() {
         engine.shutdown(grace: .seconds(2))
         pool.shutdown()
+        other?.shutdown()
         simulator.stop()
+        sandbox?.stop()
     }
 
     /// Registers a device for `seed`; returns (id, token).
@@ -95,11 +113,16 @@ final class DeliveryHarness {
         return try condition()
     }
 
-    /// Bodies of the pushes APNs accepted for `token`, in arrival order.
+    /// Bodies of the pushes APNs accepted for `token`, in arrival order. A push without a readable body fails the
+    /// test that asked (it is never silently left out of the list).
     func acceptedBodies(_ token: String) -> [String] {
-        simulator.received.filter { $0.token == token && $0.status == 200 }.compactMap { push in
+        simulator.received.filter { $0.token == token && $0.status == 200 }.map { push in
             let object = try? JSONSerialization.jsonObject(with: Data(push.payload)) as? [String: Any]
-            return ((object?["aps"] as? [String: Any])?["alert"] as? [String: Any])?["body"] as? String
+            guard let body = ((object?["aps"] as? [String: Any])?["alert"] as? [String: Any])?["body"] as? String else {
+                Issue.record("a push APNs accepted has no aps.alert.body: \(String(decoding: push.payload, as: UTF8.self))")
+                return "<unreadable>"
+            }
+            return body
         }
     }
 }

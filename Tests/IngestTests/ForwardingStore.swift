@@ -1,3 +1,4 @@
+import Common
 import Queue
 
 /// Passes every call to a real store; tests subclass it to make one operation fail the way a sick disk would.
@@ -7,8 +8,8 @@ class ForwardingStore: RelayStore, @unchecked Sendable {
     init(inner: SQLiteStore) { self.inner = inner }
 
     func ping() throws(StoreError) { try inner.ping() }
-    func enqueue(_ jobs: some Sequence<NewJob>, now: Int64, ttl: Duration) throws(StoreError) -> [EnqueueResult] {
-        try inner.enqueue(jobs, now: now, ttl: ttl)
+    func enqueue(_ jobs: some Sequence<NewJob>, now: Int64, ttl: Duration, deviceCap: Int) throws(StoreError) -> [EnqueueResult] {
+        try inner.enqueue(jobs, now: now, ttl: ttl, deviceCap: deviceCap)
     }
     func registerDevice(token: String, authTokenHash: String, now: Int64, newID: () throws -> String) throws(StoreError) -> Registration {
         try inner.registerDevice(token: token, authTokenHash: authTokenHash, now: now, newID: newID)
@@ -40,6 +41,12 @@ class ForwardingStore: RelayStore, @unchecked Sendable {
     func purgeDeadLetters(before: Int64) throws(StoreError) -> Int { try inner.purgeDeadLetters(before: before) }
     func liveJobCount() throws(StoreError) -> Int { try inner.liveJobCount() }
     func hasDueJobs(now: Int64) throws(StoreError) -> Bool { try inner.hasDueJobs(now: now) }
+    func purgeDeadLetters(keeping: Int) throws(StoreError) -> Int { try inner.purgeDeadLetters(keeping: keeping) }
+    func setEnvironment(deviceID: String, token: String, environment: Settings.APNsEnvironment) throws(StoreError) {
+        try inner.setEnvironment(deviceID: deviceID, token: token, environment: environment)
+    }
+    func recordPause(worker: String, reason: String?, now: Int64) throws(StoreError) { try inner.recordPause(worker: worker, reason: reason, now: now) }
+    func currentPause(since: Int64) throws(StoreError) -> String? { try inner.currentPause(since: since) }
     func reportedOutcome(publicID: String) throws(StoreError) -> ReportedOutcome? { try inner.reportedOutcome(publicID: publicID) }
     func purgeReportedOutcomes(before: Int64) throws(StoreError) -> Int { try inner.purgeReportedOutcomes(before: before) }
     func changeCounter() throws(StoreError) -> Int64 { try inner.changeCounter() }

@@ -46,6 +46,12 @@ final class IngestHarness {
         try client.send("POST", "/wh/\(id)", headers: [("Content-Type", type)], body: Array(body.utf8))
     }
 
+    /// The stored jobs' events, in acceptance order.
+    func jobEvents() throws -> [AlertEvent?] {
+        try RawSQLite(path: directory.path("relay.db")).query("SELECT payload FROM jobs ORDER BY id")
+            .map { AlertEvent(jobPayload: Array($0[0].utf8)) }
+    }
+
     func jobIDs() throws -> Set<String> {
         Set(try RawSQLite(path: directory.path("relay.db")).query("SELECT public_id FROM jobs").map { $0[0] })
     }

@@ -18,44 +18,75 @@ import Testing
         #expect(try h.jobIDs() == [jobID])
     }
 
-    @Test func everyBodyModeIsAccepted() throws {
+    /// Issue 13: a job keeps what a push can show, not the whole request body: a 60 KB message and a 2 KB monitor
+    /// name are stored cut (at a character boundary, marked), so a flood of large bodies costs 4 KiB a job.
+    @Test func aJobStoresWhatAPushCanShowNotTheWholeBody() throws {
         let h = try IngestHarness()
         let (id, _) = try h.register()
-        let boundary = Fixtures.text("l-form-data-test.boundary")
-        let responses = [
-            try h.webhook(id, Fixtures.text("a-1.23-http-down.json")),
-            try h.client.send("POST", "/wh/\(id)", headers: [("Content-Type", "multipart/form-data; boundary=\(boundary)")],
-                              body: Fixtures.bytes("l-form-data-test.multipart"), chunked: true),
-            try h.webhook(id, Fixtures.text("c-2.5-push-up.json"), type: "application/x-www-form-urlencoded"),
-            try h.webhook(id, Fixtures.text("h-double-encoded.json")),
-            try h.client.send("GET", "/wh/\(id)?\(Fixtures.text("j-get-query.txt"))"),
-            try h.webhook(id, Fixtures.text("i-generic.json")),
-            try h.webhook(id, Fixtures.text("g-multiline-emoji-ping-down.json")),
+        let message = String(repeating: "é", count: 30_000)
+        let name = String(repeating: "n", count: 2000)
+        let body = "{\"heartbeat\":{\"status\":0,\"msg\":\"\(message)\"},\"monitor\":{\"id\":1,\"name\":\"\(name)\"},\"msg\":\"x\"}"
+        #expect(try h.webhook(id, body).status == 202)
+        let stored = try #require(try h.jobEvents().first ?? nil)
+        #expect(stored.message.utf8.count <= AlertEvent.messageLimit && stored.message.hasPrefix("éé") && stored.message.hasSuffix("…"))
+        #expect(stored.monitorName.utf8.count <= AlertEvent.nameLimit && stored.monitorName.hasSuffix("…"))
+        let payloadBytes = try RawSQLite(path: h.directory.path("relay.db")).query("SELECT length(payload) FROM jobs")[0][0]
+        #expect((Int(payloadBytes) ?? .max) < 5000)
+    }
+
+    /// The exact bytes Uptime Kuma's real client sent in each mode (chunked form-data, a 3 KB GET, unescaped custom
+    /// templates), replayed against the server: each is stored as the event it stands for.
+    @Test func everyBodyUptimeKumaSendsIsStoredAsItsEvent() throws {
+        let h = try IngestHarness()
+        let (id, _) = try h.register()
+        let ping = "PING 10.20.0.7 (10.20.0.7) 56(84) bytes of data.\n\n--- 10.20.0.7 ping statistics ---\n"
+            + "1 packets transmitted, 0 received, 100% packet loss, time 0ms\n\n"
+        let expected: [(String, AlertEvent)] = [
+            ("real-json-ping-down.http", AlertEvent(kind: .monitor, status: .down, monitorID: 15, monitorName: "NAS ping", message: ping)),
+            ("real-form-data-keyword-down.http", AlertEvent(kind: .monitor, status: .down, monitorID: 21, monitorName: "Shop \"Main\" page",
+                                                            message: "200 - OK, but keyword is not in [<html lang=\"en\">\n<head>\n\t<title>Shop \"Main\" C:\\...]")),
+            ("real-custom-ping-down.http", AlertEvent(kind: .generic, title: "NAS ping", message: "[NAS ping] [🔴 Down] " + ping)),
+            ("real-custom-json-header-ping-down.http", AlertEvent(kind: .generic, title: "NAS ping", message: "[NAS ping] [🔴 Down] " + ping)),
+            ("real-custom-text-ping-down.http",
+             AlertEvent(kind: .generic, message: "🔴 Down NAS ping: [NAS ping] [🔴 Down] " + ping.trimmingCharacters(in: .newlines))),
+            ("real-get-http-up.http", AlertEvent(kind: .monitor, status: .up, monitorID: 33, monitorName: "Web 🐘🔴 \\ edge", message: "200 - OK")),
         ]
-        #expect(responses.map(\.status) == Array(repeating: 202, count: responses.count))
-        #expect(try h.jobIDs().count == responses.count)
+        for (fixture, event) in expected {
+            let captured = CapturedRequest(fixture)
+            let response = try h.client.exchange(captured.bytes(for: id))
+            #expect(response.status == 202, "\(fixture): \(response.text)")
+            let stored = try h.jobEvents().last
+            #expect(stored == event, "\(fixture)")
+        }
+        #expect(CapturedRequest("real-form-data-keyword-down.http").headers["content-length"] == nil, "form-data is chunked")
+        #expect(try h.jobEvents().count == expected.count)
     }
 
     @Test func hostileBodiesGetAJSONErrorAndTheServerStaysHealthy() throws {
         let h = try IngestHarness(["RATE_LIMIT_WEBHOOK_FAILED": "off"])
         let (id, _) = try h.register()
-        let cases: [(String, [UInt8], Int)] = [
-            ("application/json", Array("{\"heartbeat\":{\"status\":0".utf8), 400),
-            ("application/json", [0x7b, 0x22, 0x6d, 0x73, 0x67, 0x22, 0x3a, 0x22, 0xc3, 0x28, 0x22, 0x7d], 400),
-            ("application/json", Array("[{\"msg\":\"x\"}]".utf8), 400),
-            ("application/json", Array("{\"heartbeat\":{\"status\":\"down\"},\"monitor\":{\"name\":\"A\"}}".utf8), 400),
-            ("application/json", Array("{\"monitor\":{\"name\":[1]},\"heartbeat\":{}}".utf8), 400),
-            ("application/json", [UInt8](repeating: 0x20, count: 70_000), 413),
-            ("text/plain", Array("hello".utf8), 415),
-            ("application/octet-stream", [0, 1, 2, 255], 415),
-            ("multipart/form-data; boundary=zzz", Array("--zzz\r\nContent-Disposition: form-data; name=\"other\"\r\n\r\nx\r\n--zzz--\r\n".utf8), 400),
-            ("application/x-www-form-urlencoded", Array("a=%ZZ".utf8), 400),
+        let cases: [(String, [UInt8], Int, String)] = [
+            ("application/json", Array("{\"heartbeat\":{\"status\":0".utf8), 400, "invalid request body: invalid JSON at byte 24: unexpected end"),
+            ("application/json", [0x7b, 0x22, 0x6d, 0x73, 0x67, 0x22, 0x3a, 0x22, 0xc3, 0x28, 0x22, 0x7d], 400,
+             "invalid request body: invalid JSON at byte 11: invalid UTF-8 in string"),
+            ("application/json", Array("[{\"msg\":\"x\"}]".utf8), 400, "invalid request body: the JSON holds no object and no text"),
+            ("application/json", Array("{\"heartbeat\":{\"status\":\"down\"},\"monitor\":{\"name\":\"A\"}}".utf8), 400,
+             "invalid request body: heartbeat.status is not an integer"),
+            ("application/json", Array("{\"monitor\":{\"name\":[1]},\"heartbeat\":{}}".utf8), 400,
+             "invalid request body: monitor.name is not a string"),
+            ("application/json", [UInt8](repeating: 0x20, count: 70_000), 413, "request body too large"),
+            ("text/plain", [0x68, 0xff], 400, "invalid request body: the body is not UTF-8 (byte 1)"),
+            ("application/x-www-form-urlencoded", [], 400, "invalid request body: empty body"),
+            ("application/octet-stream", [0, 1, 2, 255], 415, "unsupported content type: send JSON, a form or text/plain"),
+            ("application/xml", Array("<alert/>".utf8), 415, "unsupported content type: send JSON, a form or text/plain"),
+            ("multipart/form-data; boundary=zzz", Array("--zzz\r\nContent-Disposition: form-data; name=\"other\"\r\n\r\nx\r\n--zzz--\r\n".utf8), 400,
+             "invalid request body: no data field in the form-data"),
         ]
-        for (type, body, status) in cases {
+        for (type, body, status, error) in cases {
             let response = try h.client.send("POST", "/wh/\(id)", headers: [("Content-Type", type)], body: body)
             #expect(response.status == status, "\(type) \(body.prefix(40))")
             #expect(response.headers["content-type"] == "application/json")
-            #expect(response.json?["error"] is String)
+            #expect(response.json?["error"] as? String == error)
         }
         #expect(try h.jobIDs().isEmpty)
         #expect(try h.client.send("GET", "/health").status == 200)
@@ -163,7 +194,7 @@ import Testing
 
 /// A store whose writes fail as a full disk or a long-held lock would: reads work, enqueue throws `.unavailable`.
 final class UnavailableForWrites: ForwardingStore, @unchecked Sendable {
-    override func enqueue(_ jobs: some Sequence<NewJob>, now: Int64, ttl: Duration) throws(StoreError) -> [EnqueueResult] {
+    override func enqueue(_ jobs: some Sequence<NewJob>, now: Int64, ttl: Duration, deviceCap: Int) throws(StoreError) -> [EnqueueResult] {
         throw StoreError(.unavailable, "database or disk is full")
     }
 }

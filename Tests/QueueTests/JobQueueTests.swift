@@ -139,7 +139,7 @@ import Testing
         try db.enqueue(b, "b1")
         let first = try claim()
         _ = try db.store.finish([.dead(first[0], "BadDeviceToken"), .dead(first[1], "Expired")], worker: "w1", now: t0 + 100)
-        try db.enqueue(a, "a2")
+        try db.enqueue(a, "a2", "a3")
 
         #expect(try db.store.countDeadLetters(DeadLetterFilter(reason: "BadDeviceToken")) == 1)
         #expect(try db.store.countDeadLetters(DeadLetterFilter(deviceID: b)) == 1)
@@ -148,12 +148,30 @@ import Testing
 
         #expect(try db.store.replayDeadLetters(DeadLetterFilter(reason: "BadDeviceToken"), limit: 10, now: t0 + 200, ttl: .seconds(60)) == 1)
         #expect(try db.store.countDeadLetters(DeadLetterFilter()) == 1)
-        // a2 was queued first and is a's head; the replayed a1 waits behind it with a fresh attempt count and TTL.
+        // a2 and a3 were queued first; the replayed a1 waits behind both (as `replay --help` says) with a fresh
+        // attempt count and TTL.
         let heads = try claim(at: t0 + 200)
         #expect(heads.map(\.label) == ["a2"])
         _ = try db.store.finish([.delivered(heads[0])], worker: "w1", now: t0 + 201)
+        let next = try claim(at: t0 + 201)
+        #expect(next.map(\.label) == ["a3"], "the newer job keeps its place ahead of the replayed one")
+        _ = try db.store.finish([.delivered(next[0])], worker: "w1", now: t0 + 201)
         let replayed = try #require(try claim(at: t0 + 201).first)
         #expect(replayed.label == "a1" && replayed.attempt == 1 && replayed.expiresAt == t0 + 200 + 60_000)
+    }
+
+    /// Issue 13: a token that dead-letters everything cannot fill the disk: past the budget, oldest go first.
+    @Test func deadLettersOverTheBudgetArePurgedOldestFirst() throws {
+        let a = try db.device(1)
+        for n in 0..<5 {
+            try db.enqueue(a, "d\(n)")
+            let head = try #require(try claim().first)
+            _ = try db.store.finish([.dead(head, "BadDeviceToken")], worker: "w1", now: t0 + Int64(n))
+        }
+        #expect(try db.store.purgeDeadLetters(keeping: 2) == 3)
+        #expect(try db.store.purgeDeadLetters(keeping: 2) == 0)
+        #expect(try db.store.replayDeadLetters(DeadLetterFilter(), limit: 10, now: t0 + 10, ttl: .seconds(60)) == 2)
+        #expect(try claim(at: t0 + 10).map(\.label) == ["d3"], "the two newest were kept")
     }
 
     @Test func deadLettersArePurgedAfterRetention() throws {
@@ -205,7 +223,7 @@ import Testing
         let head = try #require(try claim().first)
         let pending = try db.store.pendingJobs(deviceID: a, limit: 2)
         #expect(pending.map { String(decoding: $0.payload, as: UTF8.self) } == ["a2", "a3"])
-        _ = try db.store.finish([JobOutcome(jobID: head.id, attempt: head.attempt, kind: .delivered, merged: pending.map(\.id))],
+        _ = try db.store.finish([JobOutcome(jobID: head.id, attempt: head.attempt, kind: .delivered, merged: pending.map(\.asMerged))],
                                 worker: "w1", now: t0)
         #expect(try claim().map(\.label) == ["a4"], "a4 was not merged: it is next, in order")
     }
@@ -216,7 +234,7 @@ import Testing
         let head = try #require(try claim().first)
         let pending = try db.store.pendingJobs(deviceID: a, limit: 10)
         _ = try db.store.finish([JobOutcome(jobID: head.id, attempt: head.attempt, kind: .deadLetter(reason: "BadDeviceToken"),
-                                            merged: pending.map(\.id))], worker: "w1", now: t0)
+                                            merged: pending.map(\.asMerged))], worker: "w1", now: t0)
         #expect(try db.store.countDeadLetters(DeadLetterFilter(reason: "BadDeviceToken")) == 3)
         #expect(try db.store.liveJobCount() == 0)
     }

@@ -1,7 +1,9 @@
 """The ingest process as the iPhone app and Uptime Kuma meet it, including being killed."""
 import concurrent.futures
+import json
 import pathlib
 import signal
+import socket
 import sqlite3
 import threading
 
@@ -53,22 +55,53 @@ def test_the_app_registers_reads_updates_and_unregisters(ingest):
     assert status == 404 and body == {"error": "device not found"}
 
 
-def test_every_uptime_kuma_body_mode_is_queued(ingest):
+def replay(relay, fixture, device_id):
+    """Sends a request captured from Uptime Kuma's real client (Tests/Fixtures/webhooks/real-*.http) byte for byte."""
+    raw = (FIXTURES / fixture).read_bytes().replace(b"DEVICE_ID_HERE", device_id.encode())
+    raw = raw.replace(b"Connection: keep-alive", b"Connection: close")
+    with socket.create_connection(("127.0.0.1", relay.port), timeout=10) as connection:
+        connection.sendall(raw)
+        answer = b""
+        while chunk := connection.recv(65536):
+            answer += chunk
+    head, _, body = answer.partition(b"\r\n\r\n")
+    return int(head.split(b" ")[1]), json.loads(body)
+
+
+def test_every_body_uptime_kuma_sends_is_stored_as_what_it_says(ingest, tmp_path):
+    relay = ingest()
+    device_id, _ = register(relay)
+    ping, keyword = "\n1 packets transmitted, 0 received, 100% packet loss", 'not in [<html lang="en">\n<head>\n\t<title>'
+    cases = {  # captured request -> (the job's event: k kind, s status, id monitor, n name, t title; text in its message)
+        "real-json-ping-down.http": ({"k": "monitor", "s": 0, "id": 15, "n": "NAS ping"}, ping),
+        "real-form-data-keyword-down.http": ({"k": "monitor", "s": 0, "id": 21, "n": 'Shop "Main" page'}, keyword),
+        "real-custom-ping-down.http": ({"k": "generic", "t": "NAS ping"}, ping),
+        "real-custom-keyword-down.http": ({"k": "generic", "t": 'Shop "Main" page'}, keyword),
+        "real-custom-json-header-ping-down.http": ({"k": "generic", "t": "NAS ping"}, ping),
+        "real-custom-text-ping-down.http": ({"k": "generic", "t": None}, "🔴 Down NAS ping: [NAS ping] [🔴 Down] PING"),
+        "real-json-urlencoded-header-http-down.http": ({"k": "monitor", "s": 0, "id": 12, "n": "Shop API"}, "status code 503"),
+        "real-get-http-up.http": ({"k": "monitor", "s": 1, "id": 33, "n": "Web 🐘🔴 \\ edge"}, "200 - OK"),
+    }
+    for fixture, (expected, text) in cases.items():
+        status, body = replay(relay, fixture, device_id)
+        assert status == 202 and body["status"] == "queued", (fixture, body)
+        with sqlite3.connect(tmp_path / "relay.db") as connection:
+            payload = connection.execute("SELECT payload FROM jobs WHERE public_id = ?", (body["id"],)).fetchone()[0]
+        event = json.loads(payload)
+        assert {key: event.get(key) for key in expected} == expected, fixture
+        assert text in event["m"], fixture
+
+
+def test_a_custom_body_with_no_usable_text_is_refused_with_what_and_where(ingest):
     relay = ingest()
     device_id, _ = register(relay)
     url = f"{relay.base}/wh/{device_id}"
-    boundary = (FIXTURES / "l-form-data-test.boundary").read_text()
-    answers = [
-        request("POST", url, (FIXTURES / "b-2.5-http-down-in-group.json").read_bytes()),
-        request("POST", url, (FIXTURES / "l-form-data-test.multipart").read_bytes(),
-                headers={"Content-Type": f"multipart/form-data; boundary={boundary}"}),
-        request("POST", url, (FIXTURES / "f-1.23-ping-down-reminder.json").read_bytes(),
-                headers={"Content-Type": "application/x-www-form-urlencoded"}),
-        request("POST", url, (FIXTURES / "h-double-encoded.json").read_bytes()),
-        request("GET", url + "?" + (FIXTURES / "j-get-query.txt").read_text()),
-    ]
-    assert [status for status, _, _ in answers] == [202] * len(answers)
-    assert all(body["status"] == "queued" for _, body, _ in answers)
+    assert request("POST", url, b'{"title" "x"}')[:2] == (
+        400, {"error": "invalid request body: invalid JSON at byte 9: expected ':'"})
+    assert request("POST", url, b'{"name":"x"}', headers={"Content-Type": "text/plain"})[:2] == (
+        400, {"error": "invalid request body: no title, body or msg field"})
+    assert request("POST", url, b"<alert/>", headers={"Content-Type": "application/xml"})[:2] == (
+        415, {"error": "unsupported content type: send JSON, a form or text/plain"})
 
 
 def test_sigterm_exits_0_after_answering(ingest):

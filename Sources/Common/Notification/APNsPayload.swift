@@ -3,7 +3,7 @@ public enum APNsPayload {
     public static let maximumBytes = 4096
     static let ellipsis = "…"
 
-    /// `{"aps":{"alert":{"title":…,"body":…},"sound":"default","interruption-level":…,"thread-id":…}}`.
+    /// `{"aps":{"alert":{"title":…,"body":…},"sound":"default","interruption-level":…,"thread-id":…,"badge":…}}`.
     /// When too long, the body is cut first, then the title, at a character boundary, ending in `…`;
     /// the body suffix (a late notice) is kept whole after the cut body.
     public static func encode(_ notification: PushMessage) -> [UInt8] {
@@ -32,6 +32,7 @@ public enum APNsPayload {
         var aps = "\"alert\":{\"title\":\(JSONText.quoted(title)),\"body\":\(JSONText.quoted(body + notification.bodySuffix))}"
         aps += ",\"sound\":\"default\",\"interruption-level\":\"\(notification.interruptionLevel.rawValue)\""
         if let thread = notification.threadID { aps += ",\"thread-id\":\(JSONText.quoted(thread))" }
+        if let badge = notification.badge { aps += ",\"badge\":\(badge)" }
         return "{\"aps\":{\(aps)}}"
     }
 

@@ -56,6 +56,26 @@ public struct AlertEvent: Sendable, Equatable {
         return Array(text.utf8)
     }
 
+    /// What a push can show at most: APNs takes 4096 bytes of payload, so no field needs more than that, and a
+    /// monitor name or title that long would leave no room for anything else anyway.
+    public static let messageLimit = 4096
+    public static let nameLimit = 512
+
+    /// The event as it is stored (issue 13: a job keeps what the push needs, not up to 64 KiB of request body):
+    /// the message cut to `messageLimit` bytes, names and titles to `nameLimit`, each at a character boundary and
+    /// marked with `…` where cut. The push is cut again to fit at send time, so nothing visible is lost.
+    public var boundedForStorage: AlertEvent {
+        var bounded = self
+        bounded.message = Self.cut(message, Self.messageLimit)
+        bounded.monitorName = Self.cut(monitorName, Self.nameLimit)
+        bounded.title = Self.cut(title, Self.nameLimit)
+        return bounded
+    }
+
+    private static func cut(_ text: String, _ limit: Int) -> String {
+        text.utf8.count <= limit ? text : TextCut.prefix(text, maxBytes: limit - 3) + "…"
+    }
+
     /// Reads a job payload written by `jobPayload`; nil if it is not one.
     public init?(jobPayload: [UInt8]) {
         guard let object = try? JSONParser.parse(jobPayload), let kind = object["k"]?.stringValue.flatMap(Kind.init(rawValue:)) else {

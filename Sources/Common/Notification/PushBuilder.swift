@@ -45,9 +45,12 @@ public struct PushBuilder: Sendable {
         return event.monitorID.map { "Monitor \($0)" } ?? "A monitor"
     }
 
-    /// `monitor-12` from the id, else `monitor-<name>`.
+    /// `monitor-12` from the id, else `monitor-<name>` with the name cut to `threadNameLimit` bytes: a thread id
+    /// only groups banners, and an uncut one let a long monitor name push the payload past 4096 bytes.
     static func threadID(_ event: AlertEvent) -> String? {
         if let id = event.monitorID { return "monitor-\(id)" }
-        return event.monitorName.isEmpty ? nil : "monitor-\(event.monitorName)"
+        return event.monitorName.isEmpty ? nil : "monitor-" + TextCut.prefix(event.monitorName, maxBytes: threadNameLimit)
     }
+
+    static let threadNameLimit = 64
 }

@@ -12,6 +12,8 @@ public struct PushMessage: Sendable, Equatable {
     public var interruptionLevel: InterruptionLevel
     /// Groups a monitor's pushes on the phone; nil for tests and generic pushes.
     public var threadID: String?
+    /// `aps.badge`: how many of the device's monitors are down as of this push (0 clears it); nil sends none.
+    public var badge: Int?
 
     public init(title: String, body: String, interruptionLevel: InterruptionLevel = .active, threadID: String? = nil) {
         self.title = title

@@ -33,18 +33,19 @@ struct WebhookEndpoint: Sendable {
         let event: AlertEvent
         switch WebhookParser.parse(request) {
         case .success(let parsed): event = parsed
-        case .failure(.invalidBody): return fail(.error(400, "invalid request body"), client: client, responder: responder)
+        case .failure(.invalidBody(let reason)):
+            return fail(.error(400, "invalid request body: \(reason)"), client: client, responder: responder)
         case .failure(.unsupportedMediaType):
-            return responder.respond(.error(415, "unsupported content type: send application/json or a form"))
+            return responder.respond(.error(415, "unsupported content type: send JSON, a form or text/plain"))
         }
         guard writer.estimatedDepth < queueMax else {
             logger.warning("queue full, webhook refused", ["queue.max": String(queueMax)])
             return responder.respond(Self.queueUnavailable)
         }
-        let payload = event.jobPayload
+        let payload = event.boundedForStorage.jobPayload
         let waits = event.waitsForDelivery && testWait > .zero
         guard let publicID = try? JobID.generate() else { return responder.respond(.error(500, "internal server error")) }
-        let job = NewJob(deviceID: deviceID, publicID: publicID, payload: payload, reportsOutcome: waits)
+        let job = NewJob(deviceID: deviceID, publicID: publicID, payload: payload, reportsOutcome: waits, monitor: MonitorReport(event))
         writer.submit(job) { result in
             switch result {
             case .success(.queued) where waits:
@@ -52,6 +53,9 @@ struct WebhookEndpoint: Sendable {
                 DispatchQueue.global().async { awaitOutcome(of: job.publicID, until: deadline, responder: responder) }
             case .success(.queued):
                 responder.respond(Self.queued(job.publicID))
+            case .success(.merged):
+                // Stored, folded into the device's waiting digest (DEVICE_QUEUE_MAX): acknowledged like any alert.
+                responder.respond(Self.merged)
             case .success(.deviceGone):
                 // Off the writer thread: the tombstone lookup reads the disk and the writer must keep committing.
                 DispatchQueue.global().async { answerUnknownDevice(deviceID, client: client, responder: responder) }
@@ -66,8 +70,15 @@ struct WebhookEndpoint: Sendable {
         .json(202, "{\"status\":\"queued\",\"id\":\"\(publicID)\"}")
     }
 
+    static let merged = HTTPResponse.json(202, "{\"status\":\"merged\"}")
+
+    /// A paused deliverer refreshes its record every few seconds; one older than this is from a process that died.
+    static let pauseFreshness: Int64 = 30_000
+
     /// Polls for the outcome a deliverer (this process's or another's) records for a Test push, every 10 ms on a
-    /// timer (no thread waits): 200 delivered, 410 unregistered, 502 rejected, or 202 when TEST_WAIT runs out.
+    /// timer (no thread waits): 200 delivered, 410 unregistered, 502 rejected or not delivered, 502 at once while a
+    /// deliverer is paused by a configuration fault, or 202 when TEST_WAIT runs out (SPEC §2.2: a Test button never
+    /// says "sent" for a push that cannot arrive).
     private func awaitOutcome(of publicID: String, until deadline: ContinuousClock.Instant, responder: any HTTPResponder) {
         let outcome = try? store.reportedOutcome(publicID: publicID)
         switch outcome?.kind {
@@ -77,7 +88,12 @@ struct WebhookEndpoint: Sendable {
             responder.respond(.error(410, "device unregistered"))
         case .rejected?:
             responder.respond(.error(502, "apns rejected: \(outcome?.reason ?? "")"))
+        case .failed?:
+            responder.respond(.error(502, "not delivered: \(outcome?.reason ?? "")"))
         case nil:
+            if let pause = try? store.currentPause(since: clock.nowMillis() - Self.pauseFreshness) {
+                return responder.respond(.error(502, "relay cannot deliver: \(pause) (configuration)"))
+            }
             guard ContinuousClock.now < deadline else { return responder.respond(Self.queued(publicID)) }
             DispatchQueue.global().asyncAfter(deadline: .now() + 0.01) {
                 awaitOutcome(of: publicID, until: deadline, responder: responder)

@@ -1,15 +1,15 @@
 import Common
 
 /// Reads an alert out of every body Uptime Kuma can send (SPEC §2.2, reference/uptime-kuma-webhook.md):
-/// JSON; multipart/form-data with the JSON in its `data` part; custom bodies under
-/// application/x-www-form-urlencoded (raw JSON text, a `data` field, or axios' bracket notation); JSON that is a
-/// string holding JSON (Uptime Kuma #7211); and GET query parameters. Any other JSON object with a string `title`
-/// and/or `body` is a generic notification.
+/// JSON; multipart/form-data with the JSON in its `data` part; GET query parameters; and custom bodies as users
+/// really write them — unescaped templates under application/x-www-form-urlencoded or text/plain, or
+/// JSON-stringified into a JSON string under application/json (Uptime Kuma #7211). Custom text goes through
+/// `CustomText`: strict JSON, then tolerant JSON, then the text itself as the body of a generic push.
 public enum WebhookParser {
     public enum Rejection: Error, Equatable {
-        /// 400 `invalid request body`.
-        case invalidBody
-        /// 415: the content type is neither JSON nor a form.
+        /// 400 `invalid request body: <reason>`; the reason says what and where (Uptime Kuma shows it verbatim).
+        case invalidBody(String)
+        /// 415: the content type is neither JSON, a form nor text.
         case unsupportedMediaType
     }
 
@@ -17,91 +17,143 @@ public enum WebhookParser {
         if request.method == "GET" { return fromQuery(request.rawQuery) }
         switch request.mediaType {
         case "application/json", "text/json":
-            return fromJSONText(request.body)
+            return fromJSONBody(request.body)
         case let type? where type.hasPrefix("application/") && type.hasSuffix("+json"):
-            return fromJSONText(request.body)
+            return fromJSONBody(request.body)
         case "multipart/form-data":
-            guard let data = request.formFields.first(where: { $0.name == "data" }) else { return .failure(.invalidBody) }
-            return fromJSONText(data.value)
-        case "application/x-www-form-urlencoded":
-            return fromURLEncoded(request)
+            return fromMultipart(request.formFields)
+        case "application/x-www-form-urlencoded", "text/plain":
+            return fromText(request.body)
         default:
             return .failure(.unsupportedMediaType)
         }
     }
 
-    /// Uptime Kuma's default for custom bodies is urlencoded whatever the text is: a body that looks like JSON is
-    /// JSON; otherwise it is a form (`data=<json>`, or the fields themselves).
-    static func fromURLEncoded(_ request: HTTPRequest) -> Result<AlertEvent, Rejection> {
-        if let first = request.body.first(where: { !$0.isJSONWhitespace }), first == UInt8(ascii: "{") || first == UInt8(ascii: "\"") {
-            return fromJSONText(request.body)
+    /// `application/json`: axios only sends valid JSON here (it stringifies text that does not parse), so the body
+    /// must parse strictly. An object is used as it is; a JSON string is custom text (#7211).
+    static func fromJSONBody(_ bytes: [UInt8]) -> Result<AlertEvent, Rejection> {
+        guard bytes.contains(where: { !$0.isJSONWhitespace }) else { return .failure(.invalidBody("empty body")) }
+        let value: JSONValue
+        do {
+            value = try JSONParser.parse(bytes, keeping: keysRead)
+        } catch {
+            return .failure(.invalidBody(error.description))
         }
+        if value.isObject { return fromObject(value) }
+        if let text = value.stringValue { return CustomText.event(text, unwrapped: true) }
+        return .failure(.invalidBody("the JSON holds no object and no text"))
+    }
+
+    /// urlencoded and text/plain: a form that names a field the relay reads, else custom text.
+    static func fromText(_ bytes: [UInt8]) -> Result<AlertEvent, Rejection> {
+        guard let text = String(validating: bytes, as: UTF8.self) else {
+            return .failure(.invalidBody("the body is not UTF-8 (byte \(firstInvalidUTF8(bytes)))"))
+        }
+        if let fields = FormText.fields(text) { return fromFields(fields) }
+        return CustomText.event(text, unwrapped: false)
+    }
+
+    /// The offset of the first byte that starts no valid UTF-8 sequence, for the error message.
+    static func firstInvalidUTF8(_ bytes: [UInt8]) -> Int {
+        var parser = Unicode.UTF8.ForwardParser()
+        var iterator = bytes.makeIterator()
+        var offset = 0
+        while true {
+            switch parser.parseScalar(from: &iterator) {
+            case .valid(let scalar): offset += scalar.count
+            case .error: return offset
+            case .emptyInput: return offset
+            }
+        }
+    }
+
+    /// Uptime Kuma's form-data mode: one `data` part holding the JSON (a template's own fields are read too).
+    static func fromMultipart(_ parts: [(name: String, value: [UInt8])]) -> Result<AlertEvent, Rejection> {
         var fields: [String: String] = [:]
-        for field in request.formFields {
-            guard let value = String(validating: field.value, as: UTF8.self) else { return .failure(.invalidBody) }
-            fields[field.name] = value
+        for part in parts {
+            guard let value = String(validating: part.value, as: UTF8.self) else {
+                return .failure(.invalidBody("form-data field \(part.name) is not UTF-8"))
+            }
+            fields[part.name] = value
         }
-        if let data = fields["data"] { return fromJSONText(Array(data.utf8)) }
+        guard fields["data"] != nil || fields.keys.contains(where: FormText.knownNames.contains) else {
+            return .failure(.invalidBody("no data field in the form-data"))
+        }
+        return fromFields(fields)
+    }
+
+    /// A decoded form: `data` holds Uptime Kuma's JSON (read as custom text, so an unescaped one works too);
+    /// otherwise bracket notation or flat `title`/`body`/`msg` fields.
+    static func fromFields(_ fields: [String: String]) -> Result<AlertEvent, Rejection> {
+        if let data = fields["data"] { return CustomText.event(data, unwrapped: false) }
         return fromFlatFields(fields)
     }
 
     /// GET mode (Uptime Kuma 2.1+): `msg`, and `heartbeat`/`monitor` as JSON texts; `+` is a space.
     static func fromQuery(_ query: String) -> Result<AlertEvent, Rejection> {
-        guard let parameters = QueryString.parse(query) else { return .failure(.invalidBody) }
+        guard let parameters = QueryString.parse(query) else {
+            return .failure(.invalidBody("the query string has an invalid %-escape or is not UTF-8"))
+        }
         var members: [(key: String, value: JSONValue)] = []
         for key in ["heartbeat", "monitor"] {
             guard let text = parameters[key] else { continue }
-            guard let value = try? JSONParser.parse(Array(text.utf8)) else { return .failure(.invalidBody) }
-            members.append((key, value))
+            do {
+                members.append((key, try JSONParser.parse(Array(text.utf8), keeping: keysRead)))
+            } catch {
+                return .failure(.invalidBody("query parameter \(key): \(error.description)"))
+            }
         }
-        for key in ["msg", "title", "body"] {
-            if let text = parameters[key] { members.append((key, .string(text))) }
+        for key in genericTitleKeys + genericBodyKeys where parameters[key] != nil {
+            members.append((key, .string(parameters[key] ?? "")))
         }
         return fromObject(.object(members))
     }
 
+    /// Generic notifications: the common names of notification templates, first match wins.
+    static let genericTitleKeys = ["title", "subject"]
+    static let genericBodyKeys = ["body", "message", "text", "msg"]
+
     /// The only keys the relay reads, at any depth; everything else is validated and dropped while parsing.
-    static let keysRead: Set<String> = ["heartbeat", "monitor", "msg", "title", "body", "status", "important", "monitorID", "name", "id"]
+    static let keysRead: Set<String> = Set(["heartbeat", "monitor", "status", "important", "monitorID", "name", "id"]
+                                            + genericTitleKeys + genericBodyKeys)
 
-    static func fromJSONText(_ bytes: [UInt8]) -> Result<AlertEvent, Rejection> {
-        guard let value = try? JSONParser.parse(bytes, keeping: keysRead) else { return .failure(.invalidBody) }
-        if value.isObject { return fromObject(value) }
-        // Double encoding (#7211): a JSON string whose text is the JSON object.
-        if let text = value.stringValue, let inner = try? JSONParser.parse(Array(text.utf8), keeping: keysRead), inner.isObject {
-            return fromObject(inner)
-        }
-        return .failure(.invalidBody)
-    }
-
-    /// Recognises Uptime Kuma's shape first, then a generic `{title, body}`.
+    /// Uptime Kuma's shape when it has `heartbeat` or `monitor`; a lone `msg` is its Test/certificate shape;
+    /// otherwise the generic `title`/`subject` + `body`/`message`/`text`/`msg`.
     static func fromObject(_ object: JSONValue) -> Result<AlertEvent, Rejection> {
-        if object["heartbeat"] != nil || object["monitor"] != nil || object["msg"] != nil {
-            return uptimeKuma(object).map(Result.success) ?? .failure(.invalidBody)
+        if object["heartbeat"] != nil || object["monitor"] != nil {
+            return uptimeKuma(object)
         }
-        let title = object["title"]
-        let body = object["body"]
-        guard title != nil || body != nil,
-              title == nil || title?.stringValue != nil, body == nil || body?.stringValue != nil
-        else { return .failure(.invalidBody) }
-        return .success(AlertEvent(kind: .generic, title: title?.stringValue ?? "", message: body?.stringValue ?? ""))
+        let title = genericTitleKeys.lazy.compactMap { object[$0]?.stringValue }.first
+        let body = genericBodyKeys.lazy.compactMap { object[$0]?.stringValue }.first
+        if title == nil, let message = object["msg"]?.stringValue, genericBodyKeys.allSatisfy({ $0 == "msg" || object[$0]?.stringValue == nil }) {
+            return .success(.test(message))
+        }
+        guard title != nil || body != nil else { return .failure(.invalidBody("no title, body or msg field")) }
+        return .success(AlertEvent(kind: .generic, title: title ?? "", message: body ?? ""))
     }
 
-    /// `{heartbeat, monitor, msg}`; nil when a field has the wrong type. Absent and null are the same to
-    /// Uptime Kuma, so they are here.
-    static func uptimeKuma(_ object: JSONValue) -> AlertEvent? {
-        guard let heartbeat = optional(object["heartbeat"], \.isObject), let monitor = optional(object["monitor"], \.isObject),
-              let message = optionalString(object["msg"])
-        else { return nil }
-        guard let heartbeat = heartbeat.value, let monitor = monitor.value else {
-            return .test(message.value ?? "")
+    /// `{heartbeat, monitor, msg}`. Absent and null are the same to Uptime Kuma, so they are here; a field of the
+    /// wrong type is named in the rejection.
+    static func uptimeKuma(_ object: JSONValue) -> Result<AlertEvent, Rejection> {
+        func wrong(_ field: String, _ expected: String) -> Result<AlertEvent, Rejection> {
+            .failure(.invalidBody("\(field) is not \(expected)"))
         }
-        guard let status = optionalInt(heartbeat["status"]), let beatMessage = optionalString(heartbeat["msg"]),
-              let important = optional(heartbeat["important"], { $0.boolValue != nil }),
-              let name = optionalString(monitor["name"]), let id = optionalInt(monitor["id"] ?? heartbeat["monitorID"])
-        else { return nil }
-        return AlertEvent(kind: .monitor, status: AlertEvent.Status(rawValue: status.value ?? 0),
-                          important: important.value?.boolValue ?? true, monitorID: id.value, monitorName: name.value ?? "",
-                          message: beatMessage.value ?? "")
+        guard let heartbeat = optional(object["heartbeat"], \.isObject) else { return wrong("heartbeat", "an object") }
+        guard let monitor = optional(object["monitor"], \.isObject) else { return wrong("monitor", "an object") }
+        guard let message = optionalString(object["msg"]) else { return wrong("msg", "a string") }
+        guard let heartbeat = heartbeat.value, let monitor = monitor.value else {
+            return .success(.test(message.value ?? ""))
+        }
+        guard let status = optionalInt(heartbeat["status"]) else { return wrong("heartbeat.status", "an integer") }
+        guard let beatMessage = optionalString(heartbeat["msg"]) else { return wrong("heartbeat.msg", "a string") }
+        guard let important = optional(heartbeat["important"], { $0.boolValue != nil }) else {
+            return wrong("heartbeat.important", "a boolean")
+        }
+        guard let name = optionalString(monitor["name"]) else { return wrong("monitor.name", "a string") }
+        guard let id = optionalInt(monitor["id"] ?? heartbeat["monitorID"]) else { return wrong("monitor.id", "an integer") }
+        return .success(AlertEvent(kind: .monitor, status: AlertEvent.Status(rawValue: status.value ?? 0),
+                                   important: important.value?.boolValue ?? true, monitorID: id.value,
+                                   monitorName: name.value ?? "", message: beatMessage.value ?? ""))
     }
 
     /// Bracket-notation forms (`heartbeat[status]=0&monitor[name]=DB&msg=…`), which Uptime Kuma's JSON mode produces
@@ -115,13 +167,12 @@ public enum WebhookParser {
                 heartbeat.append((String(key.dropFirst(10).dropLast()), formValue(value)))
             } else if key.hasPrefix("monitor["), key.hasSuffix("]") {
                 monitor.append((String(key.dropFirst(8).dropLast()), formValue(value)))
-            } else if ["msg", "title", "body"].contains(key) {
+            } else if FormText.knownNames.contains(key) {
                 members.append((key, .string(value)))
             }
         }
         if !heartbeat.isEmpty { members.append(("heartbeat", .object(heartbeat))) }
         if !monitor.isEmpty { members.append(("monitor", .object(monitor))) }
-        guard !members.isEmpty else { return .failure(.invalidBody) }
         return fromObject(.object(members))
     }
 

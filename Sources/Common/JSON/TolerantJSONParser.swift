@@ -1,0 +1,247 @@
+/// Reads JSON as an unescaping template writes it (SPEC §2.2, "Custom bodies as users really write them").
+///
+/// Uptime Kuma renders custom bodies with Liquid and does not escape, so `{"title":"{{name}}","body":"{{msg}}"}`
+/// becomes `{"title":"NAS","body":"PING 10.0.0.7 …<newline>--- statistics ---"}` or holds a quote in the middle of a
+/// string (`…keyword is not in [<html lang="en">…]`). This parser is the strict grammar with three tolerances, all
+/// inside string literals:
+/// - raw control characters (newline, tab, CR…) are taken literally;
+/// - a `"` ends the string only where the structure after it says so (a key is followed by `:`; a value by `}` or
+///   by `,` and the next key; an element by `]` or by `,` and the next value; a lone top-level string by the end).
+///   Any other `"` is text;
+/// - an escape that is not JSON (`C:\path`) keeps its backslash as text; and when a document does not parse
+///   otherwise, a second pass takes a `\"` whose quote can end the string as a backslash that ends the text
+///   (a message ending in `\` right before the template's closing quote).
+///
+/// It is never used where the strict `JSONParser` succeeded, and it guards what strictness protects: input must be
+/// valid UTF-8 (checked here) and nesting is capped at `JSONParser.maximumDepth`. Returns nil for anything else.
+public struct TolerantJSONParser {
+    private enum Place { case key, objectValue, arrayElement, topLevel }
+    private struct Failure: Error {}
+
+    private let bytes: [UInt8]
+    private var index = 0
+    private var depth = 0
+    /// The second pass: a backslash before a quote that can end the string is text.
+    private let trailingBackslashes: Bool
+
+    public static func parse(_ bytes: [UInt8]) -> JSONValue? {
+        guard String(validating: bytes, as: UTF8.self) != nil else { return nil }
+        return parse(bytes, trailingBackslashes: false) ?? parse(bytes, trailingBackslashes: true)
+    }
+
+    private static func parse(_ bytes: [UInt8], trailingBackslashes: Bool) -> JSONValue? {
+        var parser = TolerantJSONParser(bytes: bytes, trailingBackslashes: trailingBackslashes)
+        do {
+            parser.skipWhitespace()
+            let value = try parser.parseValue(.topLevel)
+            parser.skipWhitespace()
+            return parser.index == bytes.count ? value : nil
+        } catch {
+            return nil
+        }
+    }
+
+    private init(bytes: [UInt8], trailingBackslashes: Bool) {
+        self.bytes = bytes
+        self.trailingBackslashes = trailingBackslashes
+    }
+
+    private static func isWhitespace(_ byte: UInt8) -> Bool { byte == 0x20 || byte == 0x0a || byte == 0x0d || byte == 0x09 }
+
+    private mutating func skipWhitespace() {
+        while index < bytes.count, Self.isWhitespace(bytes[index]) { index += 1 }
+    }
+
+    /// The first non-whitespace index at or after `from` (bytes.count when none).
+    private func nextSignificant(_ from: Int) -> Int {
+        var i = from
+        while i < bytes.count, Self.isWhitespace(bytes[i]) { i += 1 }
+        return i
+    }
+
+    private mutating func parseValue(_ place: Place) throws(Failure) -> JSONValue {
+        guard index < bytes.count else { throw Failure() }
+        switch bytes[index] {
+        case UInt8(ascii: "{"): return try parseObject()
+        case UInt8(ascii: "["): return try parseArray()
+        case UInt8(ascii: "\""): return .string(try parseString(place))
+        default:
+            // Numbers and literals: exactly as JSON writes them, checked by the strict parser on the token alone.
+            let start = index
+            while index < bytes.count, !Self.isWhitespace(bytes[index]),
+                  ![UInt8(ascii: ","), UInt8(ascii: "}"), UInt8(ascii: "]"), UInt8(ascii: ":")].contains(bytes[index]) {
+                index += 1
+            }
+            guard index > start, let value = try? JSONParser.parse(Array(bytes[start..<index])),
+                  !value.isObject, value.stringValue == nil else { throw Failure() }
+            return value
+        }
+    }
+
+    private mutating func enter() throws(Failure) {
+        depth += 1
+        guard depth <= JSONParser.maximumDepth else { throw Failure() }
+    }
+
+    private mutating func parseObject() throws(Failure) -> JSONValue {
+        try enter()
+        defer { depth -= 1 }
+        index += 1
+        var members: [(key: String, value: JSONValue)] = []
+        skipWhitespace()
+        if index < bytes.count, bytes[index] == UInt8(ascii: "}") {
+            index += 1
+            return .object(members)
+        }
+        while true {
+            skipWhitespace()
+            guard index < bytes.count, bytes[index] == UInt8(ascii: "\"") else { throw Failure() }
+            let key = try parseString(.key)
+            skipWhitespace()
+            guard index < bytes.count, bytes[index] == UInt8(ascii: ":") else { throw Failure() }
+            index += 1
+            skipWhitespace()
+            members.append((key, try parseValue(.objectValue)))
+            if try closes(with: UInt8(ascii: "}")) { return .object(members) }
+        }
+    }
+
+    private mutating func parseArray() throws(Failure) -> JSONValue {
+        try enter()
+        defer { depth -= 1 }
+        index += 1
+        var elements: [JSONValue] = []
+        skipWhitespace()
+        if index < bytes.count, bytes[index] == UInt8(ascii: "]") {
+            index += 1
+            return .array(elements)
+        }
+        while true {
+            skipWhitespace()
+            elements.append(try parseValue(.arrayElement))
+            if try closes(with: UInt8(ascii: "]")) { return .array(elements) }
+        }
+    }
+
+    private mutating func closes(with closer: UInt8) throws(Failure) -> Bool {
+        skipWhitespace()
+        guard index < bytes.count else { throw Failure() }
+        if bytes[index] == UInt8(ascii: ",") {
+            index += 1
+            return false
+        }
+        guard bytes[index] == closer else { throw Failure() }
+        index += 1
+        return true
+    }
+
+    /// A string literal, opening quote at `index`; see the type's comment for what is taken as text.
+    private mutating func parseString(_ place: Place) throws(Failure) -> String {
+        index += 1
+        var out: [UInt8] = []
+        while index < bytes.count {
+            let byte = bytes[index]
+            if byte == UInt8(ascii: "\""), endsString(quoteAt: index, place) {
+                index += 1
+                // Only ASCII bytes were split on, so `out` is valid UTF-8 because the input is.
+                return String(decoding: out, as: UTF8.self)
+            }
+            if byte == UInt8(ascii: "\\"), trailingBackslashes, index + 1 < bytes.count, bytes[index + 1] == UInt8(ascii: "\""),
+               endsString(quoteAt: index + 1, place) {
+                out.append(byte)
+                index += 1
+                continue
+            }
+            if byte == UInt8(ascii: "\\"), let decoded = escape(at: index) {
+                out.append(contentsOf: decoded.bytes)
+                index += decoded.length
+                continue
+            }
+            out.append(byte)
+            index += 1
+        }
+        throw Failure()
+    }
+
+    /// Whether the quote at `quote` can end a string in `place`: what follows it must be what JSON allows there.
+    private func endsString(quoteAt quote: Int, _ place: Place) -> Bool {
+        let next = nextSignificant(quote + 1)
+        let byte = next < bytes.count ? bytes[next] : nil
+        switch place {
+        case .topLevel:
+            return byte == nil
+        case .key:
+            return byte == UInt8(ascii: ":")
+        case .objectValue:
+            if byte == UInt8(ascii: "}") { return closesContainer(at: next) }
+            return byte == UInt8(ascii: ",") && keyFollows(after: next)
+        case .arrayElement:
+            if byte == UInt8(ascii: "]") { return closesContainer(at: next) }
+            guard byte == UInt8(ascii: ",") else { return false }
+            let start = nextSignificant(next + 1)
+            guard start < bytes.count else { return false }
+            return [UInt8(ascii: "\""), UInt8(ascii: "{"), UInt8(ascii: "["), UInt8(ascii: "-"), UInt8(ascii: "t"),
+                    UInt8(ascii: "f"), UInt8(ascii: "n")].contains(bytes[start])
+                || (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(bytes[start])
+        }
+    }
+
+    /// A `}` or `]` at `closer` ends a container when what follows it is the end or more structure.
+    private func closesContainer(at closer: Int) -> Bool {
+        let next = nextSignificant(closer + 1)
+        guard next < bytes.count else { return true }
+        return [UInt8(ascii: ","), UInt8(ascii: "}"), UInt8(ascii: "]")].contains(bytes[next])
+    }
+
+    /// After the `,` at `comma`: a key, i.e. `"name"` (no quote or backslash inside) followed by `:`.
+    private func keyFollows(after comma: Int) -> Bool {
+        var i = nextSignificant(comma + 1)
+        guard i < bytes.count, bytes[i] == UInt8(ascii: "\"") else { return false }
+        i += 1
+        while i < bytes.count, bytes[i] != UInt8(ascii: "\"") {
+            if bytes[i] == UInt8(ascii: "\\") || bytes[i] < 0x20 { return false }
+            i += 1
+        }
+        let colon = nextSignificant(i + 1)
+        return i < bytes.count && colon < bytes.count && bytes[colon] == UInt8(ascii: ":")
+    }
+
+    /// A JSON escape at `at` (its bytes and its length), or nil when it is not one and the backslash is text.
+    private func escape(at start: Int) -> (bytes: [UInt8], length: Int)? {
+        guard start + 1 < bytes.count else { return nil }
+        switch bytes[start + 1] {
+        case UInt8(ascii: "\""): return ([0x22], 2)
+        case UInt8(ascii: "\\"): return ([0x5c], 2)
+        case UInt8(ascii: "/"): return ([0x2f], 2)
+        case UInt8(ascii: "b"): return ([0x08], 2)
+        case UInt8(ascii: "f"): return ([0x0c], 2)
+        case UInt8(ascii: "n"): return ([0x0a], 2)
+        case UInt8(ascii: "r"): return ([0x0d], 2)
+        case UInt8(ascii: "t"): return ([0x09], 2)
+        case UInt8(ascii: "u"):
+            guard let high = hex4(at: start + 2) else { return nil }
+            var scalar = high
+            var length = 6
+            if (0xD800...0xDBFF).contains(high) {
+                guard start + 7 < bytes.count, bytes[start + 6] == UInt8(ascii: "\\"), bytes[start + 7] == UInt8(ascii: "u"),
+                      let low = hex4(at: start + 8), (0xDC00...0xDFFF).contains(low) else { return nil }
+                scalar = 0x10000 + ((high - 0xD800) << 10) + (low - 0xDC00)
+                length = 12
+            }
+            guard let unicode = Unicode.Scalar(scalar) else { return nil }
+            return (Array(String(Character(unicode)).utf8), length)
+        default:
+            return nil
+        }
+    }
+
+    private func hex4(at start: Int) -> UInt32? {
+        guard start + 4 <= bytes.count else { return nil }
+        var value: UInt32 = 0
+        for byte in bytes[start..<(start + 4)] {
+            guard let digit = Character(Unicode.Scalar(byte)).hexDigitValue else { return nil }
+            value = value << 4 | UInt32(digit)
+        }
+        return value
+    }
+}

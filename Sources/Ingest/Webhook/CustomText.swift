@@ -1,0 +1,45 @@
+import Common
+
+/// A custom body's text, as an Uptime Kuma template rendered it (SPEC §2.2 step 1): strict JSON, then tolerant JSON
+/// (unescaped newlines, tabs, quotes and backslashes from `{{msg}}`), then the text itself as the body of a generic
+/// push titled `KumaPush`. Only a text with nothing in it is refused.
+enum CustomText {
+    /// The text kept as a push body: what fits an APNs payload and then some (the payload cut adds the `…`).
+    static let maximumBodyBytes = 4096
+
+    /// - Parameter unwrapped: the text already came out of a JSON string (axios' double encoding, #7211); a JSON
+    ///   string inside it is then text, not a third level of encoding.
+    static func event(_ text: String, unwrapped: Bool) -> Result<AlertEvent, WebhookParser.Rejection> {
+        let trimmed = text.trimmingJSONWhitespace()
+        guard !trimmed.isEmpty else { return .failure(.invalidBody(unwrapped ? "the JSON string is empty" : "empty body")) }
+        let bytes = Array(trimmed.utf8)
+        let value = (try? JSONParser.parse(bytes, keeping: WebhookParser.keysRead)) ?? TolerantJSONParser.parse(bytes)
+        if let value, value.isObject { return WebhookParser.fromObject(value) }
+        if let inner = value?.stringValue, !unwrapped { return event(inner, unwrapped: true) }
+        return .success(AlertEvent(kind: .generic, message: cut(trimmed)))
+    }
+
+    /// `text` cut at a character boundary to at most `maximumBodyBytes` UTF-8 bytes.
+    static func cut(_ text: String) -> String {
+        guard text.utf8.count > maximumBodyBytes else { return text }
+        var result = ""
+        var used = 0
+        for character in text {
+            let size = character.utf8.count
+            guard used + size <= maximumBodyBytes else { break }
+            result.append(character)
+            used += size
+        }
+        return result
+    }
+}
+
+extension String {
+    /// Without leading and trailing spaces, tabs, CR and LF (what a template's line breaks leave around the text).
+    func trimmingJSONWhitespace() -> String {
+        let bytes = Array(utf8)
+        guard let first = bytes.firstIndex(where: { !$0.isJSONWhitespace }),
+              let last = bytes.lastIndex(where: { !$0.isJSONWhitespace }) else { return "" }
+        return String(decoding: bytes[first...last], as: UTF8.self)
+    }
+}

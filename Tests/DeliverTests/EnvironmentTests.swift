@@ -1,0 +1,72 @@
+import Common
+import Foundation
+import Deliver
+import Queue
+import Simulator
+import TestSupport
+import Testing
+
+/// SPEC §4: sandbox and production tokens on one relay. The relay is configured for production; a second
+/// simulator plays the sandbox, and each refuses the other's tokens as Apple does (BadDeviceToken).
+@Suite struct EnvironmentTests {
+    static let badToken = SimulatorFaults.Rejection(status: 400, reason: "BadDeviceToken")
+
+    func requests(_ simulator: APNsSimulator?, _ token: String) -> Int { simulator?.received.filter { $0.token == token }.count ?? 0 }
+
+    @Test func aSandboxTokenGetsItsAlertAndTheEnvironmentIsRemembered() throws {
+        let h = try DeliveryHarness(withSandbox: true)
+        defer { h.stop() }
+        let testFlight = try h.device(1)
+        h.simulator.faults.withLock { $0.byToken[testFlight.token] = Self.badToken }
+        try h.enqueue(testFlight.id, ["first"])
+        #expect(h.waitUntil { (h.sandbox?.received.filter { $0.token == testFlight.token && $0.status == 200 }.count ?? 0) == 1 })
+        #expect(h.waitUntil { (try? h.store.liveJobCount()) == 0 })
+        #expect(h.metrics.value("kumapush_apns_environment_switches_total", [("to", "sandbox")]) == 1)
+        #expect(h.metrics.value("kumapush_apns_environment_learned_total", [("environment", "sandbox")]) == 1)
+        try h.enqueue(testFlight.id, ["second", "third"])
+        #expect(h.waitUntil { requests(h.sandbox, testFlight.token) == 3 })
+        #expect(requests(h.simulator, testFlight.token) == 1, "after the first, straight to the sandbox")
+        #expect(try h.store.countDeadLetters(DeadLetterFilter()) == 0)
+        #expect(try h.store.device(id: testFlight.id)?.lastDeliveryError == "")
+    }
+
+    @Test func aTokenBothEnvironmentsRefuseIsDeadLetteredAndTheDeviceKept() throws {
+        let h = try DeliveryHarness(withSandbox: true)
+        defer { h.stop() }
+        let broken = try h.device(2)
+        h.simulator.faults.withLock { $0.byToken[broken.token] = Self.badToken }
+        h.sandbox?.faults.withLock { $0.byToken[broken.token] = Self.badToken }
+        try h.enqueue(broken.id, ["nowhere"])
+        #expect(try h.waitUntil { try h.store.countDeadLetters(DeadLetterFilter(reason: "BadDeviceToken")) == 1 })
+        #expect(requests(h.simulator, broken.token) == 1 && requests(h.sandbox, broken.token) == 1, "one resend, not a loop")
+        #expect(try h.store.device(id: broken.id)?.lastDeliveryError == "BadDeviceToken")
+    }
+
+    @Test func productionTokensAndTopicMismatchesNeverTouchTheSandbox() throws {
+        let h = try DeliveryHarness(withSandbox: true)
+        defer { h.stop() }
+        let appStore = try h.device(3)
+        let wrongApp = try h.device(4)
+        h.simulator.faults.withLock { $0.byToken[wrongApp.token] = .init(status: 400, reason: "DeviceTokenNotForTopic") }
+        try h.enqueue(appStore.id, ["a", "b"])
+        try h.enqueue(wrongApp.id, ["c"])
+        #expect(try h.waitUntil { try h.store.liveJobCount() == 0 })
+        #expect(h.acceptedBodies(appStore.token) == ["a", "b"])
+        #expect(requests(h.sandbox, appStore.token) == 0 && requests(h.sandbox, wrongApp.token) == 0)
+        #expect(h.other?.isOpen == false, "the sandbox connections were never opened")
+    }
+
+    /// A token registered again (a reinstall, a new build) may belong to the other environment now.
+    @Test func aNewTokenForgetsTheRememberedEnvironment() throws {
+        let h = try DeliveryHarness()
+        defer { h.stop() }
+        let device = try h.device(5)
+        try h.store.setEnvironment(deviceID: device.id, token: device.token, environment: .sandbox)
+        _ = try h.store.registerDevice(token: device.token, authTokenHash: "new", now: 0, newID: { "unused-id-0001" })
+        let raw = try RawSQLite(path: h.directory.path("relay.db"))
+        #expect(try raw.query("SELECT apns_environment IS NULL FROM devices WHERE id = '\(device.id)'") == [["1"]])
+        try h.store.setEnvironment(deviceID: device.id, token: device.token, environment: .sandbox)
+        _ = try h.store.updateDevice(id: device.id, token: String(repeating: "cd", count: 32), level: nil)
+        #expect(try raw.query("SELECT apns_environment IS NULL FROM devices WHERE id = '\(device.id)'") == [["1"]])
+    }
+}

@@ -1,0 +1,151 @@
+import Common
+import Foundation
+import Ingest
+import Testing
+
+/// SPEC §2.2 "Custom bodies as users really write them": every body Uptime Kuma's real client sends (captured in
+/// Tests/Fixtures/webhooks/real-*.http) becomes an event, and only a body with no usable text is refused.
+@Suite struct CustomBodyTests {
+    static let pingDown = "[NAS ping] [🔴 Down] PING 10.20.0.7 (10.20.0.7) 56(84) bytes of data.\n\n--- 10.20.0.7 ping statistics ---\n"
+        + "1 packets transmitted, 0 received, 100% packet loss, time 0ms\n\n"
+    static let keywordDown = "[Shop \"Main\" page] [🔴 Down] 200 - OK, but keyword is not in [<html lang=\"en\">\n<head>\n\t<title>Shop \"Main\" C:\\...]"
+
+    func event(_ fixture: String) throws -> AlertEvent {
+        try WebhookParser.parse(CapturedRequest(fixture).parserRequest).get()
+    }
+
+    func request(_ body: String, type: String) -> HTTPRequest {
+        HTTPRequest(method: "POST", path: "/wh/x", headers: ["content-type": type], body: Array(body.utf8))
+    }
+
+    func parse(_ body: String, type: String) -> Result<AlertEvent, WebhookParser.Rejection> {
+        WebhookParser.parse(request(body, type: type))
+    }
+
+    // MARK: - What Uptime Kuma's client really sends
+
+    @Test func unescapedTemplateWithAMultiLinePingFailureUnderTheDefaultURLEncoded() throws {
+        let captured = CapturedRequest("real-custom-ping-down.http")
+        #expect(captured.headers["content-type"] == "application/x-www-form-urlencoded")
+        #expect(throws: JSONParser.SyntaxError.self) { try JSONParser.parse(captured.body) }
+        #expect(try event("real-custom-ping-down.http") == AlertEvent(kind: .generic, title: "NAS ping", message: Self.pingDown))
+    }
+
+    @Test func unescapedTemplateWithQuotesATabAndBackslashesFromAKeywordMiss() throws {
+        #expect(try event("real-custom-keyword-down.http")
+            == AlertEvent(kind: .generic, title: "Shop \"Main\" page", message: Self.keywordDown))
+    }
+
+    @Test func templateJSONStringifiedByAxiosUnderAJSONContentTypeHeader_7211() throws {
+        let captured = CapturedRequest("real-custom-json-header-ping-down.http")
+        #expect(captured.headers["content-type"] == "application/json" && captured.body.first == UInt8(ascii: "\""))
+        #expect(try event("real-custom-json-header-ping-down.http") == AlertEvent(kind: .generic, title: "NAS ping", message: Self.pingDown))
+    }
+
+    @Test func templateThatRendersValidJSONIsSentAsItIs() throws {
+        #expect(try event("real-custom-json-header-http-down.http")
+            == AlertEvent(kind: .generic, title: "Shop API", message: "[Shop API] [🔴 Down] Request failed with status code 503"))
+    }
+
+    @Test func plainTextTemplateIsTheBodyOfAKumaPush() throws {
+        let event = try event("real-custom-text-ping-down.http")
+        #expect(event == AlertEvent(kind: .generic, message: "🔴 Down NAS ping: " + Self.pingDown.trimmingCharacters(in: .newlines)))
+        let push = PushBuilder(lateNotice: .seconds(120)).notification(for: event, timeSensitiveDown: false, acceptedAt: 0, now: 0)
+        #expect(push.title == "KumaPush")
+    }
+
+    @Test func jsonModeAndGetModeFromTheRealClient() throws {
+        let ping = try event("real-json-ping-down.http")
+        #expect(ping == AlertEvent(kind: .monitor, status: .down, monitorID: 15, monitorName: "NAS ping",
+                                   message: String(Self.pingDown.dropFirst("[NAS ping] [🔴 Down] ".count))))
+        let get = CapturedRequest("real-get-http-up.http")
+        #expect(get.target.utf8.count > 2500, "a real GET carries the whole monitor in its URL")
+        #expect(try event("real-get-http-up.http")
+            == AlertEvent(kind: .monitor, status: .up, monitorID: 33, monitorName: "Web 🐘🔴 \\ edge", message: "200 - OK"))
+        #expect(try event("real-get-test-button.http") == .test("My Webhook Alert (1) Testing"))
+    }
+
+    // MARK: - The rules, one by one
+
+    @Test func textPlainIsReadLikeACustomBody() throws {
+        let body = "{\"title\":\"NAS\",\"body\":\"line one\nline two\"}"
+        #expect(try parse(body, type: "text/plain; charset=utf-8").get() == AlertEvent(kind: .generic, title: "NAS", message: "line one\nline two"))
+        #expect(try parse("  backup finished 🙂\n", type: "text/plain").get() == AlertEvent(kind: .generic, message: "backup finished 🙂"))
+    }
+
+    @Test func formFieldsAreUsedAsSuch() throws {
+        // An unescaped `title={{name}}&body={{msg}}` template: raw spaces, newlines, a `%` that escapes nothing, an `&`.
+        let template = "title=NAS ping&body=PING x\n1 transmitted, 100% packet loss & no reply"
+        #expect(try parse(template, type: "application/x-www-form-urlencoded").get()
+            == AlertEvent(kind: .generic, title: "NAS ping", message: "PING x\n1 transmitted, 100% packet loss & no reply"))
+        let data = "data=" + (Fixtures.text("d-test-button.json").addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? "")
+        #expect(try parse(data, type: "application/x-www-form-urlencoded").get() == .test("My Webhook Alert (1) Testing"))
+        #expect(try parse("msg=Backup+done", type: "text/plain").get() == .test("Backup done"))
+        // A form of names the relay does not read is text like any other.
+        #expect(try parse("foo=bar", type: "application/x-www-form-urlencoded").get() == AlertEvent(kind: .generic, message: "foo=bar"))
+    }
+
+    @Test func jsonThatHoldsFormLikeTextIsStillJSON() throws {
+        #expect(try parse("{\"title\":\"A\",\"body\":\"x=1&msg=2\"}", type: "application/x-www-form-urlencoded").get()
+            == AlertEvent(kind: .generic, title: "A", message: "x=1&msg=2"))
+    }
+
+    @Test(arguments: [
+        ("{\"subject\":\"S\",\"message\":\"M\"}", "S", "M"), ("{\"title\":\"T\",\"text\":\"X\"}", "T", "X"),
+        ("{\"title\":\"T\",\"msg\":\"from msg\"}", "T", "from msg"), ("{\"text\":\"only text\"}", "", "only text"),
+        ("{\"title\":\"only a title\"}", "only a title", ""), ("{\"title\":5,\"body\":\"B\"}", "", "B"),
+    ])
+    func genericObjectsUseTheCommonTemplateNames(body: String, title: String, message: String) throws {
+        #expect(try parse(body, type: "application/json").get() == AlertEvent(kind: .generic, title: title, message: message))
+    }
+
+    @Test func aJSONStringThatHoldsNoJSONIsText() throws {
+        #expect(try parse("\"Disk almost full\\non nas\"", type: "application/json").get()
+            == AlertEvent(kind: .generic, message: "Disk almost full\non nas"))
+    }
+
+    @Test func textThatIsNotAnObjectBecomesTheBody() throws {
+        for text in ["42", "null", "[1,2]", "{\"title\": nope}"] {
+            #expect(try parse(text, type: "text/plain").get() == AlertEvent(kind: .generic, message: text))
+        }
+    }
+
+    @Test func longTextIsCutToFitAtACharacterBoundary() throws {
+        let text = String(repeating: "🔴 down\n", count: 2000)
+        let event = try parse(text, type: "application/x-www-form-urlencoded").get()
+        #expect(event.message.utf8.count <= 4096 && event.message.utf8.count > 4000)
+        #expect(text.hasPrefix(event.message))
+    }
+
+    // MARK: - 400 only for a body with no usable text, saying what and where
+
+    @Test(arguments: [
+        ("application/json", "", "empty body"),
+        ("text/plain", " \n\t", "empty body"),
+        ("application/json", "{\"title\" \"x\"}", "invalid JSON at byte 9: expected ':'"),
+        ("application/json", "{\"title\":\"a\nb\"}", "invalid JSON at byte 11: control character in string"),
+        ("application/json", "[]", "the JSON holds no object and no text"),
+        ("application/json", "null", "the JSON holds no object and no text"),
+        ("application/json", "42", "the JSON holds no object and no text"),
+        ("application/json", "\"  \"", "the JSON string is empty"),
+        ("application/json", "{\"other\":1}", "no title, body or msg field"),
+        ("text/plain", "{\"other\":\"x\",\n\"n\":\"a\nb\"}", "no title, body or msg field"),
+        ("application/json", "{\"heartbeat\":\"down\",\"monitor\":{}}", "heartbeat is not an object"),
+        ("application/json", "{\"heartbeat\":{\"status\":\"0\"},\"monitor\":{\"name\":\"A\"}}", "heartbeat.status is not an integer"),
+    ])
+    func bodiesWithNoUsableTextSayWhatIsWrong(type: String, body: String, reason: String) {
+        #expect(parse(body, type: type) == .failure(.invalidBody(reason)))
+    }
+
+    @Test func notUTF8IsRefused() {
+        let bytes: [UInt8] = [0x68, 0x69, 0xff, 0xfe]
+        let request = HTTPRequest(method: "POST", path: "/wh/x", headers: ["content-type": "text/plain"], body: bytes)
+        #expect(WebhookParser.parse(request) == .failure(.invalidBody("the body is not UTF-8 (byte 2)")))
+    }
+
+    @Test func otherMediaTypesAre415() {
+        for type in ["application/xml", "image/png", "application/octet-stream"] {
+            #expect(parse("<a/>", type: type) == .failure(.unsupportedMediaType))
+        }
+    }
+}

@@ -1,0 +1,85 @@
+import Common
+import Foundation
+import Queue
+import TestSupport
+import Testing
+
+/// SPEC §2.2's 502 rows: a Test button never says "sent" for a push that cannot arrive.
+@Suite struct TestButtonTests {
+    /// A deliverer (in any process) paused by a configuration fault: the Test request is answered at once with
+    /// the reason, not after TEST_WAIT with a 202 that reads as "Sent Successfully" in Uptime Kuma.
+    @Test func aConfigurationFaultAnswersAWaitingTestAtOnceWithTheReason() throws {
+        let h = try IngestHarness(["TEST_WAIT": "60s"])
+        let (id, _) = try h.register()
+        try h.store.recordPause(worker: "deliver-1", reason: "BadTopic", now: SystemClock().nowMillis())
+        let response = try h.webhook(id, Fixtures.text("d-test-button.json"))
+        #expect(response.status == 502)
+        #expect(response.json?["error"] as? String == "relay cannot deliver: BadTopic (configuration)")
+    }
+
+    /// A pause recorded by a process that died long ago says nothing about delivery now.
+    @Test func aStalePauseRecordIsIgnored() throws {
+        let h = try IngestHarness(["TEST_WAIT": "100ms"])
+        let (id, _) = try h.register()
+        try h.store.recordPause(worker: "deliver-1", reason: "BadTopic", now: SystemClock().nowMillis() - 120_000)
+        #expect(try h.webhook(id, Fixtures.text("d-test-button.json")).status == 202)
+    }
+
+    @Test func aPauseClearedByRecoveryNoLongerAnswers502() throws {
+        let h = try IngestHarness(["TEST_WAIT": "100ms"])
+        let (id, _) = try h.register()
+        try h.store.recordPause(worker: "deliver-1", reason: "InvalidProviderToken", now: SystemClock().nowMillis())
+        try h.store.recordPause(worker: "deliver-1", reason: nil, now: SystemClock().nowMillis())
+        #expect(try h.webhook(id, Fixtures.text("d-test-button.json")).status == 202)
+    }
+
+    /// The relay itself gave up on the push (it expired before it could be sent): "not delivered", not
+    /// "apns rejected", since APNs never saw it.
+    @Test func aPushTheRelayGaveUpOnIsReportedAsNotDelivered() throws {
+        let h = try IngestHarness(["TEST_WAIT": "20s"])
+        let (id, _) = try h.register()
+        let answer = ResponseBox()
+        let port = h.service.port
+        let body = Fixtures.bytes("d-test-button.json")
+        let thread = Thread {
+            answer.set(try? RawHTTPClient(port: port).send("POST", "/wh/\(id)", headers: [("Content-Type", "application/json")], body: body))
+        }
+        thread.start()
+        let deadline = ContinuousClock.now + .seconds(10)
+        var job: ClaimedJob?
+        while job == nil && ContinuousClock.now < deadline {
+            job = try h.store.claim(worker: "w", limit: 1, now: SystemClock().nowMillis(), lease: .seconds(60)).first
+            if job == nil { Thread.sleep(forTimeInterval: 0.005) }
+        }
+        let claimed = try #require(job)
+        #expect(claimed.reportsOutcome)
+        _ = try h.store.finish([JobOutcome(jobID: claimed.id, attempt: claimed.attempt, kind: .abandon(reason: "Expired"))],
+                               worker: "w", now: SystemClock().nowMillis())
+        let response = try #require(answer.wait(until: deadline))
+        #expect(response.status == 502)
+        #expect(response.json?["error"] as? String == "not delivered: Expired")
+    }
+}
+
+/// Hands a response from the thread that waited for it to the test.
+final class ResponseBox: @unchecked Sendable {
+    // @unchecked Sendable: every access goes through `condition`.
+    private let condition = NSCondition()
+    private var response: RawHTTPClient.Response?
+    private var done = false
+
+    func set(_ value: RawHTTPClient.Response?) {
+        condition.lock()
+        response = value
+        done = true
+        condition.signal()
+        condition.unlock()
+    }
+
+    func wait(until deadline: ContinuousClock.Instant) -> RawHTTPClient.Response? {
+        condition.lock()
+        defer { condition.unlock() }
+        while !done && ContinuousClock.now < deadline { _ = condition.wait(until: Date().addingTimeInterval(0.05)) }
+        return response
+    }
+}

@@ -1,0 +1,88 @@
+import Common
+import Foundation
+import Queue
+import TestSupport
+import Testing
+
+/// SPEC §3 `aps.badge`: each job carries how many of its device's monitors were down as of its alert, recorded in
+/// the same transaction that stores it.
+@Suite struct BadgeTests {
+    let directory = TemporaryDirectory()
+    let store: SQLiteStore
+    let t0 = TestDatabase.t0
+
+    init() throws {
+        store = try SQLiteStore(path: directory.path("relay.db"), options: .init(monitorRetention: .seconds(3600)), now: TestDatabase.t0)
+    }
+
+    func device(_ seed: Int) throws -> String {
+        try store.registerDevice(token: String(format: "%064x", seed), authTokenHash: "h", now: t0, newID: { try DeviceID.generate() }).device.id
+    }
+
+    func job(_ device: String, _ event: AlertEvent) -> NewJob {
+        NewJob(deviceID: device, publicID: UUID().uuidString, payload: event.jobPayload, monitor: MonitorReport(event))
+    }
+
+    func monitor(_ id: Int, _ status: AlertEvent.Status) -> AlertEvent {
+        AlertEvent(kind: .monitor, status: status, monitorID: id, monitorName: "M\(id)", message: "")
+    }
+
+    /// Badges of each device's jobs in acceptance order, read the way the deliverer reads them (claim, deliver).
+    func badges() throws -> [String: [Int?]] {
+        var result: [String: [Int?]] = [:]
+        while case let heads = try store.claim(worker: "w", limit: 100, now: t0 + 10_000_000, lease: .seconds(60)), !heads.isEmpty {
+            for head in heads { result[head.deviceID, default: []].append(head.badge) }
+            _ = try store.finish(heads.map { JobOutcome(jobID: $0.id, attempt: $0.attempt, kind: .delivered) }, worker: "w", now: t0)
+        }
+        return result
+    }
+
+    func badges(_ device: String) throws -> [Int?] { try badges()[device] ?? [] }
+
+    @Test func downAndUpAlertsCountPerDeviceInOrder() throws {
+        let phone = try device(1)
+        let other = try device(2)
+        let events = [monitor(1, .down), monitor(2, .down), monitor(3, .down), monitor(2, .up)]
+        _ = try store.enqueue([job(other, monitor(9, .down))], now: t0, ttl: .seconds(60))
+        _ = try store.enqueue(events.map { job(phone, $0) }, now: t0, ttl: .seconds(60))
+        let all = try badges()
+        #expect(all[phone] == [1, 2, 3, 2], "another device's monitors do not count")
+        #expect(all[other] == [1])
+    }
+
+    @Test func pendingMaintenanceTestsAndGenericPushesCarryTheCurrentCount() throws {
+        let phone = try device(1)
+        let events = [monitor(1, .down), monitor(1, .pending), monitor(2, .maintenance), .test("test"),
+                      AlertEvent(kind: .generic, title: "Backup", message: "done"), monitor(1, .up)]
+        _ = try store.enqueue(events.map { job(phone, $0) }, now: t0, ttl: .seconds(60))
+        #expect(try badges(phone) == [1, 1, 1, 1, 1, 0], "an UP that ends the last outage sends 0, clearing the badge")
+    }
+
+    @Test func aMonitorWithoutAnIDIsKeptAsAHashNeverItsName() throws {
+        let phone = try device(1)
+        let nameless = AlertEvent(kind: .monitor, status: .down, monitorName: "Secret internal host", message: "")
+        _ = try store.enqueue([job(phone, nameless)], now: t0, ttl: .seconds(60))
+        let rows = try RawSQLite(path: directory.path("relay.db")).query("SELECT monitor FROM monitor_states")
+        #expect(rows.count == 1 && !rows[0][0].contains("Secret"))
+        #expect(try badges(phone) == [1])
+    }
+
+    @Test func aMonitorSilentForTheRetentionIsForgottenAndADeletedDevicesStatesGo() throws {
+        let phone = try device(1)
+        _ = try store.enqueue([job(phone, monitor(1, .down))], now: t0, ttl: .seconds(60))
+        _ = try store.enqueue([job(phone, monitor(2, .down))], now: t0 + 3_600_001, ttl: .seconds(60))
+        #expect(try badges(phone) == [1, 1], "monitor 1 was last heard of over an hour before")
+        #expect(try store.purgeTombstones(before: t0 + 1) == 0)
+        #expect(try RawSQLite(path: directory.path("relay.db")).query("SELECT count(*) FROM monitor_states")[0][0] == "1")
+        _ = try store.deleteDevice(id: phone)
+        #expect(try RawSQLite(path: directory.path("relay.db")).query("SELECT count(*) FROM monitor_states")[0][0] == "0")
+    }
+
+    @Test func aJobThatAlertsFoldIntoCarriesTheBadgeOfTheLastOne() throws {
+        let phone = try device(1)
+        _ = try store.enqueue((1...5).map { job(phone, monitor($0, .down)) }, now: t0, ttl: .seconds(60), deviceCap: 2)
+        let pending = try store.pendingJobs(deviceID: phone, limit: 10)
+        #expect(pending.count == 1 && pending[0].folded.count == 3)
+        #expect(pending[0].badge == 5)
+    }
+}

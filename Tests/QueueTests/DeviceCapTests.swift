@@ -1,0 +1,77 @@
+import Common
+import Foundation
+import Queue
+import TestSupport
+import Testing
+
+/// SPEC §2.4: a device holds at most DEVICE_QUEUE_MAX live jobs; alerts beyond it are acknowledged and folded into
+/// its newest waiting job, never dropped and never growing the queue.
+@Suite struct DeviceCapTests {
+    let db: TestDatabase
+    let t0 = TestDatabase.t0
+    init() throws { db = try TestDatabase() }
+
+    func alert(_ device: String, _ monitor: Int, _ status: AlertEvent.Status = .down, test: Bool = false) -> NewJob {
+        let event = test ? AlertEvent.test("test \(monitor)")
+            : AlertEvent(kind: .monitor, status: status, monitorID: monitor, monitorName: "M\(monitor)", message: "msg \(monitor)")
+        return NewJob(deviceID: device, publicID: UUID().uuidString, payload: event.jobPayload, reportsOutcome: test)
+    }
+
+    func pending(_ device: String) throws -> [PendingJob] { try db.store.pendingJobs(deviceID: device, limit: 10_000) }
+
+    @Test func alertsPastTheCapFoldIntoTheNewestWaitingJob() throws {
+        let device = try db.device(1)
+        let results = try db.store.enqueue((1...7).map { alert(device, $0) }, now: t0, ttl: .seconds(60), deviceCap: 3)
+        #expect(results == [.queued, .queued, .queued, .merged, .merged, .merged, .merged])
+        #expect(try db.store.liveJobCount() == 3)
+        let tail = try #require(try pending(device).last)
+        #expect(AlertEvent(jobPayload: tail.payload)?.monitorName == "M3")
+        #expect(tail.folded.count == 4)
+        #expect(tail.folded.entries.map(\.name) == ["M4", "M5", "M6", "M7"], "in order, with the monitor and its state")
+        #expect(tail.folded.entries.allSatisfy { $0.status == .down && $0.kind == .monitor })
+    }
+
+    @Test func otherDevicesAndTestButtonJobsAreNeverFolded() throws {
+        let stormy = try db.device(1)
+        let calm = try db.device(2)
+        _ = try db.store.enqueue((1...3).map { alert(stormy, $0) }, now: t0, ttl: .seconds(60), deviceCap: 3)
+        let results = try db.store.enqueue([alert(calm, 1), alert(stormy, 9, test: true), alert(stormy, 10)],
+                                           now: t0, ttl: .seconds(60), deviceCap: 3)
+        #expect(results == [.queued, .queued, .merged])
+        let tail = try #require(try pending(stormy).last(where: { !$0.reportsOutcome }))
+        #expect(tail.folded.entries.map(\.name) == ["M10"], "folded past the Test job, into the newest alert job")
+    }
+
+    @Test func storageStaysBoundedHoweverLongTheStormLasts() throws {
+        let device = try db.device(1)
+        for round in 0..<10 {
+            _ = try db.store.enqueue((0..<500).map { alert(device, round * 500 + $0, $0 % 3 == 0 ? .up : .down) },
+                                     now: t0, ttl: .seconds(60), deviceCap: 10)
+        }
+        #expect(try db.store.liveJobCount() == 10)
+        let tail = try #require(try pending(device).last)
+        #expect(tail.folded.count == 5_000 - 10, "every alert past the cap is counted")
+        #expect(tail.folded.encoded.count < 4096, "names kept while they fit a small budget, then only counted")
+        var tally = tail.folded.uncounted
+        for entry in tail.folded.entries { tally.add(entry.status) }
+        #expect(tally.up + tally.down == 4_990)
+    }
+
+    /// A digest read the tail with N folded alerts; ingest folded one more before the digest completed. The tail
+    /// must survive the completion so the alert folded later still reaches the phone.
+    @Test func aJobThatGainedFoldedAlertsAfterTheDigestReadItIsNotCompletedWithIt() throws {
+        let device = try db.device(1)
+        _ = try db.store.enqueue((1...4).map { alert(device, $0) }, now: t0, ttl: .seconds(60), deviceCap: 3)
+        let head = try #require(try db.store.claim(worker: "w1", limit: 10, now: t0, lease: .seconds(60)).first)
+        let read = try pending(device)
+        #expect(read.map(\.folded.count) == [0, 1])
+        #expect(try db.store.enqueue([alert(device, 5)], now: t0, ttl: .seconds(60), deviceCap: 3) == [.merged])
+        _ = try db.store.finish([JobOutcome(jobID: head.id, attempt: head.attempt, kind: .delivered, merged: read.map(\.asMerged))],
+                                worker: "w1", now: t0)
+        let left = try pending(device) + db.store.claim(worker: "w1", limit: 10, now: t0, lease: .seconds(60)).map {
+            PendingJob(id: $0.id, payload: $0.payload, createdAt: $0.createdAt, folded: $0.folded)
+        }
+        #expect(left.count == 1, "the untouched tail is the device's next job")
+        #expect(left.first?.folded.entries.map(\.name) == ["M4", "M5"])
+    }
+}
