@@ -36,8 +36,7 @@ test-e2e: venv
 # The chaos suite (Tests/e2e/chaos*.py) on random seeds; `make test` runs its fixed seeds. A failing seed prints
 # the command that replays it: make chaos SEED=S.
 SEEDS ?= 10
-chaos: venv
-	swift build
+chaos: venv build
 	.venv/bin/python Tests/e2e/chaos.py $(if $(SEED),--seed $(SEED),--seeds $(SEEDS))
 
 run: release
