@@ -34,10 +34,10 @@ test-e2e: venv
 	$(PYTEST) -v Tests/e2e
 
 # The chaos suite (Tests/e2e/chaos*.py) on random seeds; `make test` runs its fixed seeds. A failing seed prints
-# the command that replays it: make chaos SEED=S.
+# the command that replays it: make chaos SEED=S. DURATION=120 runs two minutes of chaos per seed instead of 20 s.
 SEEDS ?= 10
 chaos: venv build
-	.venv/bin/python Tests/e2e/chaos.py $(if $(SEED),--seed $(SEED),--seeds $(SEEDS))
+	.venv/bin/python Tests/e2e/chaos.py $(if $(SEED),--seed $(SEED),--seeds $(SEEDS)) $(if $(DURATION),--duration $(DURATION))
 
 run: release
 	@scripts/run.sh

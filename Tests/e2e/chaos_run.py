@@ -30,8 +30,11 @@ class ChaosFailure(AssertionError):
     pass
 
 
-def replay_command(seed):
-    return f"make chaos SEED={seed}   # or: .venv/bin/python Tests/e2e/chaos.py --seed {seed}"
+def replay_command(seed, duration=20.0):
+    if duration == 20.0:
+        return f"make chaos SEED={seed}   # or: .venv/bin/python Tests/e2e/chaos.py --seed {seed}"
+    return (f"make chaos SEED={seed} DURATION={duration:g}   "
+            f"# or: .venv/bin/python Tests/e2e/chaos.py --seed {seed} --duration {duration:g}")
 
 
 def token(slot):
@@ -63,6 +66,7 @@ class Job:
 class ChaosRun:
     def __init__(self, seed, binary, workdir, duration=20.0):
         self.schedule = generate(seed, duration)
+        self.duration = duration
         self.binary = pathlib.Path(binary)
         self.workdir = pathlib.Path(workdir)
         self.fake = None
@@ -390,6 +394,6 @@ class ChaosRun:
         more = f"\n  … and {len(self.violations) - len(shown)} more" if len(self.violations) > len(shown) else ""
         return (f"chaos seed {self.schedule.seed} failed ({len(self.violations)} violations):\n  "
                 + "\n  ".join(shown) + more
-                + f"\nreplay it: {replay_command(self.schedule.seed)}"
+                + f"\nreplay it: {replay_command(self.schedule.seed, self.duration)}"
                 + f"\nlogs: {self.workdir}\nschedule:\n{self.schedule.describe()}"
                 + "\nwhat happened:\n  " + "\n  ".join(self.notes[-60:]))

@@ -54,6 +54,7 @@ def generate(seed, duration=20.0):
         "LEASE_TIMEOUT": "3s",
     }
     steps = []
+    rounds = max(1, round(duration / 20))  # longer runs get proportionally more crashes, replays and churn
     processes = ["serve"] if topology == "serve" else ["ingest", "deliver-1", "deliver-2"]
 
     # Traffic: about eight webhooks a second over the slots, each to one slot.
@@ -76,7 +77,7 @@ def generate(seed, duration=20.0):
         t += rng.uniform(1.0, 4.0)
 
     # Per-token rejections: one slot's pushes get 400 DeviceTokenNotForTopic or 410 Unregistered for a while.
-    for _ in range(rng.randint(1, 2)):
+    for _ in range(rng.randint(1, 2) * rounds):
         start = rng.uniform(1.0, duration - 4.0)
         slot = rng.randrange(SLOTS)
         status, reason = rng.choice([(400, "DeviceTokenNotForTopic"), (410, "Unregistered")])
@@ -84,16 +85,16 @@ def generate(seed, duration=20.0):
         steps.append(Step(round(start + rng.uniform(0.5, 3.0), 3), "token", (slot, 200, "")))
 
     # Crashes: SIGKILL a process, start it again a moment later.
-    for _ in range(rng.randint(1, 3)):
+    for _ in range(rng.randint(1, 3) * rounds):
         start = rng.uniform(1.0, duration - 3.0)
         name = rng.choice(processes)
         steps.append(Step(round(start, 3), "kill", (name,)))
         steps.append(Step(round(start + rng.uniform(0.2, 2.0), 3), "start", (name,)))
 
     # Operators: replay during or after outages; devices deleted, registered again, re-registered in place.
-    for _ in range(rng.randint(1, 2)):
+    for _ in range(rng.randint(1, 2) * rounds):
         steps.append(Step(round(rng.uniform(2.0, duration), 3), "replay", (rng.choice(["all", "Expired"]),)))
-    for _ in range(rng.randint(1, 2)):
+    for _ in range(rng.randint(1, 2) * rounds):
         start = rng.uniform(1.0, duration - 2.0)
         slot = rng.randrange(SLOTS)
         steps.append(Step(round(start, 3), "delete", (slot,)))
