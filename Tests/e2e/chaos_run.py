@@ -80,6 +80,7 @@ class ChaosRun:
         self.answers = {}                   # webhook status (or "refused") -> count
         self.sequence = 0
         self.canaries = 0
+        self.stalls = 0                     # relay_delivery_stalls_total, summed over every deliverer's life
         self.violations = []
         self.notes = []                     # what happened, for the failure report
 
@@ -139,6 +140,11 @@ class ChaosRun:
                        what="the queue to drain")
         except TimeoutError:
             pass  # reported by the check below, with what is left
+        for name in self.schedule.processes:
+            self.count_stalls(name)
+        if self.stalls:
+            self.violations.append(f"{invariants.NAMES[6]}: the stall detector had to reset a deliverer "
+                                   f"{self.stalls} time(s) (relay_delivery_stalls_total)")
         self.check()
         if self.violations:
             return
@@ -243,6 +249,7 @@ class ChaosRun:
     def do_kill(self, name):
         relay = self.processes.get(name)
         if relay is not None:
+            self.count_stalls(name)
             relay.stop()  # SIGKILL
             self.processes[name] = None
             self.notes.append(f"SIGKILL {name}")
@@ -310,6 +317,17 @@ class ChaosRun:
                                    f"of APNs being healthy")
 
     # -- helpers -----------------------------------------------------------------------------------------------
+
+    def count_stalls(self, name):
+        """Adds the process's relay_delivery_stalls_total (deliverers only; counted before each kill and at the end,
+        as the counter lives as long as the process)."""
+        relay = self.processes.get(name)
+        if relay is None or name.startswith("ingest"):
+            return
+        status, text, _ = request("GET", f"http://{relay.env['METRICS_ADDR']}/metrics", timeout=10)
+        for line in (text.decode() if isinstance(text, bytes) else "").splitlines():
+            if line.startswith("relay_delivery_stalls_total"):
+                self.stalls += int(float(line.split()[-1]))
 
     def seconds(self, setting):
         text = self.schedule.settings[setting]
