@@ -153,15 +153,13 @@ class ChaosRun:
         surviving = self.surviving()
         waiting = [job for job in self.jobs if job.public_id and job.incarnation in surviving]
 
-        def all_delivered():
-            delivered = {invariants.marker_of(r) for r in self.fake.requests if r["status"] == 200}
-            return all(job.marker in delivered for job in waiting)
+        def missing():
+            delivered = {invariants.marker_of(r) for r in self.snapshot_requests() if r["status"] == 200}
+            return [job.marker for job in waiting if job.marker not in delivered]
         try:
-            wait_until(all_delivered, timeout=RECOVERY_DEADLINE, interval=0.2, what="the replayed dead letters")
+            wait_until(lambda: not missing(), timeout=RECOVERY_DEADLINE, interval=0.2, what="the replayed dead letters")
         except TimeoutError:
-            delivered = {invariants.marker_of(r) for r in self.fake.requests if r["status"] == 200}
-            missing = [job.marker for job in waiting if job.marker not in delivered]
-            self.violations.append(f"{invariants.NAMES[7]}: not delivered after the final replay: {missing[:10]}")
+            self.violations.append(f"{invariants.NAMES[7]}: not delivered after the final replay: {missing()[:10]}")
         stats = self.stats()
         if stats["jobs"].get("discarded") or invariants.nothing_queued(stats):
             self.violations.append(f"{invariants.NAMES[7]}: after the final replay, stats says {stats['jobs']}")
