@@ -104,7 +104,7 @@ def metric(port, name):
 
 
 def relay_env(db, **extra):
-    env = {"DATABASE_PATH": str(db), "RATE_LIMIT_REGISTER": "off", "RATE_LIMIT_WEBHOOK": "off",
+    env = {"DATABASE_PATH": str(db), "RATE_LIMIT_REGISTER": "off", "RATE_LIMIT_WEBHOOK_IP": "off",
            "RATE_LIMIT_WEBHOOK_FAILED": "off", "QUEUE_MAX": "10000000", "HOST": "127.0.0.1"}
     env.update({k: str(v) for k, v in extra.items()})
     return env

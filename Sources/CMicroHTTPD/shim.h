@@ -26,13 +26,18 @@ struct CMicroHTTPD_Config {
 typedef void *(*CMicroHTTPD_URILogCallback)(void *cls, const char *uri, struct MHD_Connection *connection);
 
 /// MHD_start_daemon with every option as a fixed argument (MHD_OPTION_ARRAY is copied during the call).
+/// `accept` may refuse a connection by its peer address before any byte is read; `notify` hears of every
+/// connection opened and closed (both used for limits MHD does not have: per-client caps, request deadlines).
 static inline struct MHD_Daemon *CMicroHTTPD_start(const struct CMicroHTTPD_Config *config,
                                                    MHD_AccessHandlerCallback handler, void *handler_cls,
                                                    MHD_RequestCompletedCallback completed, void *completed_cls,
-                                                   CMicroHTTPD_URILogCallback uri_log, void *uri_log_cls) {
+                                                   CMicroHTTPD_URILogCallback uri_log, void *uri_log_cls,
+                                                   MHD_AcceptPolicyCallback accept, void *accept_cls,
+                                                   MHD_NotifyConnectionCallback notify, void *notify_cls) {
     struct MHD_OptionItem options[] = {
         { MHD_OPTION_NOTIFY_COMPLETED, (intptr_t) completed, completed_cls },
         { MHD_OPTION_URI_LOG_CALLBACK, (intptr_t) uri_log, uri_log_cls },
+        { MHD_OPTION_NOTIFY_CONNECTION, (intptr_t) notify, notify_cls },
         { MHD_OPTION_THREAD_POOL_SIZE, (intptr_t) config->thread_pool_size, NULL },
         { MHD_OPTION_CONNECTION_LIMIT, (intptr_t) config->connection_limit, NULL },
         { MHD_OPTION_CONNECTION_TIMEOUT, (intptr_t) config->connection_timeout, NULL },
@@ -42,8 +47,14 @@ static inline struct MHD_Daemon *CMicroHTTPD_start(const struct CMicroHTTPD_Conf
         { MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024, NULL },
         { MHD_OPTION_END, 0, NULL },
     };
-    return MHD_start_daemon(config->flags, 0, NULL, NULL, handler, handler_cls,
+    return MHD_start_daemon(config->flags, 0, accept, accept_cls, handler, handler_cls,
                             MHD_OPTION_ARRAY, options, MHD_OPTION_END);
+}
+
+/// The socket of a connection, or -1 (MHD_get_connection_info is variadic).
+static inline int CMicroHTTPD_connection_fd(struct MHD_Connection *connection) {
+    const union MHD_ConnectionInfo *info = MHD_get_connection_info(connection, MHD_CONNECTION_INFO_CONNECTION_FD);
+    return info ? info->connect_fd : -1;
 }
 
 /// The peer address of a connection (MHD_get_connection_info is variadic).

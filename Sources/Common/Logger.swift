@@ -55,11 +55,15 @@ public struct LogRecord: Sendable {
     public let message: String
     public let metadata: [String: String]
 
+    /// Longest metadata value written, in UTF-8 bytes; longer ones are cut and end with `…`. Values can carry
+    /// outside text (an error from a library, a header), so one field never makes a line unbounded.
+    public static let maxValueBytes = 256
+
     /// `2026-09-20T12:00:00.123Z info  ingest: request handled http.status=202 route=/wh/:id`
     public var textLine: String {
         var line = "\(RFC3339.millisecondString(date)) \(level.name.padding(toLength: 8, withPad: " ", startingAt: 0))\(label): \(message)"
         for key in metadata.keys.sorted() {
-            line += " \(key)=\(Self.quotedIfNeeded(metadata[key]!))"
+            line += " \(key)=\(Self.quotedIfNeeded(Self.cut(metadata[key]!)))"
         }
         return line
     }
@@ -69,9 +73,21 @@ public struct LogRecord: Sendable {
         var line = "{\"ts\":\"\(RFC3339.millisecondString(date))\",\"level\":\"\(level.name)\","
         line += "\"logger\":\(JSONText.quoted(label)),\"msg\":\(JSONText.quoted(message))"
         for key in metadata.keys.sorted() {
-            line += ",\(JSONText.quoted(key)):\(JSONText.quoted(metadata[key]!))"
+            line += ",\(JSONText.quoted(key)):\(JSONText.quoted(Self.cut(metadata[key]!)))"
         }
         return line + "}"
+    }
+
+    static func cut(_ value: String) -> String {
+        guard value.utf8.count > maxValueBytes else { return value }
+        var bytes = 0
+        var end = value.startIndex
+        for character in value {
+            bytes += character.utf8.count
+            if bytes > maxValueBytes - 3 { break }  // room for "…"
+            end = value.index(after: end)
+        }
+        return String(value[..<end]) + "…"
     }
 
     private static func quotedIfNeeded(_ value: String) -> String {
@@ -80,26 +96,41 @@ public struct LogRecord: Sendable {
     }
 }
 
-/// Where log lines go. Writes are serialised so lines from different threads never interleave.
+/// Where log lines go.
+///
+/// A sink never holds a lock while a line is written: a stalled stderr (a full pipe nobody reads) must not stall
+/// every thread that logs, and a broken one (closed, EPIPE) must not crash the process (issue 13). Standard error
+/// is written by one background thread (`StandardErrorWriter`), which keeps lines whole and in order; lines it
+/// cannot take are dropped and counted (`droppedLines`, `kumapush_log_lines_dropped_total`).
 public final class LogSink: Sendable {
     public let format: Settings.LogFormat
-    private let writer: Mutex<@Sendable (String) -> Void>
+    private let output: @Sendable (String) -> Void
 
+    /// A sink calling `writer` with each line, from whichever thread logs (so `writer` must be thread-safe).
     public init(format: Settings.LogFormat, writer: @escaping @Sendable (String) -> Void) {
         self.format = format
-        self.writer = Mutex(writer)
+        self.output = writer
     }
 
     /// Lines on standard error, the destination SPEC §6 promises.
     public static func standardError(format: Settings.LogFormat) -> LogSink {
-        LogSink(format: format) { line in
-            FileHandle.standardError.write(Data((line + "\n").utf8))
-        }
+        LogSink(format: format) { line in StandardErrorWriter.shared.enqueue(line) }
     }
 
+    /// Lines on `descriptor` (a pipe or file the caller owns), written like standard error's: by a thread of
+    /// their own, never under a lock, dropped and counted when they cannot be written.
+    public static func fileDescriptor(_ descriptor: Int32, format: Settings.LogFormat) -> LogSink {
+        let writer = StandardErrorWriter(descriptor: descriptor)
+        return LogSink(format: format) { line in writer.enqueue(line) }
+    }
+
+    /// Lines dropped since the process started, by any sink writing to a descriptor (a full queue, or a write
+    /// that failed).
+    public static var droppedLines: Int { StandardErrorWriter.dropped.load(ordering: .relaxed) }
+    public static let droppedLinesMetric = "kumapush_log_lines_dropped_total"
+
     func write(_ record: LogRecord) {
-        let line = format == .json ? record.jsonLine : record.textLine
-        writer.withLock { $0(line) }
+        output(format == .json ? record.jsonLine : record.textLine)
     }
 }
 

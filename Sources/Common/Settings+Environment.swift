@@ -63,6 +63,14 @@ extension Settings {
         if retryMax < retryBase {
             throw ConfigurationError(variable: "RETRY_MAX", message: "must not be shorter than RETRY_BASE")
         }
+        // A lease that expires while its push may still be waiting for APNs hands the job to another worker, which
+        // sends it a second time (issue 12).
+        if leaseTimeout <= apnsRequestTimeout {
+            throw ConfigurationError(
+                variable: "LEASE_TIMEOUT",
+                message: "\(DurationSyntax.format(leaseTimeout)) must be longer than APNS_REQUEST_TIMEOUT "
+                    + "(\(DurationSyntax.format(apnsRequestTimeout))), or a push still waiting for APNs is sent again by another worker")
+        }
     }
 
     /// Every variable, in the order of SPEC §6. `ENV` comes before `APNS_ENVIRONMENT` so the latter wins.
@@ -80,13 +88,21 @@ extension Settings {
         Variable(name: "HTTP_MAX_CONNECTIONS", defaultText: "10000", summary: "open connections the ingest listener accepts at most") { s, text throws(ConfigurationError) in
             s.httpMaxConnections = try parseInt(text, "HTTP_MAX_CONNECTIONS", 1...1_000_000)
         },
-        Variable(name: "HTTP_IDLE_TIMEOUT", defaultText: "30s", summary: "close a connection idle or trickling a request this long") { s, text throws(ConfigurationError) in
+        Variable(name: "HTTP_IDLE_TIMEOUT", defaultText: "30s", summary: "close a connection that sends nothing for this long") { s, text throws(ConfigurationError) in
             let timeout = try parseDuration(text, "HTTP_IDLE_TIMEOUT")
             guard timeout >= .seconds(1) else { throw invalid("HTTP_IDLE_TIMEOUT", text, "at least 1s") }
             s.httpIdleTimeout = timeout
         },
         Variable(name: "HTTP_MAX_HEADER_BYTES", defaultText: "32768", summary: "largest request line and headers, in bytes") { s, text throws(ConfigurationError) in
             s.httpMaxHeaderBytes = try parseInt(text, "HTTP_MAX_HEADER_BYTES", 4096...1_048_576)
+        },
+        Variable(name: "HTTP_REQUEST_TIMEOUT", defaultText: "10s", summary: "a request's line, headers and body must all arrive within this") { s, text throws(ConfigurationError) in
+            let timeout = try parseDuration(text, "HTTP_REQUEST_TIMEOUT")
+            guard timeout >= .seconds(1) else { throw invalid("HTTP_REQUEST_TIMEOUT", text, "at least 1s") }
+            s.httpRequestTimeout = timeout
+        },
+        Variable(name: "HTTP_MAX_CONNECTIONS_PER_IP", defaultText: "2000", summary: "open connections per client IP (IPv6: per /64); trusted proxies excepted") { s, text throws(ConfigurationError) in
+            s.httpMaxConnectionsPerIP = try parseInt(text, "HTTP_MAX_CONNECTIONS_PER_IP", 1...1_000_000)
         },
         Variable(name: "DATABASE_PATH", defaultText: "./data/kumapush.db", summary: "SQLite database (created with its folder)") { s, text throws(ConfigurationError) in
             guard !text.isEmpty else { throw invalid("DATABASE_PATH", text, "a file path") }
@@ -125,6 +141,9 @@ extension Settings {
         Variable(name: "APNS_CONNECTIONS", defaultText: "2", summary: "persistent HTTP/2 connections per deliver process") { s, text throws(ConfigurationError) in
             s.apnsConnections = try parseInt(text, "APNS_CONNECTIONS", 1...64)
         },
+        Variable(name: "APNS_REQUEST_TIMEOUT", defaultText: "30s", summary: "how long a push waits for APNs' answer before it is retried; below LEASE_TIMEOUT") { s, text throws(ConfigurationError) in
+            s.apnsRequestTimeout = try parseDuration(text, "APNS_REQUEST_TIMEOUT")
+        },
         Variable(name: "DELIVER_CONCURRENCY", defaultText: "1000", summary: "pushes in flight per deliver process") { s, text throws(ConfigurationError) in
             s.deliverConcurrency = try parseInt(text, "DELIVER_CONCURRENCY", 1...100_000)
         },
@@ -137,7 +156,7 @@ extension Settings {
         Variable(name: "RETRY_MAX", defaultText: "5m", summary: "longest retry delay") { s, text throws(ConfigurationError) in
             s.retryMax = try parseDuration(text, "RETRY_MAX")
         },
-        Variable(name: "LEASE_TIMEOUT", defaultText: "60s", summary: "after this a crashed worker's jobs are claimable again") { s, text throws(ConfigurationError) in
+        Variable(name: "LEASE_TIMEOUT", defaultText: "60s", summary: "after this a crashed worker's jobs are claimable again; must be longer than APNS_REQUEST_TIMEOUT") { s, text throws(ConfigurationError) in
             s.leaseTimeout = try parseDuration(text, "LEASE_TIMEOUT")
         },
         Variable(name: "DEAD_LETTER_RETENTION", defaultText: "7d", summary: "how long dead letters are kept for `replay`") { s, text throws(ConfigurationError) in
@@ -161,11 +180,14 @@ extension Settings {
         Variable(name: "RATE_LIMIT_REGISTER", defaultText: "5/1m,30/1h", summary: "POST /devices per client IP; `off` disables") { s, text throws(ConfigurationError) in
             s.rateLimitRegister = try parseRules(text, "RATE_LIMIT_REGISTER")
         },
-        Variable(name: "RATE_LIMIT_WEBHOOK", defaultText: "600/1m", summary: "webhooks per client IP and device; `off` disables") { s, text throws(ConfigurationError) in
+        Variable(name: "RATE_LIMIT_WEBHOOK", defaultText: "off", summary: "webhooks per client IP and device; `off` disables") { s, text throws(ConfigurationError) in
             s.rateLimitWebhook = try parseRules(text, "RATE_LIMIT_WEBHOOK")
         },
-        Variable(name: "RATE_LIMIT_WEBHOOK_FAILED", defaultText: "10/1m", summary: "failed webhooks (400/404/410) per client IP; `off` disables") { s, text throws(ConfigurationError) in
+        Variable(name: "RATE_LIMIT_WEBHOOK_FAILED", defaultText: "10/1m", summary: "failed webhooks (400/404/410) per client IP; past it unknown device ids get 429; `off` disables") { s, text throws(ConfigurationError) in
             s.rateLimitWebhookFailed = try parseRules(text, "RATE_LIMIT_WEBHOOK_FAILED")
+        },
+        Variable(name: "RATE_LIMIT_WEBHOOK_IP", defaultText: "6000/1m", summary: "webhooks per client IP (IPv6: per /64) over all devices; `off` disables") { s, text throws(ConfigurationError) in
+            s.rateLimitWebhookIP = try parseRules(text, "RATE_LIMIT_WEBHOOK_IP")
         },
         Variable(name: "DEVICE_BURST", defaultText: "10", summary: "pushes per device per minute before alerts merge into digests; `off` disables") { s, text throws(ConfigurationError) in
             s.deviceBurst = text.trimmingWhitespace().lowercased() == "off" ? nil : try parseInt(text, "DEVICE_BURST", 1...10_000)

@@ -13,10 +13,14 @@ public struct Settings: Sendable, Equatable {
 
     /// Connections the ingest listener keeps open at most; more are refused at accept.
     public var httpMaxConnections = 10_000
-    /// A connection idle (or trickling a request) this long is closed, so slow clients cannot pin threads.
+    /// A connection that sends nothing this long is closed (inactivity; `httpRequestTimeout` bounds a trickle).
     public var httpIdleTimeout: Duration = .seconds(30)
     /// Per-connection buffer for the request line and headers; larger headers are refused.
     public var httpMaxHeaderBytes = 32 * 1024
+    /// A request's line, headers and body must all arrive within this, however steadily they trickle.
+    public var httpRequestTimeout: Duration = .seconds(10)
+    /// Open connections per client IP (IPv6: per /64), trusted proxies excepted when behind one.
+    public var httpMaxConnectionsPerIP = 2000
 
     // Storage
     public var databasePath = "./data/kumapush.db"
@@ -36,6 +40,8 @@ public struct Settings: Sendable, Equatable {
     public var apnsSandboxURL: String?
     public var apnsCAFile: String?
     public var apnsConnections = 2
+    /// How long one push may wait for APNs' answer before it is retried. A lease must outlive it (LEASE_TIMEOUT).
+    public var apnsRequestTimeout: Duration = .seconds(30)
     public var deliverConcurrency = 1000
 
     // Delivery semantics
@@ -61,7 +67,11 @@ public struct Settings: Sendable, Equatable {
     // Abuse limits
     public var rateLimitRegister = [RateLimitRule(limit: 5, window: .seconds(60)),
                                     RateLimitRule(limit: 30, window: .seconds(3600))]
-    public var rateLimitWebhook = [RateLimitRule(limit: 600, window: .seconds(60))]
+    /// Per client IP and device; off by default, because a large Uptime Kuma's incident sends one alert per monitor
+    /// at once and never retries (SPEC §2.4): digests and the per-IP limit protect the relay instead.
+    public var rateLimitWebhook: [RateLimitRule] = []
+    /// Webhooks per client IP (IPv6: per /64) over all devices together.
+    public var rateLimitWebhookIP = [RateLimitRule(limit: 6000, window: .seconds(60))]
     public var rateLimitWebhookFailed = [RateLimitRule(limit: 10, window: .seconds(60))]
     public var behindProxy = false
     public var proxyHeader = "X-Forwarded-For"

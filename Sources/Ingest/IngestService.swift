@@ -33,13 +33,15 @@ public final class IngestService: Sendable {
         self.clock = clock
         self.logger = logger
         self.metrics = metrics
-        writer = QueueWriter(store: store, clock: clock, ttl: settings.jobTTL, deviceCap: settings.deviceQueueMax, logger: logger,
-                             metrics: metrics, onCommit: onCommit)
+        writer = QueueWriter(store: store, clock: clock, ttl: settings.jobTTL, queueMax: settings.queueMax,
+                             deviceCap: settings.deviceQueueMax, logger: logger, metrics: metrics, onCommit: onCommit)
         deviceAPI = DeviceAPI(store: store, clock: clock, registerLimiter: SlidingWindowLimiter(rules: settings.rateLimitRegister),
                               logger: logger)
         webhook = WebhookEndpoint(store: store, writer: writer, clock: clock, queueMax: settings.queueMax, testWait: settings.testWait,
                                   failedLimiter: SlidingWindowLimiter(rules: settings.rateLimitWebhookFailed),
-                                  webhookLimiter: SlidingWindowLimiter(rules: settings.rateLimitWebhook), logger: logger)
+                                  webhookLimiter: SlidingWindowLimiter(rules: settings.rateLimitWebhook),
+                                  clientLimiter: SlidingWindowLimiter(rules: settings.rateLimitWebhookIP),
+                                  testWaiter: TestOutcomeWaiter(store: store, clock: clock), logger: logger)
         resolver = ClientAddressResolver(settings: settings)
         Self.describeMetrics(metrics, store: store)
     }
@@ -50,9 +52,22 @@ public final class IngestService: Sendable {
         configuration.connectionLimit = settings.httpMaxConnections
         configuration.connectionTimeout = max(1, Int(settings.httpIdleTimeout.wholeMilliseconds / 1000))
         configuration.connectionMemoryLimit = settings.httpMaxHeaderBytes
+        configuration.requestTimeout = settings.httpRequestTimeout
+        configuration.connectionsPerClient = settings.httpMaxConnectionsPerIP
+        // Behind a reverse proxy every client arrives from the proxy's address: capping it would cap everyone.
+        if settings.behindProxy { configuration.uncappedPeer = { [resolver] in resolver.isTrusted($0) } }
         let api = try HTTPServer(configuration) { [self] request, responder in handle(request, responder: responder) }
         let metricsServer = try settings.metricsAddress.map { try MetricsServer.start(on: $0, metrics: metrics) }
         servers.withLock { $0 = (api, metricsServer) }
+        metrics.describe("kumapush_http_connections_cut_total", .counter,
+                         "Connections closed because a request did not arrive within HTTP_REQUEST_TIMEOUT.")
+        metrics.describe("kumapush_http_connections_refused_total", .counter,
+                         "Connections refused because their client had HTTP_MAX_CONNECTIONS_PER_IP open.")
+        metrics.collect { [weak api] in
+            guard let api else { return [] }
+            return [(name: "kumapush_http_connections_cut_total", labels: [], value: Double(api.connectionsCut)),
+                    (name: "kumapush_http_connections_refused_total", labels: [], value: Double(api.connectionsRefused))]
+        }
     }
 
     /// The API port (useful after binding port 0).
@@ -77,8 +92,9 @@ public final class IngestService: Sendable {
             return respond(.error(405, "method not allowed", headers: [("Allow", route.allowedMethods.joined(separator: ", "))]),
                            route: route.pattern, request, responder)
         }
-        let client = resolver.clientAddress(for: request)
-        let instrumented = InstrumentedResponder(inner: responder, route: route.pattern, method: request.method, client: client,
+        let client = resolver.client(for: request)
+        let instrumented = InstrumentedResponder(inner: responder, route: route.pattern, method: MethodLabel.of(request.method),
+                                                 client: client.address,
                                                  started: .now, logger: logger, metrics: metrics, logRequest: route != .health)
         switch route {
         case .health:
@@ -92,7 +108,7 @@ public final class IngestService: Sendable {
                 }
             }
         case .register:
-            blockingWork.async { [deviceAPI] in instrumented.respond(deviceAPI.register(request, client: client)) }
+            blockingWork.async { [deviceAPI] in instrumented.respond(deviceAPI.register(request, client: client.limitKey)) }
         case .device(let id):
             blockingWork.async { [deviceAPI] in
                 switch request.method {
@@ -102,12 +118,13 @@ public final class IngestService: Sendable {
                 }
             }
         case .webhook(let deviceID):
-            webhook.handle(request, deviceID: deviceID, client: client, responder: instrumented)
+            webhook.handle(request, deviceID: deviceID, client: client.limitKey, responder: instrumented)
         }
     }
 
     private func respond(_ response: HTTPResponse, route: String, _ request: HTTPRequest, _ responder: any HTTPResponder) {
-        InstrumentedResponder(inner: responder, route: route, method: request.method, client: resolver.clientAddress(for: request),
+        InstrumentedResponder(inner: responder, route: route, method: MethodLabel.of(request.method),
+                              client: resolver.clientAddress(for: request),
                               started: .now, logger: logger, metrics: metrics, logRequest: true).respond(response)
     }
 

@@ -29,6 +29,8 @@ public final class QueueWriter: Sendable {
     private let store: any JobQueue
     private let clock: any WallClock
     private let ttl: Duration
+    /// Live jobs above which webhooks are refused (QUEUE_MAX).
+    private let queueMax: Int
     /// DEVICE_QUEUE_MAX: past it a device's alerts fold into its waiting digest instead of becoming jobs.
     private let deviceCap: Int
     private let maxBatch: Int
@@ -38,11 +40,14 @@ public final class QueueWriter: Sendable {
     private let condition = NSCondition()
     private let state = Mutex(State())
     private let finished = DispatchSemaphore(value: 0)
+    /// Seconds a depth count may be old.
+    static let recountInterval: TimeInterval = 1
 
-    public init(store: any JobQueue, clock: any WallClock, ttl: Duration, deviceCap: Int = .max, maxBatch: Int = 1000,
-                logger: Logger, metrics: MetricsRegistry, onCommit: @escaping @Sendable () -> Void = {}) {
+    public init(store: any JobQueue, clock: any WallClock, ttl: Duration, queueMax: Int = .max, deviceCap: Int = .max,
+                maxBatch: Int = 1000, logger: Logger, metrics: MetricsRegistry, onCommit: @escaping @Sendable () -> Void = {}) {
         self.deviceCap = deviceCap
         self.onCommit = onCommit
+        self.queueMax = queueMax
         self.store = store
         self.clock = clock
         self.ttl = ttl
@@ -78,6 +83,11 @@ public final class QueueWriter: Sendable {
     /// Jobs waiting in the queue, counted at most a second ago plus those added since.
     public var estimatedDepth: Int { state.withLock { $0.depth } }
 
+    /// Whether the queue is below QUEUE_MAX. While it is not, the writer thread recounts every second even though
+    /// nothing is committed (everything is refused), so the relay accepts again within a second or so of the
+    /// backlog draining, without a query per request.
+    public var acceptsMore: Bool { estimatedDepth < queueMax }
+
     /// Commits what is pending, then stops the thread. Blocks until it has.
     public func stop() {
         state.withLock { $0.stopping = true }
@@ -94,7 +104,14 @@ public final class QueueWriter: Sendable {
                 state.sleeping = state.pending.isEmpty && !state.stopping
                 return state.sleeping
             }) {
-                condition.wait()
+                if acceptsMore {
+                    condition.wait()
+                } else if !condition.wait(until: Date(timeIntervalSinceNow: Self.recountInterval)) {
+                    // Full and idle: nothing will commit, so only a recount can let webhooks in again.
+                    condition.unlock()
+                    refreshDepth()
+                    condition.lock()
+                }
             }
             condition.unlock()
             let (batch, stop) = state.withLock { state -> ([Pending], Bool) in
@@ -105,7 +122,7 @@ public final class QueueWriter: Sendable {
             }
             if !batch.isEmpty { commit(batch) }
             if stop { break }
-            if clock.nowMillis() - state.withLock({ $0.depthCountedAt }) > 1000 { refreshDepth() }
+            if clock.nowMillis() - state.withLock({ $0.depthCountedAt }) > Int64(Self.recountInterval * 1000) { refreshDepth() }
         }
         finished.signal()
     }

@@ -82,6 +82,9 @@ enum CommandLineTool {
 }
 
 /// Prints to standard error with the program's name in front.
+/// One line on stderr with write(2): a closed or broken stderr loses the line and nothing else (FileHandle's
+/// write raises an Objective-C style exception there, which ends the process).
 func printError(_ message: String) {
-    FileHandle.standardError.write(Data("kumapush-relay: \(message)\n".utf8))
+    let line = Array("kumapush-relay: \(message)\n".utf8)
+    _ = line.withUnsafeBytes { write(2, $0.baseAddress, $0.count) }
 }

@@ -25,7 +25,7 @@ final class DeliveryRuntime: Sendable {
             throw ConfigurationError(variable: "APNS_URL", message: "cannot use \(settings.apnsBaseURL)")
         }
         var connection = HTTP2ClientConnection.Configuration(host: endpoint.host, port: endpoint.port)
-        connection.requestTimeout = .seconds(30)
+        connection.requestTimeout = settings.apnsRequestTimeout
         // The pool needs to wake the engine, and the engine needs the pool: a late-bound reference breaks the knot.
         let waker = Waker()
         pool = APNsConnectionPool(configuration: connection, connections: settings.apnsConnections, tls: tls,

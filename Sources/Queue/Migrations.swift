@@ -110,6 +110,22 @@ enum Migrations {
             -- (TestFlight and Xcode builds next to App Store installs); NULL until then. A new token forgets it.
             ALTER TABLE devices ADD COLUMN apns_environment TEXT CHECK (apns_environment IN ('production', 'sandbox'));
             """),
+        Migration(version: 7, name: "live jobs per device, kept by triggers", sql: """
+            -- DEVICE_QUEUE_MAX is checked on every enqueue: counting a device's jobs there grew with the count
+            -- (quadratic over a storm); the triggers keep the number as jobs come, go and are dead-lettered.
+            ALTER TABLE devices ADD COLUMN live_jobs INTEGER NOT NULL DEFAULT 0;
+            UPDATE devices SET live_jobs = (SELECT count(*) FROM jobs WHERE jobs.device_id = devices.id AND jobs.state != 'discarded');
+            CREATE TRIGGER jobs_live_on_insert AFTER INSERT ON jobs WHEN NEW.state != 'discarded'
+            BEGIN UPDATE devices SET live_jobs = live_jobs + 1 WHERE id = NEW.device_id; END;
+            CREATE TRIGGER jobs_live_on_delete AFTER DELETE ON jobs WHEN OLD.state != 'discarded'
+            BEGIN UPDATE devices SET live_jobs = live_jobs - 1 WHERE id = OLD.device_id; END;
+            CREATE TRIGGER jobs_live_on_discard AFTER UPDATE OF state ON jobs
+            WHEN (OLD.state = 'discarded') != (NEW.state = 'discarded')
+            BEGIN
+                UPDATE devices SET live_jobs = live_jobs + CASE WHEN NEW.state = 'discarded' THEN -1 ELSE 1 END
+                WHERE id = NEW.device_id;
+            END;
+            """),
     ]
 
     static var latestVersion: Int { all.map(\.version).max() ?? 0 }

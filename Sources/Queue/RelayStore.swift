@@ -56,6 +56,8 @@ public protocol JobQueue: Sendable {
     func purgeDeadLetters(keeping: Int) throws(StoreError) -> Int
     /// The outcome recorded for a job that reports one, once it is final (nil while it is still queued or retrying).
     func reportedOutcome(publicID: String) throws(StoreError) -> ReportedOutcome?
+    /// The outcomes recorded so far for any of `publicIDs`, in one query (every waiting Test request at once).
+    func reportedOutcomes(publicIDs: [String]) throws(StoreError) -> [String: ReportedOutcome]
     /// Forgets reported outcomes older than `before`. Returns how many.
     func purgeReportedOutcomes(before: Int64) throws(StoreError) -> Int
     /// A deliverer paused by a configuration fault records `reason`, refreshing it while the pause lasts; nil

@@ -60,10 +60,9 @@ extension SQLiteStore {
 
     /// SPEC §2.4: a device at its cap of live jobs gets its new alert folded into its newest waiting job (never
     /// a Test-button job, which is answered on its own). False when the device is under its cap (or has no such
-    /// job), and the caller stores a job as usual. The count is an index range scan of the device's own jobs.
+    /// job), and the caller stores a job as usual. The count is kept on the device row by triggers (migration 7).
     private static func fold(_ job: NewJob, deviceCap: Int, badgeSince: Int64, _ db: SQLiteConnection) throws -> Bool {
-        let live = try db.statement("SELECT count(*) FROM jobs WHERE device_id = ? AND state != 'discarded'")
-            .rows([.text(job.deviceID)]) { $0.int(0) }.first ?? 0
+        let live = try db.statement("SELECT live_jobs FROM devices WHERE id = ?").rows([.text(job.deviceID)]) { $0.int(0) }.first ?? 0
         guard live >= deviceCap, let event = AlertEvent(jobPayload: job.payload) else { return false }
         let tail = try db.statement("""
             SELECT id, folded FROM jobs WHERE device_id = ? AND state = 'pending' AND reports_outcome = 0
@@ -224,6 +223,23 @@ extension SQLiteStore {
             try db.statement("SELECT outcome, reason FROM job_outcomes WHERE public_id = ?").rows([.text(publicID)]) {
                 ReportedOutcome(kind: ReportedOutcome.Kind(rawValue: $0.text(0)) ?? .rejected, reason: $0.text(1))
             }.first
+        }
+    }
+
+    public func reportedOutcomes(publicIDs: [String]) throws(StoreError) -> [String: ReportedOutcome] {
+        guard !publicIDs.isEmpty else { return [:] }
+        return try read { db in
+            var found: [String: ReportedOutcome] = [:]
+            // SQLite binds at most 32,766 parameters per statement; the waiter holds at most a thousand.
+            for chunk in stride(from: 0, to: publicIDs.count, by: 500).map({ Array(publicIDs[$0..<min($0 + 500, publicIDs.count)]) }) {
+                let placeholders = Array(repeating: "?", count: chunk.count).joined(separator: ",")
+                let rows = try db.statement("SELECT public_id, outcome, reason FROM job_outcomes WHERE public_id IN (\(placeholders))")
+                    .rows(chunk.map { .text($0) }) {
+                        ($0.text(0), ReportedOutcome(kind: ReportedOutcome.Kind(rawValue: $0.text(1)) ?? .rejected, reason: $0.text(2)))
+                    }
+                for (id, outcome) in rows { found[id] = outcome }
+            }
+            return found
         }
     }
 

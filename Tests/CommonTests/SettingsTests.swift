@@ -9,14 +9,15 @@ import Testing
         #expect(s.port == 4321 && s.host == "0.0.0.0" && s.basePath == "")
         #expect(s.databasePath == "./data/kumapush.db" && s.sync == .normal)
         #expect(s.apnsEnvironment == .production && s.apnsBaseURL == "https://api.push.apple.com")
-        #expect(s.apnsConnections == 2 && s.deliverConcurrency == 1000)
+        #expect(s.apnsConnections == 2 && s.deliverConcurrency == 1000 && s.apnsRequestTimeout == .seconds(30))
         #expect(s.jobTTL == .seconds(86_400) && s.retryBase == .seconds(1) && s.retryMax == .seconds(300))
         #expect(s.leaseTimeout == .seconds(60))
         #expect(s.deadLetterRetention == .seconds(7 * 86_400) && s.tombstoneRetention == .seconds(30 * 86_400))
         #expect(s.queueMax == 1_000_000)
+        #expect(s.httpRequestTimeout == .seconds(10) && s.httpMaxConnectionsPerIP == 2000)
         #expect(s.testWait == .seconds(5) && s.lateNotice == .seconds(120) && s.shutdownGrace == .seconds(10))
         #expect(s.rateLimitRegister.settingText == "5/1m,30/1h")
-        #expect(s.rateLimitWebhook.settingText == "600/1m")
+        #expect(s.rateLimitWebhook.settingText == "off" && s.rateLimitWebhookIP.settingText == "6000/1m")
         #expect(s.rateLimitWebhookFailed.settingText == "10/1m")
         #expect(s.deviceBurst == 10 && s.deviceQueueMax == 1000 && s.stallTimeout == .seconds(30))
         #expect(!s.behindProxy && s.proxyHeader == "X-Forwarded-For" && s.trustedProxies.isEmpty)
@@ -38,13 +39,14 @@ import Testing
             "PORT": "8080", "HOST": "::1", "BASE_PATH": "/relay/", "DATABASE_PATH": "/tmp/k.db", "SYNC": "full",
             "APNS_AUTH_KEY_PATH": "/k.p8", "APNS_KEY_ID": "KEY123", "APNS_TEAM_ID": "TEAM45", "APP_BUNDLE_IDENTIFIER": "com.x.y",
             "ENV": "development", "APNS_URL": "https://127.0.0.1:8443/", "APNS_CA_FILE": "/ca.pem",
-            "APNS_CONNECTIONS": "4", "DELIVER_CONCURRENCY": "50", "JOB_TTL": "2h", "RETRY_BASE": "500ms", "RETRY_MAX": "1m",
+            "APNS_CONNECTIONS": "4", "APNS_REQUEST_TIMEOUT": "10s", "DELIVER_CONCURRENCY": "50", "JOB_TTL": "2h", "RETRY_BASE": "500ms", "RETRY_MAX": "1m",
             "LEASE_TIMEOUT": "30s", "DEAD_LETTER_RETENTION": "1d", "TOMBSTONE_RETENTION": "2d", "QUEUE_MAX": "99",
             "TEST_WAIT": "0", "LATE_NOTICE": "5m", "SHUTDOWN_GRACE": "3s", "RATE_LIMIT_REGISTER": "off",
-            "RATE_LIMIT_WEBHOOK": "100/10s,1000/1h", "RATE_LIMIT_WEBHOOK_FAILED": "3/1m", "DEVICE_BURST": "off",
+            "RATE_LIMIT_WEBHOOK": "100/10s,1000/1h", "RATE_LIMIT_WEBHOOK_FAILED": "3/1m", "RATE_LIMIT_WEBHOOK_IP": "50/1s", "DEVICE_BURST": "off",
             "BEHIND_PROXY": "true", "PROXY_HEADER": "X-Real-IP", "TRUSTED_PROXIES": "10.0.0.0/8, fd00::/8",
             "METRICS_ADDR": "off", "LOG_LEVEL": "debug", "LOG_FORMAT": "json",
             "HTTP_MAX_CONNECTIONS": "50", "HTTP_IDLE_TIMEOUT": "5s", "HTTP_MAX_HEADER_BYTES": "8192",
+            "HTTP_REQUEST_TIMEOUT": "3s", "HTTP_MAX_CONNECTIONS_PER_IP": "7",
             "DEVICE_QUEUE_MAX": "50", "STALL_TIMEOUT": "2m", "APNS_SANDBOX_URL": "https://127.0.0.1:8444/",
             "DEAD_LETTER_MAX": "500",
         ]
@@ -55,7 +57,7 @@ import Testing
         #expect(s.sync == .full && s.apnsAuthKeyPath == "/k.p8" && s.apnsKeyID == "KEY123" && s.apnsTeamID == "TEAM45")
         #expect(s.appBundleIdentifier == "com.x.y" && s.apnsEnvironment == .sandbox)
         #expect(s.apnsBaseURL == "https://127.0.0.1:8443" && s.apnsCAFile == "/ca.pem")
-        #expect(s.apnsConnections == 4 && s.deliverConcurrency == 50)
+        #expect(s.apnsConnections == 4 && s.deliverConcurrency == 50 && s.apnsRequestTimeout == .seconds(10))
         #expect(s.jobTTL == .seconds(7200) && s.retryBase == .milliseconds(500) && s.retryMax == .seconds(60))
         #expect(s.leaseTimeout == .seconds(30) && s.deadLetterRetention == .seconds(86_400))
         #expect(s.tombstoneRetention == .seconds(172_800) && s.queueMax == 99)
@@ -63,10 +65,12 @@ import Testing
         #expect(s.rateLimitRegister.isEmpty)
         #expect(s.rateLimitWebhook == [RateLimitRule(limit: 100, window: .seconds(10)), RateLimitRule(limit: 1000, window: .seconds(3600))])
         #expect(s.rateLimitWebhookFailed == [RateLimitRule(limit: 3, window: .seconds(60))])
+        #expect(s.rateLimitWebhookIP == [RateLimitRule(limit: 50, window: .seconds(1))])
         #expect(s.deviceBurst == nil && s.behindProxy && s.proxyHeader == "X-Real-IP")
         #expect(s.trustedProxies.map(\.description) == ["10.0.0.0/8", "fd00::/8"])
         #expect(s.metricsAddress == nil && s.logLevel == .debug && s.logFormat == .json)
         #expect(s.httpMaxConnections == 50 && s.httpIdleTimeout == .seconds(5) && s.httpMaxHeaderBytes == 8192)
+        #expect(s.httpRequestTimeout == .seconds(3) && s.httpMaxConnectionsPerIP == 7)
         #expect(s.deviceQueueMax == 50 && s.stallTimeout == .seconds(120) && s.deadLetterMax == 500)
         #expect(s.apnsSandboxURL == "https://127.0.0.1:8444" && s.otherAPNsBaseURL == "https://127.0.0.1:8444")
         #expect(s.otherAPNsEnvironment == .production, "ENV=development: the other environment is production")
@@ -94,14 +98,15 @@ import Testing
     /// (paths, ids) have no invalid value and are listed separately, so a new variable cannot slip past this test.
     static let invalidValues: [String: String] = [
         "PORT": "abc", "HOST": "example.com", "BASE_PATH": "relay", "DATABASE_PATH": "", "SYNC": "sometimes",
-        "APNS_ENVIRONMENT": "staging", "APNS_URL": "http://127.0.0.1:8443", "APNS_CONNECTIONS": "0",
+        "APNS_ENVIRONMENT": "staging", "APNS_URL": "http://127.0.0.1:8443", "APNS_CONNECTIONS": "0", "APNS_REQUEST_TIMEOUT": "0s",
         "DELIVER_CONCURRENCY": "-5", "JOB_TTL": "24", "RETRY_BASE": "1x", "RETRY_MAX": "0s", "LEASE_TIMEOUT": "soon",
         "DEAD_LETTER_RETENTION": "7days", "TOMBSTONE_RETENTION": "-1d", "QUEUE_MAX": "many", "TEST_WAIT": "5",
         "LATE_NOTICE": "2 min", "SHUTDOWN_GRACE": "x", "RATE_LIMIT_REGISTER": "5", "RATE_LIMIT_WEBHOOK": "0/1m",
-        "RATE_LIMIT_WEBHOOK_FAILED": "10/0s", "DEVICE_BURST": "none", "BEHIND_PROXY": "maybe",
+        "RATE_LIMIT_WEBHOOK_FAILED": "10/0s", "RATE_LIMIT_WEBHOOK_IP": "6000", "DEVICE_BURST": "none", "BEHIND_PROXY": "maybe",
         "PROXY_HEADER": "X Forwarded", "TRUSTED_PROXIES": "10.0.0.0/33", "METRICS_ADDR": "localhost",
         "LOG_LEVEL": "loud", "LOG_FORMAT": "xml",
         "HTTP_MAX_CONNECTIONS": "0", "HTTP_IDLE_TIMEOUT": "500ms", "HTTP_MAX_HEADER_BYTES": "12",
+        "HTTP_REQUEST_TIMEOUT": "200ms", "HTTP_MAX_CONNECTIONS_PER_IP": "0",
         "DEVICE_QUEUE_MAX": "1", "STALL_TIMEOUT": "0s", "APNS_SANDBOX_URL": "http://127.0.0.1:8444", "DEAD_LETTER_MAX": "0",
     ]
     static let freeText: Set = ["APNS_AUTH_KEY_PATH", "APNS_KEY_ID", "APNS_TEAM_ID", "APP_BUNDLE_IDENTIFIER", "ENV", "APNS_CA_FILE"]
@@ -143,6 +148,18 @@ import Testing
             _ = try Settings.load(environment: ["RETRY_BASE": "10s", "RETRY_MAX": "5s"], arguments: [])
         }
         #expect(error?.variable == "RETRY_MAX")
+    }
+
+    /// Issue 12: a lease shorter than the APNs request timeout hands a push still in flight to another worker.
+    @Test func aLeaseNotLongerThanTheAPNsRequestTimeoutStopsStartUpNamingBoth() throws {
+        for environment in [["LEASE_TIMEOUT": "20s"], ["LEASE_TIMEOUT": "30s"], ["APNS_REQUEST_TIMEOUT": "2m"],
+                            ["LEASE_TIMEOUT": "2s", "APNS_REQUEST_TIMEOUT": "5s"]] {
+            let error = #expect(throws: ConfigurationError.self) { _ = try Settings.load(environment: environment, arguments: []) }
+            #expect(error?.variable == "LEASE_TIMEOUT")
+            #expect(error?.message.contains("APNS_REQUEST_TIMEOUT") == true)
+        }
+        let (short, _) = try Settings.load(environment: ["LEASE_TIMEOUT": "2s", "APNS_REQUEST_TIMEOUT": "1s"], arguments: [])
+        #expect(short.leaseTimeout == .seconds(2) && short.apnsRequestTimeout == .seconds(1))
     }
 
     @Test func deliveryNeedsTheAPNsCredentials() throws {

@@ -41,6 +41,9 @@ class ForwardingStore: RelayStore, @unchecked Sendable {
     func purgeDeadLetters(before: Int64) throws(StoreError) -> Int { try inner.purgeDeadLetters(before: before) }
     func liveJobCount() throws(StoreError) -> Int { try inner.liveJobCount() }
     func hasDueJobs(now: Int64) throws(StoreError) -> Bool { try inner.hasDueJobs(now: now) }
+    func reportedOutcomes(publicIDs: [String]) throws(StoreError) -> [String: ReportedOutcome] {
+        try inner.reportedOutcomes(publicIDs: publicIDs)
+    }
     func purgeDeadLetters(keeping: Int) throws(StoreError) -> Int { try inner.purgeDeadLetters(keeping: keeping) }
     func setEnvironment(deviceID: String, token: String, environment: Settings.APNsEnvironment) throws(StoreError) {
         try inner.setEnvironment(deviceID: deviceID, token: token, environment: environment)

@@ -75,6 +75,31 @@ import Testing
         #expect(seen.withLock { String(decoding: $0[0].1, as: UTF8.self) } == "{\"msg\":\"a b\"}")
     }
 
+    /// Issue 12: libmicrohttpd 0.9.x aborts in MHD_stop_daemon while a connection is suspended. `stop()` answers
+    /// such a request itself, and the handler's late answer goes nowhere.
+    @Test func stopAnswersASuspendedRequestInsteadOfAborting() throws {
+        let responder = Mutex<(any HTTPResponder)?>(nil)
+        let arrived = DispatchSemaphore(value: 0)
+        let server = try server { _, r in
+            responder.withLock { $0 = r }
+            arrived.signal()
+        }
+        let client = RawHTTPClient(port: server.port)
+        let answer = Mutex<RawHTTPClient.Response?>(nil)
+        let done = DispatchSemaphore(value: 0)
+        DispatchQueue.global().async {
+            answer.withLock { $0 = try? client.send("GET", "/waits-forever") }
+            done.signal()
+        }
+        #expect(arrived.wait(timeout: .now() + 10) == .success)
+        #expect(!server.drain(grace: .zero))
+        server.stop()
+        #expect(done.wait(timeout: .now() + 10) == .success)
+        let response = try #require(answer.withLock { $0 })
+        #expect(response.status == 503 && response.json?["error"] as? String == "shutting down")
+        responder.withLock { $0?.respond(.json(200, "{}")) }
+    }
+
     @Test func drainWaitsForSuspendedRequestsAndRefusesNewConnections() throws {
         let responder = Mutex<(any HTTPResponder)?>(nil)
         let arrived = DispatchSemaphore(value: 0)

@@ -45,3 +45,27 @@ import Testing
 final class UnreachableDatabase: ForwardingStore, @unchecked Sendable {
     override func ping() throws(StoreError) { throw StoreError(.unavailable, "disk I/O error") }
 }
+
+/// Issue 13: methods are chosen by whoever connects; as labels they must come from a fixed set.
+@Suite struct HostileLabelTests {
+    @Test func randomMethodsAndPathsLeaveTheMetricsTheSameSize() throws {
+        let h = try IngestHarness(["METRICS_ADDR": "127.0.0.1:0"])
+        let metricsClient = RawHTTPClient(port: try #require(h.service.metricsPort))
+        func hostileRound(_ count: Int) throws {
+            for _ in 0..<count {
+                let method = String((0..<40).map { _ in "ABCDEFGHIJKLMNOPQRSTUVWXYZ".randomElement()! })
+                let path = ["/x\(Int.random(in: 0..<1_000_000))", "/devices/\(Int.random(in: 0..<1_000_000))", "/wh/"].randomElement()!
+                _ = try h.client.send(method, path)
+            }
+        }
+        try hostileRound(50)
+        let before = try metricsClient.send("GET", "/metrics").text
+        try hostileRound(500)
+        let after = try metricsClient.send("GET", "/metrics").text
+        #expect(after.utf8.count <= before.utf8.count + 64, "only counts grew, no series")
+        #expect(after.contains("method=\"other\""))
+        for line in h.logLines.text.split(separator: "\n") where line.contains("http.method=") {
+            #expect(line.contains("http.method=other") || line.contains("http.method=GET") || line.contains("http.method=POST"))
+        }
+    }
+}

@@ -51,11 +51,60 @@ import Testing
         #expect(limiter.isDisabled)
     }
 
-    @Test func idleKeysAreForgotten() {
-        let limiter = SlidingWindowLimiter(rules: [minute])
-        for index in 0..<5000 { _ = limiter.hit("client-\(index)", now: 0) }
-        for index in 0..<4096 { _ = limiter.hit("late-\(index % 10)", now: 600_000) }
-        #expect(limiter.trackedKeys == 10, "the 5,000 idle clients are gone")
+    @Test func aFloodOfNewKeysStaysWithinCapacity() {
+        let limiter = SlidingWindowLimiter(rules: [minute], capacity: 100)
+        for index in 0..<100_000 { _ = limiter.hit("client-\(index)", now: Int64(index)) }
+        #expect(limiter.trackedKeys == 100)
+    }
+
+    /// Filling the table is no way to reset a limit: a key at its limit keeps its slot whatever arrives.
+    @Test func aLimitedKeyIsNeverEvictedByAFloodOfOthers() {
+        let limiter = SlidingWindowLimiter(rules: [minute], capacity: 64)
+        for _ in 0..<10 { #expect(limiter.hit("victim", now: 0) == .allowed) }
+        for index in 0..<100_000 { _ = limiter.hit("flood-\(index)", now: 1000) }
+        #expect(limiter.hit("victim", now: 2000) != .allowed)
+        #expect(limiter.check("victim", now: 2000) != .allowed)
+    }
+
+    /// Idle and light keys make room first, so a busy client keeps its count while newcomers come and go.
+    @Test func idleKeysMakeRoomBeforeBusyOnes() {
+        let limiter = SlidingWindowLimiter(rules: [minute], capacity: 32)
+        for _ in 0..<9 { _ = limiter.hit("busy", now: 0) }
+        for index in 0..<31 { _ = limiter.hit("idle-\(index)", now: 0) }
+        for index in 0..<31 { #expect(limiter.hit("late-\(index)", now: 30_000) == .allowed) }
+        #expect(limiter.trackedKeys == 32)
+        #expect(limiter.hit("busy", now: 30_000) == .allowed, "the tenth event")
+        #expect(limiter.hit("busy", now: 30_000) != .allowed, "busy kept its count through the churn")
+    }
+
+    /// When every entry is at its limit, newcomers share one overflow count: stricter for them, looser for nobody.
+    @Test func newcomersShareOneCountWhenEveryEntryIsLimited() {
+        let limiter = SlidingWindowLimiter(rules: [RateLimitRule(limit: 2, window: .seconds(60))], capacity: 4)
+        for index in 0..<4 { for _ in 0..<2 { _ = limiter.hit("full-\(index)", now: 0) } }
+        #expect(limiter.hit("new-a", now: 0) == .allowed)
+        #expect(limiter.hit("new-b", now: 0) == .allowed)
+        #expect(limiter.hit("new-c", now: 0) != .allowed)
+        #expect(limiter.check("new-d", now: 0) != .allowed)
+        for index in 0..<4 { #expect(limiter.hit("full-\(index)", now: 0) != .allowed) }
+        #expect(limiter.trackedKeys == 4)
+    }
+}
+
+@Suite struct ClientKeyTests {
+    @Test func ipv6AddressesOfOneSlash64ShareOneKey() {
+        let a = Client.limitKey(IPAddress("2001:db8:1:2:aaaa::1")!)
+        let b = Client.limitKey(IPAddress("2001:db8:1:2:ffff:ffff:ffff:ffff")!)
+        let other = Client.limitKey(IPAddress("2001:db8:1:3::1")!)
+        #expect(a == b && a == "2001:db8:1:2::/64")
+        #expect(a != other)
+        #expect(Client.limitKey(IPAddress("192.0.2.7")!) == "192.0.2.7")
+        #expect(Client.limitKey(IPAddress("::ffff:192.0.2.7")!) == "192.0.2.7")
+    }
+
+    @Test func theResolverGivesTheAddressForLogsAndTheKeyForLimits() {
+        let resolver = ClientAddressResolver(behindProxy: true, headerName: "X-Forwarded-For", trustedProxies: [])
+        let request = HTTPRequest(method: "GET", path: "/", headers: ["x-forwarded-for": "2001:db8::5"], peer: .loopbackV4)
+        #expect(resolver.client(for: request) == Client(address: "2001:db8::5", limitKey: "2001:db8::/64"))
     }
 }
 

@@ -1,4 +1,5 @@
 import Common
+@testable import Ingest
 import Foundation
 import Queue
 import TestSupport
@@ -81,5 +82,58 @@ final class ResponseBox: @unchecked Sendable {
         defer { condition.unlock() }
         while !done && ContinuousClock.now < deadline { _ = condition.wait(until: Date().addingTimeInterval(0.05)) }
         return response
+    }
+}
+
+/// Issue 13 item 5: waiting Test requests are answered from one poll, and at most `capacity` wait at once.
+@Suite struct TestOutcomeWaiterTests {
+    final class Recorder: HTTPResponder, @unchecked Sendable {
+        // @unchecked Sendable: every access goes through `condition`.
+        private let condition = NSCondition()
+        private var answer: HTTPResponse?
+
+        func respond(_ response: HTTPResponse) {
+            condition.lock()
+            answer = response
+            condition.signal()
+            condition.unlock()
+        }
+
+        func wait(until deadline: ContinuousClock.Instant) -> HTTPResponse? {
+            condition.lock()
+            defer { condition.unlock() }
+            while answer == nil && ContinuousClock.now < deadline { _ = condition.wait(until: Date().addingTimeInterval(0.05)) }
+            return answer
+        }
+    }
+
+    @Test func everyWaitingRequestGetsItsOwnOutcomeAndThoseOverCapacityAreNotHeld() throws {
+        let directory = TemporaryDirectory()
+        let store = try SQLiteStore(path: directory.path("relay.db"), now: SystemClock().nowMillis())
+        let device = try store.registerDevice(token: String(repeating: "ab", count: 32), authTokenHash: "h", now: 0,
+                                              newID: { try DeviceID.generate() }).device.id
+        let waiter = TestOutcomeWaiter(store: store, clock: SystemClock(), capacity: 2)
+        let ids = ["a", "b", "c"].map { "00000000-0000-0000-0000-00000000000\($0)" }
+        _ = try store.enqueue(ids.map { NewJob(deviceID: device, publicID: $0, payload: AlertEvent.test("t").jobPayload, reportsOutcome: true) },
+                              now: SystemClock().nowMillis(), ttl: .seconds(60))
+        let recorders = ids.map { _ in Recorder() }
+        let deadline = ContinuousClock.now + .seconds(20)
+        #expect(waiter.wait(for: ids[0], until: deadline, responder: recorders[0]))
+        #expect(waiter.wait(for: ids[1], until: deadline, responder: recorders[1]))
+        #expect(!waiter.wait(for: ids[2], until: deadline, responder: recorders[2]), "the third is over capacity")
+        #expect(waiter.count == 2)
+
+        // The deliverer finishes the two held jobs differently; each request gets its own answer.
+        let claimed = try store.claim(worker: "w", limit: 10, now: SystemClock().nowMillis(), lease: .seconds(60))
+        let first = try #require(claimed.first { $0.publicID == ids[0] })
+        _ = try store.finish([JobOutcome(jobID: first.id, attempt: first.attempt, kind: .delivered)], worker: "w", now: SystemClock().nowMillis())
+        let second = try #require(try store.claim(worker: "w", limit: 10, now: SystemClock().nowMillis(), lease: .seconds(60)).first)
+        #expect(second.publicID == ids[1])
+        _ = try store.finish([JobOutcome(jobID: second.id, attempt: second.attempt, kind: .deadLetter(reason: "BadDeviceToken"))],
+                             worker: "w", now: SystemClock().nowMillis())
+        #expect(recorders[0].wait(until: deadline)?.status == 200)
+        let rejected = recorders[1].wait(until: deadline)
+        #expect(rejected?.status == 502 && String(decoding: rejected?.body ?? [], as: UTF8.self).contains("apns rejected: BadDeviceToken"))
+        #expect(waiter.count == 0)
     }
 }

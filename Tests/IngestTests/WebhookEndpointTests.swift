@@ -111,12 +111,41 @@ import Testing
         #expect(response.status == 410 && response.json?["error"] as? String == "device unregistered")
     }
 
-    @Test func failuresFromOneClientAreLimitedThenEveryWebhookFromItGets429() throws {
+    /// SPEC §2.4: past the failed-request limit a client gets 429 for unknown ids only; one stale URL in a busy
+    /// Uptime Kuma must not block the devices that exist.
+    @Test func pastTheFailedLimitOnlyUnknownDeviceIDsGet429() throws {
         let h = try IngestHarness(["RATE_LIMIT_WEBHOOK_FAILED": "3/1m"])
         let (id, _) = try h.register()
         for _ in 0..<3 { #expect(try h.webhook("NoSuchDevice12", Fixtures.text("d-test-button.json")).status == 404) }
-        let blocked = try h.webhook(id, Fixtures.text("a-1.23-http-down.json"))
-        #expect(blocked.status == 429 && blocked.headers["retry-after"] != nil)
+        for unknown in ["NoSuchDevice12", "OtherDevice_34", "short"] {
+            let blocked = try h.webhook(unknown, Fixtures.text("a-1.23-http-down.json"))
+            #expect(blocked.status == 429 && blocked.headers["retry-after"] != nil, "\(unknown)")
+        }
+        for _ in 0..<20 { #expect(try h.webhook(id, Fixtures.text("a-1.23-http-down.json")).status == 202) }
+        #expect(try h.jobIDs().count == 20)
+    }
+
+    /// SPEC §2.4 (changed): a large Uptime Kuma's incident is one alert per monitor at once, never retried.
+    @Test func withDefaultLimitsAnIncidentOf700AlertsToOneDeviceIsAllAccepted() throws {
+        let h = try IngestHarness()
+        let (id, _) = try h.register()
+        let statuses = try (0..<700).map { _ in try h.webhook(id, Fixtures.text("a-1.23-http-down.json")).status }
+        #expect(statuses == Array(repeating: 202, count: 700))
+    }
+
+    @Test func webhooksPerClientAreLimitedOverAllDevicesButDeviceCallsNever() throws {
+        let h = try IngestHarness(["RATE_LIMIT_WEBHOOK_IP": "3/1m"])
+        let a = try h.register(token: String(repeating: "a1", count: 32))
+        let b = try h.register(token: String(repeating: "b1", count: 32))
+        #expect(try h.webhook(a.id, Fixtures.text("a-1.23-http-down.json")).status == 202)
+        #expect(try h.webhook(b.id, Fixtures.text("a-1.23-http-down.json")).status == 202)
+        #expect(try h.webhook(a.id, Fixtures.text("a-1.23-http-down.json")).status == 202)
+        let refused = try h.webhook(b.id, Fixtures.text("a-1.23-http-down.json"))
+        #expect(refused.status == 429 && refused.json?["error"] as? String == "too many requests")
+        #expect(refused.headers["retry-after"] != nil)
+        for _ in 0..<20 {
+            #expect(try h.client.send("GET", "/devices/\(a.id)", headers: [("Authorization", "Bearer \(a.auth)")]).status == 200)
+        }
     }
 
     @Test func manyAlertsToOneDeviceAreLimitedPerDeviceNotPerClient() throws {
@@ -138,6 +167,24 @@ import Testing
         #expect(full.status == 503 && full.json?["error"] as? String == "queue unavailable")
         #expect(full.headers["retry-after"] == "5")
         #expect(try h.jobIDs().count == 2)
+    }
+
+    /// Issue 12: the count must be refreshed while everything is refused, or the relay refuses until restarted.
+    @Test func aFullQueueAcceptsAgainOnceTheBacklogDrains() throws {
+        let h = try IngestHarness(["QUEUE_MAX": "2"])
+        let (id, _) = try h.register()
+        for _ in 0..<2 { #expect(try h.webhook(id, Fixtures.text("a-1.23-http-down.json")).status == 202) }
+        #expect(try h.webhook(id, Fixtures.text("a-1.23-http-down.json")).status == 503)
+        // A deliverer (another process) drains the queue.
+        try RawSQLite(path: h.directory.path("relay.db")).execute("DELETE FROM jobs")
+        let deadline = ContinuousClock.now + .seconds(15)
+        var status = 0
+        while ContinuousClock.now < deadline {
+            status = try h.webhook(id, Fixtures.text("a-1.23-http-down.json")).status
+            if status != 503 { break }
+            Thread.sleep(forTimeInterval: 0.05)  // poll interval, not a wait for an event
+        }
+        #expect(status == 202, "accepted again once the queue drained")
     }
 
     @Test func aStoreThatCannotCommitAnswers503AndAcknowledgesNothing() throws {

@@ -74,4 +74,33 @@ import Testing
         #expect(left.count == 1, "the untouched tail is the device's next job")
         #expect(left.first?.folded.entries.map(\.name) == ["M4", "M5"])
     }
+
+    /// The cap reads a count the triggers of migration 7 keep; it must agree with the jobs through every way a
+    /// job comes and goes: enqueue, delivery, dead letter, digest completion, replay, device deletion.
+    @Test func theLiveJobCountTheCapReadsAgreesWithTheJobs() throws {
+        let a = try db.device(1)
+        let b = try db.device(2)
+        let raw = try RawSQLite(path: db.path)
+        func agree() throws -> Bool {
+            try raw.query("""
+                SELECT count(*) FROM devices d WHERE d.live_jobs !=
+                    (SELECT count(*) FROM jobs j WHERE j.device_id = d.id AND j.state != 'discarded')
+                """) == [["0"]]
+        }
+        _ = try db.store.enqueue((1...6).map { alert(a, $0) } + (1...3).map { alert(b, $0) }, now: t0, ttl: .seconds(60), deviceCap: 4)
+        #expect(try agree())
+        var heads = try db.store.claim(worker: "w", limit: 10, now: t0, lease: .seconds(60))
+        _ = try db.store.finish([.delivered(heads[0]), .dead(heads[1], "BadDeviceToken")], worker: "w", now: t0)
+        #expect(try agree())
+        heads = try db.store.claim(worker: "w", limit: 10, now: t0, lease: .seconds(60))
+        let merged = try pending(a).map(\.asMerged)
+        _ = try db.store.finish([JobOutcome(jobID: heads[0].id, attempt: heads[0].attempt, kind: .delivered, merged: merged)],
+                                worker: "w", now: t0)
+        #expect(try agree())
+        _ = try db.store.replayDeadLetters(DeadLetterFilter(), limit: 10, now: t0, ttl: .seconds(60))
+        #expect(try agree())
+        _ = try db.store.deleteDevice(id: b)
+        #expect(try agree())
+        #expect(try raw.query("SELECT live_jobs FROM devices WHERE id = '\(a)'") == [["0"]])
+    }
 }

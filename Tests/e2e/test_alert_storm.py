@@ -13,9 +13,6 @@ from relayproc import request, wait_until
 
 MONITORS = 1500
 DEFAULT_DEVICE_QUEUE_MAX = 1000
-# RATE_LIMIT_WEBHOOK (per client IP and device) still defaults to 600/1m on main, which answers such a storm with
-# 429. Issue #20 makes it `off` by default on another branch; once that is merged this setting is unnecessary.
-NO_WEBHOOK_LIMIT = {"RATE_LIMIT_WEBHOOK": "off"}
 
 COUNT = r"\d{1,3}(?:,\d{3})*"  # as people read it: 1,500
 DIGEST_TITLE = re.compile(rf"^({COUNT}) (?:monitors changed|alerts from {COUNT} monitors|alerts)(?:: (.+))?$")
@@ -135,7 +132,7 @@ class LiveJobs:
 
 def test_a_1500_monitor_outage_and_its_recovery_reach_one_phone_whole(relays, fake_apns):
     """1,500 monitors go down at once, then all come back up, every webhook to the same phone."""
-    relay = relays("serve", **NO_WEBHOOK_LIMIT)  # DEVICE_QUEUE_MAX and DEVICE_BURST as shipped
+    relay = relays("serve")  # every limit, DEVICE_QUEUE_MAX and DEVICE_BURST as shipped
     device_id = register(relay, 1)
     url = f"{relay.base}/wh/{device_id}"
     with LiveJobs(relay.env["DATABASE_PATH"]) as live:
@@ -164,7 +161,7 @@ def test_a_storm_over_three_phones_does_not_hold_back_another_uptime_kumas_alert
     address (127.0.0.2), reports its own monitors to the first phone. Those alerts reach the phone within seconds,
     while the storm is still arriving. A small DEVICE_QUEUE_MAX makes every phone fold alerts."""
     cap = 200
-    relay = relays("serve", DEVICE_QUEUE_MAX=cap, **NO_WEBHOOK_LIMIT)
+    relay = relays("serve", DEVICE_QUEUE_MAX=cap)
     devices = [register(relay, 10 + n) for n in range(3)]
     phone = token(10)  # the one that also hears from the second Uptime Kuma
     per_phone = MONITORS // 3

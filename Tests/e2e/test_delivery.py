@@ -174,10 +174,11 @@ def test_split_processes_with_a_deliverer_killed_midway_deliver_everything_once_
     """1 ingest + 2 deliver processes on one database; 10,000 webhooks over 500 devices; one deliverer is killed
     with SIGKILL midway. Every accepted job is delivered, per-device order holds, and no push is in flight from two
     processes at once (its lease expires first: LEASE_TIMEOUT is short here)."""
-    ingest = relays("ingest", RATE_LIMIT_WEBHOOK="off", RATE_LIMIT_REGISTER="off")
+    ingest = relays("ingest", RATE_LIMIT_WEBHOOK_IP="off", RATE_LIMIT_REGISTER="off")
     # Digests would merge each device's 20 alerts; this test is about crashes, so every alert is its own push.
-    first = relays("deliver", LEASE_TIMEOUT="2s", DEVICE_BURST="off")
-    second = relays("deliver", LEASE_TIMEOUT="2s", DEVICE_BURST="off")
+    # A lease must outlive the APNs request timeout (else a push still in flight is sent again), so both are short.
+    first = relays("deliver", LEASE_TIMEOUT="2s", APNS_REQUEST_TIMEOUT="1500ms", DEVICE_BURST="off")
+    second = relays("deliver", LEASE_TIMEOUT="2s", APNS_REQUEST_TIMEOUT="1500ms", DEVICE_BURST="off")
     devices = [register(ingest, 1000 + n)[0] for n in range(500)]
     accepted = {}
     killed = threading.Event()

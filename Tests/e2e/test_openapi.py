@@ -9,7 +9,7 @@ from relayproc import Relay, relay_env
 
 
 def test_the_live_api_matches_its_openapi_description(relay_binary, tmp_path):
-    env = relay_env(tmp_path, TEST_WAIT="0", RATE_LIMIT_REGISTER="off", RATE_LIMIT_WEBHOOK="off", RATE_LIMIT_WEBHOOK_FAILED="off")
+    env = relay_env(tmp_path, TEST_WAIT="0", RATE_LIMIT_REGISTER="off", RATE_LIMIT_WEBHOOK_IP="off", RATE_LIMIT_WEBHOOK_FAILED="off")
     relay = Relay(relay_binary, "ingest", env, tmp_path / "ingest.log").wait_healthy()
     try:
         schemathesis = pathlib.Path(sys.executable).with_name("schemathesis")

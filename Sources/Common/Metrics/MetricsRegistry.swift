@@ -4,6 +4,11 @@ import Synchronization
 ///
 /// Counters and histograms are updated on hot paths, so each update takes one short lock. Gauges that describe
 /// something owned elsewhere (queue depth, open connections) are `collectors`, asked at scrape time.
+///
+/// Nothing ever removes a series, so the registry bounds them itself, whatever a caller passes: label values are
+/// cut to `maxLabelValueBytes`, and a family takes at most `maxSeriesPerFamily` series; updates of further ones are
+/// dropped and counted in `kumapush_metrics_series_dropped_total`. Callers still reduce outside text to fixed sets
+/// (methods, routes); this is the backstop (issue 13).
 public final class MetricsRegistry: Sendable {
     public enum Kind: String, Sendable { case counter, gauge, histogram }
 
@@ -31,11 +36,34 @@ public final class MetricsRegistry: Sendable {
         var values: [Series: Double] = [:]
         var histograms: [Series: HistogramState] = [:]
         var collectors: [@Sendable () -> [(name: String, labels: [(String, String)], value: Double)]] = []
+        /// Series per metric name, for the cap.
+        var seriesCounts: [String: Int] = [:]
+        var droppedUpdates: Double = 0
+
+        /// Whether a new series of `name` may be created; counts it when so, counts a drop when not.
+        mutating func admitSeries(_ name: String) -> Bool {
+            let count = seriesCounts[name, default: 0]
+            guard count < MetricsRegistry.maxSeriesPerFamily else {
+                droppedUpdates += 1
+                return false
+            }
+            seriesCounts[name] = count + 1
+            return true
+        }
     }
+
+    /// Series one metric family may hold. The relay's own label sets are far smaller (routes × methods × statuses).
+    public static let maxSeriesPerFamily = 1000
+    /// Longest label value kept, in UTF-8 bytes.
+    public static let maxLabelValueBytes = 64
+    static let droppedSeriesMetric = "kumapush_metrics_series_dropped_total"
 
     private let state = Mutex(State())
 
-    public init() {}
+    public init() {
+        describe(Self.droppedSeriesMetric, .counter, "Metric updates dropped because their family reached its series limit.")
+        describe(LogSink.droppedLinesMetric, .counter, "Log lines dropped because standard error could not take them.")
+    }
 
     /// Declares a metric family once (HELP and TYPE lines). Histograms take their upper bucket bounds in seconds.
     public func describe(_ name: String, _ kind: Kind, _ help: String, buckets: [Double] = []) {
@@ -44,18 +72,28 @@ public final class MetricsRegistry: Sendable {
 
     public func increment(_ name: String, _ labels: [(String, String)] = [], by amount: Double = 1) {
         let series = Series(name: name, labels: Self.render(labels))
-        state.withLock { $0.values[series, default: 0] += amount }
+        state.withLock { state in
+            if let value = state.values[series] {
+                state.values[series] = value + amount
+            } else if state.admitSeries(name) {
+                state.values[series] = amount
+            }
+        }
     }
 
     public func set(_ name: String, _ labels: [(String, String)] = [], to value: Double) {
         let series = Series(name: name, labels: Self.render(labels))
-        state.withLock { $0.values[series] = value }
+        state.withLock { state in
+            guard state.values[series] != nil || state.admitSeries(name) else { return }
+            state.values[series] = value
+        }
     }
 
     public func observe(_ name: String, _ labels: [(String, String)] = [], value: Double) {
         let series = Series(name: name, labels: Self.render(labels))
         state.withLock { state in
             let buckets = state.families[name]?.buckets ?? []
+            guard state.histograms[series] != nil || state.admitSeries(name) else { return }
             var histogram = state.histograms[series] ?? HistogramState(bucketCounts: Array(repeating: 0, count: buckets.count))
             for (index, bound) in buckets.enumerated() where value <= bound { histogram.bucketCounts[index] += 1 }
             histogram.sum += value
@@ -81,6 +119,9 @@ public final class MetricsRegistry: Sendable {
         for collector in snapshot.collectors {
             for sample in collector() { values[Series(name: sample.name, labels: Self.render(sample.labels))] = sample.value }
         }
+        // The registry's own health, in every process that serves metrics.
+        values[Series(name: Self.droppedSeriesMetric, labels: [])] = snapshot.droppedUpdates
+        values[Series(name: LogSink.droppedLinesMetric, labels: [])] = Double(LogSink.droppedLines)
         var out = ""
         for (name, family) in snapshot.families.sorted(by: { $0.key < $1.key }) {
             out += "# HELP \(name) \(family.help)\n# TYPE \(name) \(family.kind.rawValue)\n"
@@ -108,9 +149,21 @@ public final class MetricsRegistry: Sendable {
         flat.reserveCapacity(labels.count * 2)
         for (key, value) in labels {
             flat.append(key)
-            flat.append(value)
+            flat.append(value.utf8.count > maxLabelValueBytes ? cut(value) : value)
         }
         return flat
+    }
+
+    /// The longest prefix of whole characters within `maxLabelValueBytes`.
+    private static func cut(_ value: String) -> String {
+        var bytes = 0
+        var end = value.startIndex
+        for character in value {
+            bytes += character.utf8.count
+            if bytes > maxLabelValueBytes { break }
+            end = value.index(after: end)
+        }
+        return String(value[..<end])
     }
 
     /// `key="value"` pairs for the exposition, values escaped as the text format requires.

@@ -2,7 +2,8 @@ import Foundation
 import Common
 
 /// Wraps a responder to log one line and record metrics per request: route pattern, method, status, latency.
-/// Never the path (it holds the device id), the body or any header.
+/// Never the path (it holds the device id), the body or any header. Every label comes from a fixed set: the route
+/// pattern (or `unmatched`), `MethodLabel`, and a status the relay chose.
 struct InstrumentedResponder: HTTPResponder {
     let inner: any HTTPResponder
     let route: String

@@ -11,24 +11,33 @@ struct WebhookEndpoint: Sendable {
     let queueMax: Int
     /// How long a Test-button webhook waits for APNs' answer (SPEC §2.2); zero answers 202 at once.
     let testWait: Duration
-    /// Per client IP: failures (400/404/410) only; once over, every webhook from that IP gets 429.
+    /// Per client IP: failures (400/404/410). Past it, the client gets 429 for unknown device ids only: a device
+    /// that exists is never refused because the same Uptime Kuma also posts to a stale URL (SPEC §2.4).
     let failedLimiter: SlidingWindowLimiter
-    /// Per client IP and device: every webhook.
+    /// Per client IP and device: every webhook (`RATE_LIMIT_WEBHOOK`, off by default).
     let webhookLimiter: SlidingWindowLimiter
+    /// Per client IP over all devices: every webhook (`RATE_LIMIT_WEBHOOK_IP`).
+    let clientLimiter: SlidingWindowLimiter
+    /// Holds waiting Test requests and answers them from one poll.
+    let testWaiter: TestOutcomeWaiter
     let logger: Logger
 
     static let retryAfterSeconds = "5"
 
     func handle(_ request: HTTPRequest, deviceID: String, client: String, responder: any HTTPResponder) {
         let now = clock.nowMillis()
-        if case .limited(let seconds) = failedLimiter.check(client, now: now) {
-            return responder.respond(.error(429, "too many requests", headers: [("Retry-After", String(seconds))]))
+        if case .limited(let seconds) = clientLimiter.hit(client, now: now) {
+            return responder.respond(Self.tooManyRequests(seconds))
         }
-        if case .limited(let seconds) = webhookLimiter.hit(client + "|" + deviceID, now: now) {
-            return responder.respond(.error(429, "too many requests", headers: [("Retry-After", String(seconds))]))
-        }
+        // Decided now, applied only once the device turns out not to exist.
+        let overFailedLimit = failedLimiter.check(client, now: now)
         guard DeviceID.isWellFormed(deviceID) else {
+            if case .limited(let seconds) = overFailedLimit { return responder.respond(Self.tooManyRequests(seconds)) }
             return fail(.error(404, "device not found"), client: client, responder: responder)
+        }
+        // The id is well-formed before it becomes part of a limiter key.
+        if case .limited(let seconds) = webhookLimiter.hit(client + "|" + deviceID, now: now) {
+            return responder.respond(Self.tooManyRequests(seconds))
         }
         let event: AlertEvent
         switch WebhookParser.parse(request) {
@@ -38,7 +47,7 @@ struct WebhookEndpoint: Sendable {
         case .failure(.unsupportedMediaType):
             return responder.respond(.error(415, "unsupported content type: send JSON, a form or text/plain"))
         }
-        guard writer.estimatedDepth < queueMax else {
+        guard writer.acceptsMore else {
             logger.warning("queue full, webhook refused", ["queue.max": String(queueMax)])
             return responder.respond(Self.queueUnavailable)
         }
@@ -49,14 +58,17 @@ struct WebhookEndpoint: Sendable {
         writer.submit(job) { result in
             switch result {
             case .success(.queued) where waits:
-                let deadline = ContinuousClock.now + testWait
-                DispatchQueue.global().async { awaitOutcome(of: job.publicID, until: deadline, responder: responder) }
+                // Past the waiter's capacity the Test request is answered like an alert (SPEC §2.2 allows 202).
+                if !testWaiter.wait(for: job.publicID, until: .now + testWait, responder: responder) {
+                    responder.respond(Self.queued(job.publicID))
+                }
             case .success(.queued):
                 responder.respond(Self.queued(job.publicID))
             case .success(.merged):
                 // Stored, folded into the device's waiting digest (DEVICE_QUEUE_MAX): acknowledged like any alert.
                 responder.respond(Self.merged)
             case .success(.deviceGone):
+                if case .limited(let seconds) = overFailedLimit { return responder.respond(Self.tooManyRequests(seconds)) }
                 // Off the writer thread: the tombstone lookup reads the disk and the writer must keep committing.
                 DispatchQueue.global().async { answerUnknownDevice(deviceID, client: client, responder: responder) }
             case .failure(let error):
@@ -72,34 +84,6 @@ struct WebhookEndpoint: Sendable {
 
     static let merged = HTTPResponse.json(202, "{\"status\":\"merged\"}")
 
-    /// A paused deliverer refreshes its record every few seconds; one older than this is from a process that died.
-    static let pauseFreshness: Int64 = 30_000
-
-    /// Polls for the outcome a deliverer (this process's or another's) records for a Test push, every 10 ms on a
-    /// timer (no thread waits): 200 delivered, 410 unregistered, 502 rejected or not delivered, 502 at once while a
-    /// deliverer is paused by a configuration fault, or 202 when TEST_WAIT runs out (SPEC §2.2: a Test button never
-    /// says "sent" for a push that cannot arrive).
-    private func awaitOutcome(of publicID: String, until deadline: ContinuousClock.Instant, responder: any HTTPResponder) {
-        let outcome = try? store.reportedOutcome(publicID: publicID)
-        switch outcome?.kind {
-        case .delivered?:
-            responder.respond(.json(200, "{\"status\":\"delivered\"}"))
-        case .unregistered?:
-            responder.respond(.error(410, "device unregistered"))
-        case .rejected?:
-            responder.respond(.error(502, "apns rejected: \(outcome?.reason ?? "")"))
-        case .failed?:
-            responder.respond(.error(502, "not delivered: \(outcome?.reason ?? "")"))
-        case nil:
-            if let pause = try? store.currentPause(since: clock.nowMillis() - Self.pauseFreshness) {
-                return responder.respond(.error(502, "relay cannot deliver: \(pause) (configuration)"))
-            }
-            guard ContinuousClock.now < deadline else { return responder.respond(Self.queued(publicID)) }
-            DispatchQueue.global().asyncAfter(deadline: .now() + 0.01) {
-                awaitOutcome(of: publicID, until: deadline, responder: responder)
-            }
-        }
-    }
 
     /// 410 for a device APNs reported gone (within TOMBSTONE_RETENTION), else 404.
     private func answerUnknownDevice(_ deviceID: String, client: String, responder: any HTTPResponder) {
@@ -114,6 +98,10 @@ struct WebhookEndpoint: Sendable {
     private func fail(_ response: HTTPResponse, client: String, responder: any HTTPResponder) {
         failedLimiter.record(client, now: clock.nowMillis())
         responder.respond(response)
+    }
+
+    static func tooManyRequests(_ retryAfterSeconds: Int) -> HTTPResponse {
+        .error(429, "too many requests", headers: [("Retry-After", String(retryAfterSeconds))])
     }
 
     static let queueUnavailable = HTTPResponse.error(503, "queue unavailable", headers: [("Retry-After", retryAfterSeconds)])

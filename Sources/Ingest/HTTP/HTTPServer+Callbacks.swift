@@ -6,18 +6,20 @@ internal import CMicroHTTPD
 
 /// MHD_OPTION_URI_LOG_CALLBACK: the first call for a request, with the raw request target (query included).
 /// Its return value becomes the request's `con_cls`: a retained `RequestContext`, released in `requestCompleted`.
-let uriLogged: CMicroHTTPD_URILogCallback = { serverPointer, uri, _ in
+let uriLogged: CMicroHTTPD_URILogCallback = { serverPointer, uri, connection in
     guard let serverPointer else { preconditionFailure("uriLogged: no server") }
     let server = Unmanaged<HTTPServer>.fromOpaque(serverPointer).takeUnretainedValue()
     server.inFlight.increment()
+    if let connection { server.connectionGuard?.requestStarted(connection) }
     let context = RequestContext(rawURI: uri.map { String(cString: $0) } ?? "/")
     return Unmanaged.passRetained(context).toOpaque()
 }
 
 /// MHD_OPTION_NOTIFY_COMPLETED: the request is over (answered, or the connection failed). Releases the context.
-let requestCompleted: MHD_RequestCompletedCallback = { serverPointer, _, contextSlot, _ in
+let requestCompleted: MHD_RequestCompletedCallback = { serverPointer, connection, contextSlot, _ in
     guard let serverPointer, let contextSlot, let raw = contextSlot.pointee else { return }
     let server = Unmanaged<HTTPServer>.fromOpaque(serverPointer).takeUnretainedValue()
+    if let connection { server.connectionGuard?.requestCompleted(connection) }
     // Balances passRetained in uriLogged.
     let context = Unmanaged<RequestContext>.fromOpaque(raw).takeRetainedValue()
     contextSlot.pointee = nil
@@ -27,7 +29,29 @@ let requestCompleted: MHD_RequestCompletedCallback = { serverPointer, _, context
         answer.completed = true
         context.connection = nil
     }
+    if context.admitted { server.dispatched.completed(context) }
     server.inFlight.decrement()
+}
+
+/// MHD_AcceptPolicyCallback: whether to accept a connection from this peer (the per-client cap). Set only when
+/// the server has a `ConnectionGuard`.
+let acceptPolicy: MHD_AcceptPolicyCallback = { serverPointer, address, _ in
+    guard let serverPointer else { preconditionFailure("acceptPolicy: no server") }
+    let server = Unmanaged<HTTPServer>.fromOpaque(serverPointer).takeUnretainedValue()
+    return server.connectionGuard?.mayAccept(SocketAddress.address(of: address)) == false ? .NO : .YES
+}
+
+/// MHD_NotifyConnectionCallback: a connection opened or closed. Set only when the server has a `ConnectionGuard`.
+let connectionNotified: MHD_NotifyConnectionCallback = { serverPointer, connection, _, event in
+    guard let serverPointer, let connection else { return }
+    let server = Unmanaged<HTTPServer>.fromOpaque(serverPointer).takeUnretainedValue()
+    switch event {
+    case .CONNECTION_NOTIFY_STARTED:
+        server.connectionGuard?.opened(connection, descriptor: CMicroHTTPD_connection_fd(connection),
+                                       address: SocketAddress.address(of: CMicroHTTPD_client_address(connection)))
+    default:
+        server.connectionGuard?.closed(connection)
+    }
 }
 
 /// MHD_AccessHandlerCallback: called with the headers, then with each body chunk, then once more with none.
@@ -107,6 +131,9 @@ extension HTTPServer {
             return .YES
         case .receiving:
             context.phase = .dispatched
+            connectionGuard?.requestReceived(connection)
+            guard dispatched.admit(context) else { return queue(Self.shuttingDownResponse, on: connection) }
+            context.admitted = true
             var headers: [String: String] = [:]
             _ = withUnsafeMutablePointer(to: &headers) { MHD_get_connection_values(connection, .HEADER_KIND, headerReceived, $0) }
             let (_, query) = context.pathAndQuery

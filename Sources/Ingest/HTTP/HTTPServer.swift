@@ -24,6 +24,13 @@ public final class HTTPServer: Sendable {
         public var connectionMemoryLimit: Int = 32 * 1024
         /// Largest accepted body; larger ones get `tooLargeResponse`. Defaults to 65,536 (SPEC §2).
         public var maxBodyBytes: Int = 65_536
+        /// Time a request's line, headers and body may take to arrive in total (`ConnectionGuard`); nil: no limit
+        /// beyond `connectionTimeout`'s inactivity. Defaults to nil.
+        public var requestTimeout: Duration?
+        /// Open connections per client (IPv4 address or IPv6 /64), refused at accept beyond it. Defaults to nil (none).
+        public var connectionsPerClient: Int?
+        /// Peers the per-client cap does not apply to (trusted proxies). Defaults to none.
+        public var uncappedPeer: @Sendable (IPAddress) -> Bool = { _ in false }
 
         public init(host: String, port: UInt16) {
             self.host = host
@@ -46,6 +53,14 @@ public final class HTTPServer: Sendable {
     private let daemon = Mutex<DaemonHandle?>(nil)
     /// Requests received and not yet completed (for graceful shutdown).
     let inFlight = InFlightCounter()
+    /// Requests handed to the handler and not yet completed (answered by `stop()` if need be).
+    let dispatched = DispatchedRequests()
+    /// Request deadlines and per-client caps; nil when neither is configured (no cost per request then).
+    let connectionGuard: ConnectionGuard?
+    /// What a request still unanswered at `stop()` gets, and one that arrives while stopping.
+    static let shuttingDownResponse = HTTPResponse.error(503, "shutting down", headers: [("Retry-After", "5")])
+    /// How long `stop()` lets the shutdown answers go out before closing every connection.
+    static let answerFlushTimeout: Duration = .seconds(2)
     /// The port actually bound (set once the daemon is running).
     public var port: UInt16 { boundPort.withLock { $0 } }
     private let boundPort = Mutex<UInt16>(0)
@@ -53,6 +68,10 @@ public final class HTTPServer: Sendable {
     public init(_ configuration: Configuration, handler: @escaping Handler) throws {
         self.configuration = configuration
         self.handler = handler
+        connectionGuard = configuration.requestTimeout == nil && configuration.connectionsPerClient == nil ? nil
+            : ConnectionGuard(.init(requestTimeout: configuration.requestTimeout,
+                                    idleTimeout: .seconds(configuration.connectionTimeout),
+                                    perClient: configuration.connectionsPerClient, exempt: configuration.uncappedPeer))
         guard let address = IPAddress(configuration.host) else {
             throw StartError(description: "\(configuration.host) is not an IP address")
         }
@@ -69,7 +88,9 @@ public final class HTTPServer: Sendable {
                 connection_limit: UInt32(configuration.connectionLimit),
                 connection_timeout: UInt32(configuration.connectionTimeout),
                 connection_memory_limit: configuration.connectionMemoryLimit)
-            return CMicroHTTPD_start(&config, accessHandler, selfPointer, requestCompleted, selfPointer, uriLogged, selfPointer)
+            return CMicroHTTPD_start(&config, accessHandler, selfPointer, requestCompleted, selfPointer, uriLogged, selfPointer,
+                                     connectionGuard == nil ? nil : acceptPolicy, selfPointer,
+                                     connectionGuard == nil ? nil : connectionNotified, selfPointer)
         }
         guard let started else {
             throw StartError(description: "cannot listen on \(configuration.host):\(configuration.port) (in use, or no permission)")
@@ -80,6 +101,11 @@ public final class HTTPServer: Sendable {
     }
 
     deinit { stop() }
+
+    /// Connections shut down because a request did not arrive within `requestTimeout`.
+    public var connectionsCut: Int { connectionGuard?.cut.load(ordering: .relaxed) ?? 0 }
+    /// Connections refused because their client already had `connectionsPerClient` open.
+    public var connectionsRefused: Int { connectionGuard?.refused.load(ordering: .relaxed) ?? 0 }
 
     /// Open connections right now.
     public var openConnections: Int {
@@ -98,8 +124,16 @@ public final class HTTPServer: Sendable {
         return inFlight.waitUntilZero(timeout: grace)
     }
 
-    /// Closes every connection and stops the threads. Idempotent.
+    /// Answers every request still waiting for its handler (503 `shutting down`; the handler's later answer is
+    /// dropped), lets those answers go out, then closes every connection and stops the threads. Idempotent.
+    ///
+    /// libmicrohttpd 0.9.x aborts the process in MHD_stop_daemon while a connection is suspended, and a request
+    /// waiting for its answer is a suspended connection (a Test webhook waiting for APNs, a device call waiting on
+    /// a locked database); answering resumes it.
     public func stop() {
+        let unanswered = dispatched.close()
+        for context in unanswered { ConnectionResponder(context: context).respond(Self.shuttingDownResponse) }
+        if !unanswered.isEmpty { _ = dispatched.waitUntilEmpty(timeout: Self.answerFlushTimeout) }
         let handle = daemon.withLock { daemon -> DaemonHandle? in
             let handle = daemon
             daemon = nil

@@ -25,6 +25,8 @@ final class RequestContext: @unchecked Sendable {
     var postProcessor: OpaquePointer?
     /// The connection, valid from the first access-handler call until the completion callback.
     var connection: OpaquePointer?
+    /// Handed to the handler and recorded in the server's `DispatchedRequests`.
+    var admitted = false
 
     struct Answer {
         var response: HTTPResponse?

@@ -21,14 +21,44 @@ public struct ClientAddressResolver: Sendable {
 
     /// The client's address as text ("unknown" without a peer, which only tests produce).
     public func clientAddress(for request: HTTPRequest) -> String {
-        guard let peer = request.peer else { return "unknown" }
-        guard behindProxy, isTrusted(peer), let header = request.header(headerName) else { return peer.description }
+        resolvedAddress(for: request)?.description ?? "unknown"
+    }
+
+    /// The client as logs and rate limits see it.
+    public func client(for request: HTTPRequest) -> Client {
+        guard let address = resolvedAddress(for: request) else { return Client(address: "unknown", limitKey: "unknown") }
+        return Client(address: address.description, limitKey: Client.limitKey(address))
+    }
+
+    private func resolvedAddress(for request: HTTPRequest) -> IPAddress? {
+        guard let peer = request.peer else { return nil }
+        guard behindProxy, isTrusted(peer), let header = request.header(headerName) else { return peer }
         let hops = header.split(separator: ",").map { $0.trimmingWhitespace() }.filter { !$0.isEmpty }
         for hop in hops.reversed() {
             // Anything that is not an address ends the chain of trust: the proxy itself did not write it.
-            guard let address = IPAddress(hop) else { return peer.description }
-            if !isTrusted(address) { return address.description }
+            guard let address = IPAddress(hop) else { return peer }
+            if !isTrusted(address) { return address }
         }
-        return hops.first.flatMap { IPAddress($0)?.description } ?? peer.description
+        return hops.first.flatMap { IPAddress($0) } ?? peer
+    }
+}
+
+/// A client as logs and rate limits see it.
+public struct Client: Sendable, Equatable {
+    /// The address as text, for logs.
+    public let address: String
+    /// What rate limits count by: an IPv4 address, or the /64 an IPv6 address lies in. A /64 is one subscriber's
+    /// smallest usual allocation, so rotating addresses within it gains nothing (SPEC §2.4).
+    public let limitKey: String
+
+    public init(address: String, limitKey: String) {
+        self.address = address
+        self.limitKey = limitKey
+    }
+
+    public static func limitKey(_ address: IPAddress) -> String {
+        guard !address.isIPv4 else { return address.description }
+        let prefix = IPAddress(bytes: Array(address.bytes.prefix(8)) + Array(repeating: 0, count: 8)) ?? address
+        return prefix.description + "/64"
     }
 }

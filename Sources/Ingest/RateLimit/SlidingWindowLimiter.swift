@@ -4,6 +4,10 @@ import Synchronization
 /// Sliding-window rate limits per key (the approximation Fiber and Cloudflare use): the estimate is the previous
 /// window's count weighted by how much of it still overlaps the sliding window, plus the current window's count.
 /// Several rules (`5/1m,30/1h`) must all allow a request. In memory, per process, like the reference relay.
+///
+/// The keys come from outside (client addresses, device ids), so the state is a fixed-capacity table
+/// (`LimiterTable`): memory stays bounded whatever the number of keys seen, and its eviction never forgets a key that
+/// is being limited (SPEC §2.4).
 public final class SlidingWindowLimiter: Sendable {
     public enum Decision: Equatable, Sendable {
         case allowed
@@ -11,20 +15,16 @@ public final class SlidingWindowLimiter: Sendable {
         case limited(retryAfterSeconds: Int)
     }
 
-    struct Window: Sendable {
-        var start: Int64
-        var previous: Int
-        var current: Int
-    }
+    /// Keys tracked at most. A key is an IPv4 address, an IPv6 /64 or such a prefix plus a device id, so one entry
+    /// is about a hundred bytes: 16,384 entries cost under 2 MiB per limiter.
+    public static let defaultCapacity = 16_384
 
     private let rules: [RateLimitRule]
-    /// One map of windows per rule.
-    private let windows: Mutex<[[String: Window]]>
-    private let operations = Atomic<Int>(0)
+    private let table: Mutex<LimiterTable>
 
-    public init(rules: [RateLimitRule]) {
+    public init(rules: [RateLimitRule], capacity: Int = SlidingWindowLimiter.defaultCapacity) {
         self.rules = rules
-        windows = Mutex(Array(repeating: [:], count: rules.count))
+        table = Mutex(LimiterTable(rules: rules, capacity: capacity))
     }
 
     public var isDisabled: Bool { rules.isEmpty }
@@ -33,94 +33,47 @@ public final class SlidingWindowLimiter: Sendable {
     /// off is let through again as the window slides.
     public func hit(_ key: String, now: Int64) -> Decision {
         guard !rules.isEmpty else { return .allowed }
-        pruneOccasionally(now: now)
-        return windows.withLock { windows in
-            var worst = 0
-            for (index, rule) in rules.enumerated() {
-                let window = Self.advanced(windows[index][key], rule: rule, now: now)
-                if Self.estimate(window, rule: rule, now: now) + 1 > Double(rule.limit) {
-                    worst = max(worst, Self.retryAfter(window, rule: rule, now: now))
-                }
+        return table.withLock { table in
+            table.update(key, now: now) { windows in
+                let decision = Self.decision(windows, rules: rules, now: now, counting: true)
+                if decision == .allowed { for index in windows.indices { windows[index].current += 1 } }
+                return decision
             }
-            guard worst == 0 else { return .limited(retryAfterSeconds: worst) }
-            for (index, rule) in rules.enumerated() {
-                var window = Self.advanced(windows[index][key], rule: rule, now: now)
-                window.current += 1
-                windows[index][key] = window
-            }
-            return .allowed
         }
     }
 
     /// Whether `key` is over a limit now, without counting anything (the failed-webhook limiter checks first and
-    /// counts only failures).
+    /// counts only failures). Creates no state for a key it has not seen.
     public func check(_ key: String, now: Int64) -> Decision {
         guard !rules.isEmpty else { return .allowed }
-        return windows.withLock { windows in
-            var worst = 0
-            for (index, rule) in rules.enumerated() {
-                let window = Self.advanced(windows[index][key], rule: rule, now: now)
-                if Self.estimate(window, rule: rule, now: now) >= Double(rule.limit) {
-                    worst = max(worst, Self.retryAfter(window, rule: rule, now: now))
-                }
-            }
-            return worst == 0 ? .allowed : .limited(retryAfterSeconds: worst)
+        return table.withLock { table in
+            guard let windows = table.windows(of: key, now: now) else { return .allowed }
+            return Self.decision(windows, rules: rules, now: now, counting: false)
         }
     }
 
     /// Counts an event for `key` unconditionally.
     public func record(_ key: String, now: Int64) {
         guard !rules.isEmpty else { return }
-        pruneOccasionally(now: now)
-        windows.withLock { windows in
-            for (index, rule) in rules.enumerated() {
-                var window = Self.advanced(windows[index][key], rule: rule, now: now)
-                window.current += 1
-                windows[index][key] = window
+        table.withLock { table in
+            table.update(key, now: now) { windows in
+                for index in windows.indices { windows[index].current += 1 }
             }
         }
     }
 
     /// Keys currently tracked (for tests of memory bounds).
-    public var trackedKeys: Int { windows.withLock { $0.map(\.count).max() ?? 0 } }
+    public var trackedKeys: Int { table.withLock { $0.count } }
 
-    static func advanced(_ window: Window?, rule: RateLimitRule, now: Int64) -> Window {
-        let length = rule.window.wholeMilliseconds
-        let start = now - now % length
-        guard let window else { return Window(start: start, previous: 0, current: 0) }
-        if window.start == start { return window }
-        if window.start == start - length { return Window(start: start, previous: window.current, current: 0) }
-        return Window(start: start, previous: 0, current: 0)
-    }
-
-    static func estimate(_ window: Window, rule: RateLimitRule, now: Int64) -> Double {
-        let length = Double(rule.window.wholeMilliseconds)
-        let elapsed = Double(now - window.start) / length
-        return Double(window.previous) * (1 - elapsed) + Double(window.current)
-    }
-
-    /// Seconds until the estimate drops below the limit: within this window if the previous window's weight is
-    /// what keeps it high, else at the latest when the next window starts and this one begins to fade.
-    static func retryAfter(_ window: Window, rule: RateLimitRule, now: Int64) -> Int {
-        let length = rule.window.wholeMilliseconds
-        let untilNextWindow = window.start + length - now
-        var wait = untilNextWindow
-        if window.current < rule.limit, window.previous > 0 {
-            // previous * (1 - t/length) + current < limit  ⇔  t > length * (1 - (limit - current) / previous)
-            let needed = Double(length) * (1 - Double(rule.limit - window.current) / Double(window.previous))
-            wait = max(1, Int64(needed.rounded(.up)) - (now - window.start))
-        }
-        return max(1, Int((wait + 999) / 1000))
-    }
-
-    /// Forgets keys idle for two windows, every 4,096 operations, so memory follows active clients only.
-    private func pruneOccasionally(now: Int64) {
-        guard operations.add(1, ordering: .relaxed).newValue % 4096 == 0 else { return }
-        windows.withLock { windows in
-            for (index, rule) in rules.enumerated() {
-                let horizon = now - 2 * rule.window.wholeMilliseconds
-                windows[index] = windows[index].filter { $0.value.start > horizon }
+    /// `counting`: whether the event being decided would add one (a hit) or only looks (a check).
+    private static func decision(_ windows: [LimiterWindow], rules: [RateLimitRule], now: Int64, counting: Bool) -> Decision {
+        var worst = 0
+        for (window, rule) in zip(windows, rules) {
+            let estimate = window.estimate(rule: rule, now: now) + (counting ? 1 : 0)
+            if counting ? estimate > Double(rule.limit) : estimate >= Double(rule.limit) {
+                worst = max(worst, window.retryAfter(rule: rule, now: now))
             }
         }
+        return worst == 0 ? .allowed : .limited(retryAfterSeconds: worst)
     }
 }

@@ -1,0 +1,155 @@
+"""Hostile clients cannot grow the relay's memory or take it down (issue 13). Bounded loops, loopback only."""
+import http.client
+import os
+import random
+import select
+import socket
+import string
+import subprocess
+
+import pytest
+
+from relayproc import Relay, relay_env, request, wait_until
+
+
+def start_ingest(relay_binary, tmp_path, **overrides):
+    env = relay_env(tmp_path, **overrides)
+    return Relay(relay_binary, "ingest", env, tmp_path / "ingest.log").wait_healthy()
+
+
+def metrics_text(relay):
+    status, body, _ = request("GET", f"http://{relay.env['METRICS_ADDR']}/metrics")
+    assert status == 200
+    return body.decode() if isinstance(body, bytes) else body
+
+
+def rss_kib(pid):
+    return int([line for line in open(f"/proc/{pid}/status") if line.startswith("VmRSS")][0].split()[1])
+
+
+def hostile_requests(port, count):
+    """Requests with random 1-200 character methods and random paths, on keep-alive connections."""
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    statuses = set()
+    for _ in range(count):
+        method = "".join(random.choices(string.ascii_uppercase + "-_!", k=random.randint(1, 200)))
+        path = random.choice(["/", "/devices/", "/wh/", "/health/", "/x/"]) + "".join(random.choices(string.ascii_letters, k=12))
+        try:
+            connection.request(method, path)
+            response = connection.getresponse()
+            response.read()
+            statuses.add(response.status)
+        except (http.client.HTTPException, OSError):
+            connection.close()
+            connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    connection.close()
+    return statuses
+
+
+def test_ten_thousand_random_methods_and_paths_leave_metrics_and_memory_flat(relay_binary, tmp_path):
+    """Before: every method token became a metrics label; /metrics grew from 3 KB to 550 KB in 2,000 requests."""
+    relay = start_ingest(relay_binary, tmp_path, LOG_LEVEL="info")
+    try:
+        hostile_requests(relay.port, 1000)
+        size_before, rss_before = len(metrics_text(relay)), rss_kib(relay.process.pid)
+        statuses = hostile_requests(relay.port, 9000)
+        size_after, rss_after = len(metrics_text(relay)), rss_kib(relay.process.pid)
+        assert statuses <= {400, 404, 405, 501}, statuses
+        assert size_after <= size_before + 256, (size_before, size_after)
+        assert rss_after <= rss_before + 8 * 1024, (rss_before, rss_after)
+        assert request("GET", f"{relay.base}/health")[0] == 200
+    finally:
+        relay.stop()
+
+
+def _close_stderr():
+    os.close(2)
+
+
+@pytest.mark.parametrize("how", ["closed", "broken_pipe"])
+def test_the_relay_keeps_serving_with_stderr_closed_or_broken(relay_binary, tmp_path, how):
+    """Before: the logger treated a failed write to stderr as fatal and the process crashed on the next line."""
+    env = relay_env(tmp_path, LOG_LEVEL="info", RATE_LIMIT_REGISTER="off")
+    if how == "closed":
+        process = subprocess.Popen([str(relay_binary), "ingest"], env=env, stdout=subprocess.DEVNULL,
+                                   preexec_fn=_close_stderr)
+    else:
+        process = subprocess.Popen([str(relay_binary), "ingest"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        process.stderr.close()  # the reader is gone: every write to stderr now fails with EPIPE
+    base = f"http://127.0.0.1:{env['PORT']}"
+    try:
+        def healthy():
+            assert process.poll() is None, f"the relay exited with {process.returncode}"
+            try:
+                return request("GET", f"{base}/health")[0] == 200
+            except OSError:
+                return False
+        wait_until(healthy, what="/health")
+        status, body, _ = request("POST", f"{base}/devices", {"device_token": "ef" * 32})
+        assert status == 201
+        for _ in range(200):  # each one logs a line at info
+            assert request("POST", f"{base}/wh/{body['id']}", {"title": "t", "body": "b"})[0] == 202
+        assert process.poll() is None, "still running"
+        if how == "broken_pipe":
+            status, metrics, _ = request("GET", f"http://{env['METRICS_ADDR']}/metrics")
+            dropped = [line for line in metrics.decode().splitlines() if line.startswith("kumapush_log_lines_dropped_total ")]
+            assert dropped and float(dropped[0].split()[1]) >= 200, dropped
+    finally:
+        process.kill()
+        process.wait()
+
+
+def test_a_client_trickling_its_request_is_cut_at_the_deadline(relay_binary, tmp_path):
+    """Before: HTTP_IDLE_TIMEOUT counts inactivity only, so a byte every half second kept the connection forever."""
+    relay = start_ingest(relay_binary, tmp_path, HTTP_REQUEST_TIMEOUT="2s", HTTP_IDLE_TIMEOUT="30s")
+    try:
+        sock = socket.create_connection(("127.0.0.1", relay.port))
+        sock.sendall(b"POST /wh/x HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+        cut = False
+        for _ in range(40):  # up to 20 s of trickling, ten times the deadline
+            try:
+                sock.sendall(b"a")
+            except OSError:
+                cut = True
+                break
+            readable, _, _ = select.select([sock], [], [], 0.5)
+            if readable:
+                try:
+                    cut = sock.recv(1024) == b""
+                except ConnectionResetError:
+                    cut = True
+                break
+        sock.close()
+        assert cut, "the trickling connection was still open after 20 s"
+        assert request("GET", f"{relay.base}/health")[0] == 200
+        assert "kumapush_http_connections_cut_total 1" in metrics_text(relay)
+    finally:
+        relay.stop()
+
+
+def test_one_client_cannot_hold_more_than_its_share_of_connections(relay_binary, tmp_path):
+    relay = start_ingest(relay_binary, tmp_path, HTTP_MAX_CONNECTIONS_PER_IP="20")
+    held = []
+    try:
+        for _ in range(20):
+            held.append(socket.create_connection(("127.0.0.1", relay.port)))
+        def refused():
+            try:
+                request("GET", f"{relay.base}/health", timeout=5)
+                return False
+            except OSError:
+                return True
+        wait_until(refused, what="the 21st connection from 127.0.0.1 refused")
+        assert "kumapush_http_connections_refused_total 0" not in metrics_text(relay)
+        other = http.client.HTTPConnection("127.0.0.1", relay.port, timeout=5, source_address=("127.0.0.2", 0))
+        other.request("GET", "/health")
+        assert other.getresponse().status == 200, "another client is served"
+        other.close()
+        for sock in held:
+            sock.close()
+        held.clear()
+        wait_until(lambda: not refused(), what="127.0.0.1 served again once its connections closed")
+    finally:
+        for sock in held:
+            sock.close()
+        relay.stop()
