@@ -50,7 +50,9 @@ def generate(seed, duration=20.0):
         "JOB_TTL": rng.choice(["3s", "5s", "8s"]),
         "RETRY_BASE": rng.choice(["50ms", "100ms", "200ms"]),
         "RETRY_MAX": rng.choice(["500ms", "1s"]),
-        # Latency spikes stay far below the lease, so a slow answer is never taken for a crashed worker.
+        # Latency spikes (at most 1 s) stay below the request timeout, which stays below the lease (the relay
+        # insists), so a slow answer is never taken for a crashed worker.
+        "APNS_REQUEST_TIMEOUT": "2s",
         "LEASE_TIMEOUT": "3s",
     }
     steps = []
