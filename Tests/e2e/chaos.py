@@ -35,6 +35,7 @@ def main():
             shutil.rmtree(workdir)
         except ChaosFailure as failure:
             print(failure, flush=True)
+            (workdir / "report.txt").write_text(str(failure) + "\n")  # kept with the logs it points to
             failed.append(seed)
     print(f"{len(seeds) - len(failed)} of {len(seeds)} seeds passed" + (f"; failed: {failed}" if failed else ""))
     return 1 if failed else 0
