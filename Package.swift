@@ -19,11 +19,12 @@ let package = Package(
         .systemLibrary(name: "COpenSSL", pkgConfig: "openssl", providers: [.apt(["libssl-dev"])]),
         .systemLibrary(name: "CMicroHTTPD", pkgConfig: "libmicrohttpd", providers: [.apt(["libmicrohttpd-dev"])]),
         .systemLibrary(name: "CNGHTTP2", pkgConfig: "libnghttp2", providers: [.apt(["libnghttp2-dev"])]),
+        .systemLibrary(name: "CLibPQ", pkgConfig: "libpq", providers: [.apt(["libpq-dev"])]),
         .systemLibrary(name: "CLinux"),
 
         // The spine: exe → Ingest/Deliver → Queue → Common.
         .target(name: "Common", dependencies: ["COpenSSL"], swiftSettings: strictSettings),
-        .target(name: "Queue", dependencies: ["Common", "CSQLite"], swiftSettings: strictSettings),
+        .target(name: "Queue", dependencies: ["Common", "CSQLite", "CLibPQ"], swiftSettings: strictSettings),
         .target(name: "Ingest", dependencies: ["Common", "Queue", "CMicroHTTPD"], swiftSettings: strictSettings),
         // Plumbing shared by the APNs client and the simulator: event loop, TLS over memory BIOs, HTTP/2 sessions.
         .target(name: "HTTP2", dependencies: ["CNGHTTP2", "COpenSSL", "CLinux"], swiftSettings: strictSettings),
@@ -43,7 +44,7 @@ let package = Package(
         // Tests. QueueProbe is a helper process the queue tests start, kill and race against each other.
         .executableTarget(name: "QueueProbe", dependencies: ["Common", "Queue"], path: "Tests/QueueProbe",
                           swiftSettings: strictSettings),
-        .target(name: "TestSupport", dependencies: ["CSQLite"], path: "Tests/TestSupport", swiftSettings: strictSettings),
+        .target(name: "TestSupport", dependencies: ["CSQLite", "CLibPQ"], path: "Tests/TestSupport", swiftSettings: strictSettings),
         .testTarget(name: "CommonTests", dependencies: ["Common"], swiftSettings: strictSettings),
         .testTarget(name: "DeliverTests", dependencies: ["Common", "Queue", "HTTP2", "Deliver", "Simulator", "TestSupport"],
                     swiftSettings: strictSettings),

@@ -275,6 +275,24 @@ def bench_queue(results):
          f"{queue['claim_rate_1m']}/s at 1M")
 
 
+def bench_queue_postgres(results):
+    step("queue on PostgreSQL: enqueue; claim + complete at 10,000 vs 1,000,000 queued (a few minutes)")
+    sys.path.insert(0, str(ROOT / "Tests" / "e2e"))
+    from postgres_server import PostgresServer
+    server = PostgresServer(durable=True).start()  # fsync on, as in production: durable commits
+    try:
+        urls = [server.url(server.create_database()) for _ in range(3)]
+        out = run([BIN / "QueueBench", "postgres", *urls], capture_output=True, text=True, check=True)
+    finally:
+        server.stop()
+    queue = json.loads(out.stdout)
+    queue["claim_ratio"] = round(queue["claim_rate_1m"] / queue["claim_rate_10k"], 3)
+    if "queue" in results:
+        queue["enqueue_vs_sqlite"] = round(queue["enqueue_rps"] / results["queue"]["enqueue_rps"], 3)
+    results["queue_postgres"] = queue
+    step(f"  enqueue {queue['enqueue_rps']}/s; claim {queue['claim_rate_10k']}/s at 10k, {queue['claim_rate_1m']}/s at 1M")
+
+
 def serve_with_sim(label, record):
     sim, sim_port = start_sim(record=record)
     port, metrics_port = free_port(), free_port()
@@ -394,6 +412,12 @@ TARGETS = [
      lambda r: r["queue"]["claim_ratio"], "≥ 0.80", lambda r: r["queue"]["claim_ratio"] >= 0.8),
     ("Queue: enqueue vs raw SQLite inserts (rows/s)", lambda r: r["queue"]["enqueue_rps"], lambda r: r["queue"]["raw_insert_rps"],
      lambda r: r["queue"]["enqueue_ratio"], "(no target)", lambda r: True),
+    ("PostgreSQL: claim rate at 1M vs 10k queued (jobs/s)", lambda r: r["queue_postgres"]["claim_rate_1m"],
+     lambda r: r["queue_postgres"]["claim_rate_10k"], lambda r: r["queue_postgres"]["claim_ratio"], "≥ 0.80",
+     lambda r: r["queue_postgres"]["claim_ratio"] >= 0.8),
+    ("PostgreSQL: enqueue vs SQLite enqueue (jobs/s, durable)", lambda r: r["queue_postgres"]["enqueue_rps"],
+     lambda r: r["queue"]["enqueue_rps"], lambda r: r["queue_postgres"]["enqueue_vs_sqlite"], "≥ 0.50",
+     lambda r: r["queue_postgres"]["enqueue_vs_sqlite"] >= 0.5),
     ("Outage: lost jobs / order violations", lambda r: f'{r["outage"]["lost"]} / {r["outage"]["order_violations"]}', lambda r: "0 / 0",
      lambda r: "", "0 / 0", lambda r: r["outage"]["lost"] == 0 and r["outage"]["order_violations"] == 0),
     ("Outage: backlog drained after recovery (s)", lambda r: r["outage"]["drain_s"], lambda r: "", lambda r: "", "seconds",
@@ -470,7 +494,8 @@ def main():
     started = time.monotonic()
     try:
         for name, measure in (("ingest", lambda: bench_ingest(results)), ("deliver", lambda: bench_delivery(results, series)),
-                          ("queue", lambda: bench_queue(results)), ("latency", lambda: bench_latency(results, latencies)),
+                          ("queue", lambda: bench_queue(results)), ("postgres", lambda: bench_queue_postgres(results)),
+                          ("latency", lambda: bench_latency(results, latencies)),
                           ("outage", lambda: bench_outage(results, series))):
             if not only or name in only:
                 measure()

@@ -9,6 +9,8 @@ packages=(
   libssl-dev          # Common/Deliver: SHA-256, CSPRNG, TLS, ES256
   libmicrohttpd-dev   # Ingest: the HTTP/1.1 server
   libnghttp2-dev      # Deliver: HTTP/2 framing
+  libpq-dev           # Queue: the PostgreSQL store (libpq)
+  postgresql          # tests: a throwaway PostgreSQL server per test run (never started as a service by us)
   openssl             # make run: throwaway CA, certificates and signing key
   curl                # make run walk-through, healthchecks in scripts
   systemd             # systemd-analyze verify of deploy/systemd in the tests

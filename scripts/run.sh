@@ -13,6 +13,7 @@ mkdir -p "$dev"
 
 port=${PORT:-4321}
 sim_port=${SIM_PORT:-8443}
+sandbox_port=${SANDBOX_SIM_PORT:-$((sim_port + 1))}
 export DATABASE_PATH=${DATABASE_PATH:-$dev/kumapush.db}
 export PORT=$port HOST=${HOST:-127.0.0.1}
 export METRICS_ADDR=${METRICS_ADDR:-127.0.0.1:9464}
@@ -35,6 +36,15 @@ else
   "$binary" apns-sim --cert "$dev/tls/server.pem" --key "$dev/tls/server.key" --token-key "$dev/tls/apns-key.pub.pem" \
     --listen "127.0.0.1:$sim_port" --topic "$APP_BUNDLE_IDENTIFIER" > >(tee "$dev/pushes.log") 2>"$dev/apns-sim.log" &
   pids+=($!)
+  # A second simulator plays Apple's sandbox (TestFlight and Xcode builds), so the relay's sandbox/production
+  # handling shows: the production simulator refuses the demo sandbox token as BadDeviceToken, as Apple would.
+  export APNS_SANDBOX_URL=https://127.0.0.1:$sandbox_port
+  echo "==> starting a sandbox APNs simulator on 127.0.0.1:$sandbox_port"
+  "$binary" apns-sim --cert "$dev/tls/server.pem" --key "$dev/tls/server.key" --token-key "$dev/tls/apns-key.pub.pem" \
+    --listen "127.0.0.1:$sandbox_port" --topic "$APP_BUNDLE_IDENTIFIER" > >(sed -u 's/^/[sandbox] /' | tee "$dev/sandbox-pushes.log") \
+    2>"$dev/apns-sandbox-sim.log" &
+  pids+=($!)
+  simulated=1
 fi
 
 echo "==> starting kumapush-relay serve on http://127.0.0.1:$port (database $DATABASE_PATH, log $dev/relay.log)"
@@ -47,6 +57,14 @@ done
 "$binary" healthcheck || { echo "the relay did not become healthy; see $dev/relay.log"; exit 1; }
 
 token=$(printf 'ab%.0s' $(seq 1 32))
+sandbox_token=$(printf '5a%.0s' $(seq 1 32))
+if [ -n "${simulated:-}" ]; then
+  for _ in $(seq 1 100); do
+    curl -sf --http2 --cacert "$dev/tls/ca.pem" -X POST "https://127.0.0.1:$sim_port/sim/faults" \
+      -d "{\"byToken\":{\"$sandbox_token\":{\"status\":400,\"reason\":\"BadDeviceToken\"}}}" >/dev/null 2>&1 && break
+    sleep 0.1
+  done
+fi
 cat <<TXT
 
 The relay is up. Try it (in another terminal):
@@ -62,6 +80,11 @@ The relay is up. Try it (in another terminal):
   # 3. Press Uptime Kuma's "Test" button equivalent: it waits for APNs' answer and says {"status":"delivered"}:
   curl -s -X POST http://127.0.0.1:$port/wh/<id> -H 'Content-Type: application/json' \\
        -d '{"heartbeat":null,"monitor":null,"msg":"My Webhook Alert (1) Testing"}'
+
+  # 4. A TestFlight build's sandbox token: production refuses it, the relay resends once to the sandbox simulator
+  #    (lines marked [sandbox]) and sends the device's next pushes straight there:
+  curl -s -X POST http://127.0.0.1:$port/devices -H 'Content-Type: application/json' \\
+       -d '{"device_token":"$sandbox_token"}'
 
   The pushes appear below as the simulator receives them. Queue: $binary stats --database-path $DATABASE_PATH
   Metrics: curl -s http://$METRICS_ADDR/metrics. Ctrl-C stops everything.
@@ -79,7 +102,15 @@ if [ "${1:-}" = "--check" ]; then
   echo "$answer"
   [ "$answer" = '{"status":"delivered"}' ] || { echo "check failed: the Test push was not delivered"; exit 1; }
   grep -q "Shop API is down" "$dev/pushes.log" || { echo "check failed: the alert did not reach the simulator"; exit 1; }
-  echo "check passed: both pushes reached the simulator"
+  if [ -n "${simulated:-}" ]; then
+    sandbox_id=$(curl -s -X POST "http://127.0.0.1:$port/devices" -H 'Content-Type: application/json' \
+                 -d "{\"device_token\":\"$sandbox_token\"}" | python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])')
+    answer=$(curl -s -X POST "http://127.0.0.1:$port/wh/$sandbox_id" -H 'Content-Type: application/json' \
+         -d '{"heartbeat":null,"monitor":null,"msg":"From a TestFlight build"}')
+    [ "$answer" = '{"status":"delivered"}' ] || { echo "check failed: the sandbox device's push: $answer"; exit 1; }
+    grep -q "^\[sandbox\].*200" "$dev/sandbox-pushes.log" || { echo "check failed: nothing reached the sandbox simulator"; exit 1; }
+  fi
+  echo "check passed: the pushes reached the simulators"
   exit 0
 fi
 wait

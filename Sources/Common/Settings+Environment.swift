@@ -108,6 +108,16 @@ extension Settings {
             guard !text.isEmpty else { throw invalid("DATABASE_PATH", text, "a file path") }
             s.databasePath = text
         },
+        Variable(name: "DATABASE_URL", defaultText: "", summary: "use PostgreSQL instead of SQLite: postgres://user:pass@host:port/db?sslmode=… (libpq URI or key=value)") { s, text throws(ConfigurationError) in
+            guard !text.isEmpty else { s.databaseURL = nil; return }
+            // Say which forms work rather than let libpq guess at a typo (a bare host name would be read as a database name).
+            guard text.hasPrefix("postgres://") || text.hasPrefix("postgresql://") || text.contains("=") else {
+                // The value is not echoed: it may hold a password.
+                throw ConfigurationError(variable: "DATABASE_URL",
+                                         message: "expected a postgres:// or postgresql:// URI or a key=value connection string")
+            }
+            s.databaseURL = text
+        },
         Variable(name: "SYNC", defaultText: "normal", summary: "SQLite durability: normal (survives process crashes) or full (also power loss)") { s, text throws(ConfigurationError) in
             s.sync = try parseEnum(text, "SYNC")
         },

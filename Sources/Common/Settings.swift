@@ -24,6 +24,9 @@ public struct Settings: Sendable, Equatable {
 
     // Storage
     public var databasePath = "./data/kumapush.db"
+    /// A PostgreSQL connection string (libpq URI or key=value); when set, the store is PostgreSQL and
+    /// `databasePath` is unused. It may hold a password: never log it (`databaseLabel` is what logs show).
+    public var databaseURL: String?
     /// SQLite `synchronous`: `normal` survives any process crash; `full` also survives power loss.
     public var sync = SyncMode.normal
 
@@ -93,6 +96,12 @@ public struct Settings: Sendable, Equatable {
         case .production: return "https://api.push.apple.com"
         case .sandbox: return "https://api.sandbox.push.apple.com"
         }
+    }
+
+    /// The database as logs and error messages name it: the SQLite path, or just "DATABASE_URL (PostgreSQL)",
+    /// since the URL may hold a password.
+    public var databaseLabel: String {
+        databaseURL == nil ? databasePath : "DATABASE_URL (PostgreSQL)"
     }
 
     /// The environment a push is tried in when the configured one refuses its token as `BadDeviceToken`.

@@ -157,7 +157,7 @@ public final class DeliveryEngine: Sendable {
             var outcomes: [JobOutcome] = []
             for answer in answers { handle(answer, into: &outcomes) }
             dispatchResends()
-            if !outcomes.isEmpty { record(outcomes) }
+            if !outcomes.isEmpty || !state.unrecorded.isEmpty && ContinuousClock.now >= state.unrecordedRetryAt { record(outcomes) }
 
             if stopping {
                 if state.inFlight.isEmpty || ContinuousClock.now >= state.graceDeadline.withLock({ $0 ?? .now }) { break }
@@ -422,14 +422,32 @@ public final class DeliveryEngine: Sendable {
         return JobOutcome(jobID: job.id, attempt: job.attempt, kind: kind)
     }
 
+    /// At most this many outcomes wait for an unreachable database; beyond it they are dropped (their leases
+    /// expire and the jobs go again) rather than grow without bound.
+    static let maximumUnrecorded = 100_000
+
     private func record(_ outcomes: [JobOutcome]) {
+        let state = loopState
+        let batch = state.unrecorded + outcomes
         do {
-            _ = try store.finish(outcomes, worker: configuration.worker, now: clock.nowMillis())
+            _ = try store.finish(batch, worker: configuration.worker, now: clock.nowMillis())
+            if !state.unrecorded.isEmpty {
+                logger.info("recorded delivery results kept while the database was unreachable", ["count": String(state.unrecorded.count)])
+                state.unrecorded = []
+            }
             // A finished head lets the device's next job become due: look again at once.
-            loopState.claimDue = true
+            state.claimDue = true
+        } catch where error.code == .unavailable && batch.count <= Self.maximumUnrecorded {
+            if state.unrecorded.isEmpty {
+                logger.error("recording delivery results failed: kept until the database answers",
+                             ["error": error.description, "count": String(batch.count)])
+            }
+            state.unrecorded = batch
+            state.unrecordedRetryAt = .now + .milliseconds(200)
         } catch {
             // The leases expire and the jobs are retried; nothing is lost, at worst sent twice.
-            logger.error("recording delivery results failed", ["error": error.description, "count": String(outcomes.count)])
+            logger.error("recording delivery results failed", ["error": error.description, "count": String(batch.count)])
+            state.unrecorded = []
         }
     }
 
@@ -452,6 +470,7 @@ public final class DeliveryEngine: Sendable {
 
     private func releaseRemaining() {
         let state = loopState
+        if !state.unrecorded.isEmpty { record([]) }
         if state.breaker.isPaused { try? store.recordPause(worker: configuration.worker, reason: nil, now: clock.nowMillis()) }
         let remaining = Array(state.inFlight.keys) + state.resendQueue.map(\.job.id)
         guard !remaining.isEmpty else { return }

@@ -37,6 +37,11 @@ final class UncheckedLoopState: @unchecked Sendable {
     var pauseRecordedAt: Int64 = 0
     /// When the dead-letter budget was last enforced (ms).
     var deadLettersCheckedAt: Int64 = 0
+    /// Outcomes the store could not record because the database did not answer (PostgreSQL restarting, failing
+    /// over): kept and recorded with the next batch, so pushes APNs already accepted are not sent again once it is
+    /// back. If it stays away past LEASE_TIMEOUT, the leases are taken over and the fenced outcomes change nothing.
+    var unrecorded: [JobOutcome] = []
+    var unrecordedRetryAt = ContinuousClock.now
     var claimDue = true
     var nextRetryAt: Int64?
     /// Last time there was anything to do (for the idle poll interval).

@@ -26,7 +26,7 @@ enum IngestCommand: Command {
         }
         logger.info("ingest listening", ["http.port": String(service.port), "base_path": settings.basePath,
                                          "metrics": settings.metricsAddress?.description ?? "off",
-                                         "database": settings.databasePath])
+                                         "database": settings.databaseLabel])
         let signal = TerminationSignals.wait()
         logger.info("shutting down", ["signal": signal])
         service.shutdown(grace: settings.shutdownGrace)

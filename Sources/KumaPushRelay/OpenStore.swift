@@ -1,13 +1,17 @@
 import Common
 import Queue
 
-/// Opens the database named by DATABASE_PATH (applying migrations), or fails with the right exit code.
-func openStore(_ settings: Settings, clock: some WallClock = SystemClock()) throws -> SQLiteStore {
+/// Opens the store the settings name (applying migrations): PostgreSQL when DATABASE_URL is set, else the SQLite
+/// file at DATABASE_PATH. Fails with the right exit code.
+func openStore(_ settings: Settings, clock: some WallClock = SystemClock()) throws -> any RelayStore {
     do {
+        if let url = settings.databaseURL {
+            return try PostgresStore(url: url, now: clock.nowMillis())
+        }
         return try SQLiteStore(path: settings.databasePath,
                                options: .init(synchronousFull: settings.sync == .full, monitorRetention: settings.tombstoneRetention),
                                now: clock.nowMillis())
     } catch {
-        throw StartupError.openingDatabase(settings.databasePath, error)
+        throw StartupError.openingDatabase(settings, error)
     }
 }

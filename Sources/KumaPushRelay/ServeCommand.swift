@@ -32,7 +32,7 @@ enum ServeCommand: Command {
         let metricsServer = try startMetrics(settings, metrics)
         delivery.start()
         logger.info("relay listening", ["http.port": String(ingest.port), "base_path": settings.basePath,
-                                        "metrics": settings.metricsAddress?.description ?? "off", "database": settings.databasePath])
+                                        "metrics": settings.metricsAddress?.description ?? "off", "database": settings.databaseLabel])
         let signal = TerminationSignals.wait()
         logger.info("shutting down", ["signal": signal])
         ingest.shutdown(grace: settings.shutdownGrace)

@@ -1,3 +1,4 @@
+import Common
 import Queue
 
 /// A failure while opening what a command needs, with the exit code it deserves: 2 for something the operator must
@@ -8,13 +9,14 @@ struct StartupError: Error, CustomStringConvertible {
 }
 
 extension StartupError {
-    /// Maps a failure to open the database named by DATABASE_PATH.
-    static func openingDatabase(_ path: String, _ error: StoreError) -> StartupError {
+    /// Maps a failure to open the database named by DATABASE_PATH or DATABASE_URL.
+    static func openingDatabase(_ settings: Settings, _ error: StoreError) -> StartupError {
+        let variable = settings.databaseURL == nil ? "DATABASE_PATH (\(settings.databasePath))" : "DATABASE_URL"
         switch error.code {
         case .notADatabase, .newerSchema:
-            return StartupError(description: "configuration error: DATABASE_PATH (\(path)): \(error.message)", exitCode: ExitCode.usage)
+            return StartupError(description: "configuration error: \(variable): \(error.message)", exitCode: ExitCode.usage)
         default:
-            return StartupError(description: "cannot open the database at DATABASE_PATH (\(path)): \(error.message)",
+            return StartupError(description: "cannot open the database at \(variable): \(error.message)",
                                 exitCode: ExitCode.runtimeError)
         }
     }

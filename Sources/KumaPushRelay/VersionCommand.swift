@@ -16,6 +16,7 @@ enum VersionCommand: Command {
         print("""
             kumapush-relay \(relayVersion) (database schema \(SQLiteStore.schemaVersion))
               SQLite        \(SQLiteStore.libraryVersion)
+              libpq         \(PostgresStore.libraryVersion)
               OpenSSL       \(Crypto.openSSLVersion)
               libmicrohttpd \(HTTPServer.libraryVersion)
               libnghttp2    \(HTTP2Library.version)

@@ -1,7 +1,8 @@
 import Common
 
-/// Everything the relay stores, behind one narrow interface. `SQLiteStore` implements it today; a PostgreSQL
-/// implementation for multi-host deployments can follow without touching callers.
+/// Everything the relay stores, behind one narrow interface: `SQLiteStore` (one host, the default) and
+/// `PostgresStore` (several hosts on one PostgreSQL) implement it with the same semantics, checked by one
+/// conformance suite run against both.
 ///
 /// Every method takes `now` (milliseconds since 1970) from the caller instead of reading a clock, so tests move
 /// time without sleeping and every process agrees on what "due" means. Methods block on storage; call them off
@@ -65,8 +66,9 @@ public protocol JobQueue: Sendable {
     func recordPause(worker: String, reason: String?, now: Int64) throws(StoreError)
     /// The reason of a pause some deliverer recorded at or after `since`, if any (a waiting Test request's 502).
     func currentPause(since: Int64) throws(StoreError) -> String?
-    /// A number that changes whenever any connection, in any process, commits to the database: polling it is how
-    /// a deliverer notices new jobs written by another process (PRAGMA data_version; no disk I/O).
+    /// A number that changes whenever another connection, in any process, commits work to the database: polling it
+    /// is how a deliverer notices new jobs written by another process (SQLite: PRAGMA data_version, no disk I/O;
+    /// PostgreSQL: a sequence advanced after each such commit).
     func changeCounter() throws(StoreError) -> Int64
     /// Jobs not yet finished (everything but dead letters).
     func liveJobCount() throws(StoreError) -> Int
@@ -87,3 +89,4 @@ extension JobQueue {
 }
 
 extension SQLiteStore: DeviceStore, JobQueue {}
+extension PostgresStore: DeviceStore, JobQueue {}

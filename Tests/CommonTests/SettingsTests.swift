@@ -37,6 +37,7 @@ import Testing
     @Test func everyVariableIsReadFromTheEnvironment() throws {
         let environment = [
             "PORT": "8080", "HOST": "::1", "BASE_PATH": "/relay/", "DATABASE_PATH": "/tmp/k.db", "SYNC": "full",
+            "DATABASE_URL": "postgresql://relay@db.internal/kumapush?sslmode=require",
             "APNS_AUTH_KEY_PATH": "/k.p8", "APNS_KEY_ID": "KEY123", "APNS_TEAM_ID": "TEAM45", "APP_BUNDLE_IDENTIFIER": "com.x.y",
             "ENV": "development", "APNS_URL": "https://127.0.0.1:8443/", "APNS_CA_FILE": "/ca.pem",
             "APNS_CONNECTIONS": "4", "APNS_REQUEST_TIMEOUT": "10s", "DELIVER_CONCURRENCY": "50", "JOB_TTL": "2h", "RETRY_BASE": "500ms", "RETRY_MAX": "1m",
@@ -54,6 +55,7 @@ import Testing
         #expect(Set(environment.keys).union(["APNS_ENVIRONMENT"]) == Set(Settings.variables.map(\.name)))
         let (s, _) = try Settings.load(environment: environment, arguments: [])
         #expect(s.port == 8080 && s.host == "::1" && s.basePath == "/relay" && s.databasePath == "/tmp/k.db")
+        #expect(s.databaseURL == "postgresql://relay@db.internal/kumapush?sslmode=require")
         #expect(s.sync == .full && s.apnsAuthKeyPath == "/k.p8" && s.apnsKeyID == "KEY123" && s.apnsTeamID == "TEAM45")
         #expect(s.appBundleIdentifier == "com.x.y" && s.apnsEnvironment == .sandbox)
         #expect(s.apnsBaseURL == "https://127.0.0.1:8443" && s.apnsCAFile == "/ca.pem")
@@ -87,6 +89,21 @@ import Testing
         #expect(simulator.otherAPNsBaseURL == nil)
     }
 
+    /// Both forms libpq takes select PostgreSQL; the value may hold a password, so logs name only the variable.
+    @Test func databaseURLTakesAURIOrKeyValuesAndIsNeverShown() throws {
+        for url in ["postgres://u:secret@h/db", "postgresql:///db?host=/run/pg", "host=/run/pg dbname=db password=secret"] {
+            let (s, _) = try Settings.load(environment: ["DATABASE_URL": url], arguments: [])
+            #expect(s.databaseURL == url)
+            #expect(!s.databaseLabel.contains("secret") && s.databaseLabel.contains("DATABASE_URL"))
+        }
+        let (sqlite, _) = try Settings.load(environment: [:], arguments: [])
+        #expect(sqlite.databaseURL == nil && sqlite.databaseLabel == "./data/kumapush.db")
+        let error = #expect(throws: ConfigurationError.self) {
+            _ = try Settings.load(environment: ["DATABASE_URL": "secret-host"], arguments: [])
+        }
+        #expect(error.map { !"\($0)".contains("secret") } == true)
+    }
+
     @Test func apnsEnvironmentWinsOverEnv() throws {
         let (s, _) = try Settings.load(environment: ["ENV": "development", "APNS_ENVIRONMENT": "production"], arguments: [])
         #expect(s.apnsEnvironment == .production)
@@ -97,7 +114,7 @@ import Testing
     /// One value per variable that must stop start-up, naming that variable. Variables that take free text
     /// (paths, ids) have no invalid value and are listed separately, so a new variable cannot slip past this test.
     static let invalidValues: [String: String] = [
-        "PORT": "abc", "HOST": "example.com", "BASE_PATH": "relay", "DATABASE_PATH": "", "SYNC": "sometimes",
+        "PORT": "abc", "HOST": "example.com", "BASE_PATH": "relay", "DATABASE_PATH": "", "DATABASE_URL": "db.internal", "SYNC": "sometimes",
         "APNS_ENVIRONMENT": "staging", "APNS_URL": "http://127.0.0.1:8443", "APNS_CONNECTIONS": "0", "APNS_REQUEST_TIMEOUT": "0s",
         "DELIVER_CONCURRENCY": "-5", "JOB_TTL": "24", "RETRY_BASE": "1x", "RETRY_MAX": "0s", "LEASE_TIMEOUT": "soon",
         "DEAD_LETTER_RETENTION": "7days", "TOMBSTONE_RETENTION": "-1d", "QUEUE_MAX": "many", "TEST_WAIT": "5",

@@ -16,7 +16,10 @@ import Queue
 
 let arguments = CommandLine.arguments
 guard arguments.count >= 3 else { fatalError("usage: QueueProbe drain|hold|enqueue DB ...") }
-let store = try SQLiteStore(path: arguments[2], now: SystemClock().nowMillis())
+// DB is a SQLite file or a PostgreSQL connection string, as DATABASE_PATH or DATABASE_URL would be.
+let store: any RelayStore = PostgresStore.isDatabaseURL(arguments[2])
+    ? try PostgresStore(url: arguments[2], now: SystemClock().nowMillis())
+    : try SQLiteStore(path: arguments[2], now: SystemClock().nowMillis())
 
 /// Writes straight to the pipe (no stdio buffering), so the test sees each line the moment it is printed.
 func emit(_ line: String) {

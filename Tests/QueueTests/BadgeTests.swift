@@ -7,17 +7,7 @@ import Testing
 /// SPEC §3 `aps.badge`: each job carries how many of its device's monitors were down as of its alert, recorded in
 /// the same transaction that stores it.
 @Suite struct BadgeTests {
-    let directory = TemporaryDirectory()
-    let store: SQLiteStore
     let t0 = TestDatabase.t0
-
-    init() throws {
-        store = try SQLiteStore(path: directory.path("relay.db"), options: .init(monitorRetention: .seconds(3600)), now: TestDatabase.t0)
-    }
-
-    func device(_ seed: Int) throws -> String {
-        try store.registerDevice(token: String(format: "%064x", seed), authTokenHash: "h", now: t0, newID: { try DeviceID.generate() }).device.id
-    }
 
     func job(_ device: String, _ event: AlertEvent) -> NewJob {
         NewJob(deviceID: device, publicID: UUID().uuidString, payload: event.jobPayload, monitor: MonitorReport(event))
@@ -28,60 +18,65 @@ import Testing
     }
 
     /// Badges of each device's jobs in acceptance order, read the way the deliverer reads them (claim, deliver).
-    func badges() throws -> [String: [Int?]] {
+    func badges(_ db: TestDatabase) throws -> [String: [Int?]] {
         var result: [String: [Int?]] = [:]
-        while case let heads = try store.claim(worker: "w", limit: 100, now: t0 + 10_000_000, lease: .seconds(60)), !heads.isEmpty {
+        while case let heads = try db.store.claim(worker: "w", limit: 100, now: t0 + 10_000_000, lease: .seconds(60)), !heads.isEmpty {
             for head in heads { result[head.deviceID, default: []].append(head.badge) }
-            _ = try store.finish(heads.map { JobOutcome(jobID: $0.id, attempt: $0.attempt, kind: .delivered) }, worker: "w", now: t0)
+            _ = try db.store.finish(heads.map { JobOutcome(jobID: $0.id, attempt: $0.attempt, kind: .delivered) }, worker: "w", now: t0)
         }
         return result
     }
 
-    func badges(_ device: String) throws -> [Int?] { try badges()[device] ?? [] }
+    func badges(_ db: TestDatabase, _ device: String) throws -> [Int?] { try badges(db)[device] ?? [] }
 
-    @Test func downAndUpAlertsCountPerDeviceInOrder() throws {
-        let phone = try device(1)
-        let other = try device(2)
+    @Test(arguments: StoreKind.allCases) func downAndUpAlertsCountPerDeviceInOrder(_ kind: StoreKind) throws {
+        let db = try TestDatabase(kind, monitorRetention: .seconds(3600))
+        let phone = try db.device(1)
+        let other = try db.device(2)
         let events = [monitor(1, .down), monitor(2, .down), monitor(3, .down), monitor(2, .up)]
-        _ = try store.enqueue([job(other, monitor(9, .down))], now: t0, ttl: .seconds(60))
-        _ = try store.enqueue(events.map { job(phone, $0) }, now: t0, ttl: .seconds(60))
-        let all = try badges()
+        _ = try db.store.enqueue([job(other, monitor(9, .down))], now: t0, ttl: .seconds(60))
+        _ = try db.store.enqueue(events.map { job(phone, $0) }, now: t0, ttl: .seconds(60))
+        let all = try badges(db)
         #expect(all[phone] == [1, 2, 3, 2], "another device's monitors do not count")
         #expect(all[other] == [1])
     }
 
-    @Test func pendingMaintenanceTestsAndGenericPushesCarryTheCurrentCount() throws {
-        let phone = try device(1)
+    @Test(arguments: StoreKind.allCases) func pendingMaintenanceTestsAndGenericPushesCarryTheCurrentCount(_ kind: StoreKind) throws {
+        let db = try TestDatabase(kind, monitorRetention: .seconds(3600))
+        let phone = try db.device(1)
         let events = [monitor(1, .down), monitor(1, .pending), monitor(2, .maintenance), .test("test"),
                       AlertEvent(kind: .generic, title: "Backup", message: "done"), monitor(1, .up)]
-        _ = try store.enqueue(events.map { job(phone, $0) }, now: t0, ttl: .seconds(60))
-        #expect(try badges(phone) == [1, 1, 1, 1, 1, 0], "an UP that ends the last outage sends 0, clearing the badge")
+        _ = try db.store.enqueue(events.map { job(phone, $0) }, now: t0, ttl: .seconds(60))
+        #expect(try badges(db, phone) == [1, 1, 1, 1, 1, 0], "an UP that ends the last outage sends 0, clearing the badge")
     }
 
-    @Test func aMonitorWithoutAnIDIsKeptAsAHashNeverItsName() throws {
-        let phone = try device(1)
+    @Test(arguments: StoreKind.allCases) func aMonitorWithoutAnIDIsKeptAsAHashNeverItsName(_ kind: StoreKind) throws {
+        let db = try TestDatabase(kind, monitorRetention: .seconds(3600))
+        let phone = try db.device(1)
         let nameless = AlertEvent(kind: .monitor, status: .down, monitorName: "Secret internal host", message: "")
-        _ = try store.enqueue([job(phone, nameless)], now: t0, ttl: .seconds(60))
-        let rows = try RawSQLite(path: directory.path("relay.db")).query("SELECT monitor FROM monitor_states")
+        _ = try db.store.enqueue([job(phone, nameless)], now: t0, ttl: .seconds(60))
+        let rows = try db.kind.rawQuery(db.location, "SELECT monitor FROM monitor_states")
         #expect(rows.count == 1 && !rows[0][0].contains("Secret"))
-        #expect(try badges(phone) == [1])
+        #expect(try badges(db, phone) == [1])
     }
 
-    @Test func aMonitorSilentForTheRetentionIsForgottenAndADeletedDevicesStatesGo() throws {
-        let phone = try device(1)
-        _ = try store.enqueue([job(phone, monitor(1, .down))], now: t0, ttl: .seconds(60))
-        _ = try store.enqueue([job(phone, monitor(2, .down))], now: t0 + 3_600_001, ttl: .seconds(60))
-        #expect(try badges(phone) == [1, 1], "monitor 1 was last heard of over an hour before")
-        #expect(try store.purgeTombstones(before: t0 + 1) == 0)
-        #expect(try RawSQLite(path: directory.path("relay.db")).query("SELECT count(*) FROM monitor_states")[0][0] == "1")
-        _ = try store.deleteDevice(id: phone)
-        #expect(try RawSQLite(path: directory.path("relay.db")).query("SELECT count(*) FROM monitor_states")[0][0] == "0")
+    @Test(arguments: StoreKind.allCases) func aMonitorSilentForTheRetentionIsForgottenAndADeletedDevicesStatesGo(_ kind: StoreKind) throws {
+        let db = try TestDatabase(kind, monitorRetention: .seconds(3600))
+        let phone = try db.device(1)
+        _ = try db.store.enqueue([job(phone, monitor(1, .down))], now: t0, ttl: .seconds(60))
+        _ = try db.store.enqueue([job(phone, monitor(2, .down))], now: t0 + 3_600_001, ttl: .seconds(60))
+        #expect(try badges(db, phone) == [1, 1], "monitor 1 was last heard of over an hour before")
+        #expect(try db.store.purgeTombstones(before: t0 + 1) == 0)
+        #expect(try db.kind.rawQuery(db.location, "SELECT count(*) FROM monitor_states")[0][0] == "1")
+        _ = try db.store.deleteDevice(id: phone)
+        #expect(try db.kind.rawQuery(db.location, "SELECT count(*) FROM monitor_states")[0][0] == "0")
     }
 
-    @Test func aJobThatAlertsFoldIntoCarriesTheBadgeOfTheLastOne() throws {
-        let phone = try device(1)
-        _ = try store.enqueue((1...5).map { job(phone, monitor($0, .down)) }, now: t0, ttl: .seconds(60), deviceCap: 2)
-        let pending = try store.pendingJobs(deviceID: phone, limit: 10)
+    @Test(arguments: StoreKind.allCases) func aJobThatAlertsFoldIntoCarriesTheBadgeOfTheLastOne(_ kind: StoreKind) throws {
+        let db = try TestDatabase(kind, monitorRetention: .seconds(3600))
+        let phone = try db.device(1)
+        _ = try db.store.enqueue((1...5).map { job(phone, monitor($0, .down)) }, now: t0, ttl: .seconds(60), deviceCap: 2)
+        let pending = try db.store.pendingJobs(deviceID: phone, limit: 10)
         #expect(pending.count == 1 && pending[0].folded.count == 3)
         #expect(pending[0].badge == 5)
     }

@@ -7,9 +7,7 @@ import Testing
 /// SPEC §2.4: a device holds at most DEVICE_QUEUE_MAX live jobs; alerts beyond it are acknowledged and folded into
 /// its newest waiting job, never dropped and never growing the queue.
 @Suite struct DeviceCapTests {
-    let db: TestDatabase
     let t0 = TestDatabase.t0
-    init() throws { db = try TestDatabase() }
 
     func alert(_ device: String, _ monitor: Int, _ status: AlertEvent.Status = .down, test: Bool = false) -> NewJob {
         let event = test ? AlertEvent.test("test \(monitor)")
@@ -17,39 +15,42 @@ import Testing
         return NewJob(deviceID: device, publicID: UUID().uuidString, payload: event.jobPayload, reportsOutcome: test)
     }
 
-    func pending(_ device: String) throws -> [PendingJob] { try db.store.pendingJobs(deviceID: device, limit: 10_000) }
+    func pending(_ db: TestDatabase, _ device: String) throws -> [PendingJob] { try db.store.pendingJobs(deviceID: device, limit: 10_000) }
 
-    @Test func alertsPastTheCapFoldIntoTheNewestWaitingJob() throws {
+    @Test(arguments: StoreKind.allCases) func alertsPastTheCapFoldIntoTheNewestWaitingJob(_ kind: StoreKind) throws {
+        let db = try TestDatabase(kind)
         let device = try db.device(1)
         let results = try db.store.enqueue((1...7).map { alert(device, $0) }, now: t0, ttl: .seconds(60), deviceCap: 3)
         #expect(results == [.queued, .queued, .queued, .merged, .merged, .merged, .merged])
         #expect(try db.store.liveJobCount() == 3)
-        let tail = try #require(try pending(device).last)
+        let tail = try #require(try pending(db, device).last)
         #expect(AlertEvent(jobPayload: tail.payload)?.monitorName == "M3")
         #expect(tail.folded.count == 4)
         #expect(tail.folded.entries.map(\.name) == ["M4", "M5", "M6", "M7"], "in order, with the monitor and its state")
         #expect(tail.folded.entries.allSatisfy { $0.status == .down && $0.kind == .monitor })
     }
 
-    @Test func otherDevicesAndTestButtonJobsAreNeverFolded() throws {
+    @Test(arguments: StoreKind.allCases) func otherDevicesAndTestButtonJobsAreNeverFolded(_ kind: StoreKind) throws {
+        let db = try TestDatabase(kind)
         let stormy = try db.device(1)
         let calm = try db.device(2)
         _ = try db.store.enqueue((1...3).map { alert(stormy, $0) }, now: t0, ttl: .seconds(60), deviceCap: 3)
         let results = try db.store.enqueue([alert(calm, 1), alert(stormy, 9, test: true), alert(stormy, 10)],
                                            now: t0, ttl: .seconds(60), deviceCap: 3)
         #expect(results == [.queued, .queued, .merged])
-        let tail = try #require(try pending(stormy).last(where: { !$0.reportsOutcome }))
+        let tail = try #require(try pending(db, stormy).last(where: { !$0.reportsOutcome }))
         #expect(tail.folded.entries.map(\.name) == ["M10"], "folded past the Test job, into the newest alert job")
     }
 
-    @Test func storageStaysBoundedHoweverLongTheStormLasts() throws {
+    @Test(arguments: StoreKind.allCases) func storageStaysBoundedHoweverLongTheStormLasts(_ kind: StoreKind) throws {
+        let db = try TestDatabase(kind)
         let device = try db.device(1)
         for round in 0..<10 {
             _ = try db.store.enqueue((0..<500).map { alert(device, round * 500 + $0, $0 % 3 == 0 ? .up : .down) },
                                      now: t0, ttl: .seconds(60), deviceCap: 10)
         }
         #expect(try db.store.liveJobCount() == 10)
-        let tail = try #require(try pending(device).last)
+        let tail = try #require(try pending(db, device).last)
         #expect(tail.folded.count == 5_000 - 10, "every alert past the cap is counted")
         #expect(tail.folded.encoded.count < 4096, "names kept while they fit a small budget, then only counted")
         var tally = tail.folded.uncounted
@@ -59,16 +60,17 @@ import Testing
 
     /// A digest read the tail with N folded alerts; ingest folded one more before the digest completed. The tail
     /// must survive the completion so the alert folded later still reaches the phone.
-    @Test func aJobThatGainedFoldedAlertsAfterTheDigestReadItIsNotCompletedWithIt() throws {
+    @Test(arguments: StoreKind.allCases) func aJobThatGainedFoldedAlertsAfterTheDigestReadItIsNotCompletedWithIt(_ kind: StoreKind) throws {
+        let db = try TestDatabase(kind)
         let device = try db.device(1)
         _ = try db.store.enqueue((1...4).map { alert(device, $0) }, now: t0, ttl: .seconds(60), deviceCap: 3)
         let head = try #require(try db.store.claim(worker: "w1", limit: 10, now: t0, lease: .seconds(60)).first)
-        let read = try pending(device)
+        let read = try pending(db, device)
         #expect(read.map(\.folded.count) == [0, 1])
         #expect(try db.store.enqueue([alert(device, 5)], now: t0, ttl: .seconds(60), deviceCap: 3) == [.merged])
         _ = try db.store.finish([JobOutcome(jobID: head.id, attempt: head.attempt, kind: .delivered, merged: read.map(\.asMerged))],
                                 worker: "w1", now: t0)
-        let left = try pending(device) + db.store.claim(worker: "w1", limit: 10, now: t0, lease: .seconds(60)).map {
+        let left = try pending(db, device) + db.store.claim(worker: "w1", limit: 10, now: t0, lease: .seconds(60)).map {
             PendingJob(id: $0.id, payload: $0.payload, createdAt: $0.createdAt, folded: $0.folded)
         }
         #expect(left.count == 1, "the untouched tail is the device's next job")
@@ -77,12 +79,12 @@ import Testing
 
     /// The cap reads a count the triggers of migration 7 keep; it must agree with the jobs through every way a
     /// job comes and goes: enqueue, delivery, dead letter, digest completion, replay, device deletion.
-    @Test func theLiveJobCountTheCapReadsAgreesWithTheJobs() throws {
+    @Test(arguments: StoreKind.allCases) func theLiveJobCountTheCapReadsAgreesWithTheJobs(_ kind: StoreKind) throws {
+        let db = try TestDatabase(kind)
         let a = try db.device(1)
         let b = try db.device(2)
-        let raw = try RawSQLite(path: db.path)
         func agree() throws -> Bool {
-            try raw.query("""
+            try kind.rawQuery(db.location, """
                 SELECT count(*) FROM devices d WHERE d.live_jobs !=
                     (SELECT count(*) FROM jobs j WHERE j.device_id = d.id AND j.state != 'discarded')
                 """) == [["0"]]
@@ -93,7 +95,7 @@ import Testing
         _ = try db.store.finish([.delivered(heads[0]), .dead(heads[1], "BadDeviceToken")], worker: "w", now: t0)
         #expect(try agree())
         heads = try db.store.claim(worker: "w", limit: 10, now: t0, lease: .seconds(60))
-        let merged = try pending(a).map(\.asMerged)
+        let merged = try pending(db, a).map(\.asMerged)
         _ = try db.store.finish([JobOutcome(jobID: heads[0].id, attempt: heads[0].attempt, kind: .delivered, merged: merged)],
                                 worker: "w", now: t0)
         #expect(try agree())
@@ -101,6 +103,6 @@ import Testing
         #expect(try agree())
         _ = try db.store.deleteDevice(id: b)
         #expect(try agree())
-        #expect(try raw.query("SELECT live_jobs FROM devices WHERE id = '\(a)'") == [["0"]])
+        #expect(try kind.rawQuery(db.location, "SELECT live_jobs FROM devices WHERE id = '\(a)'") == [["0"]])
     }
 }

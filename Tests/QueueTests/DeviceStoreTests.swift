@@ -4,12 +4,11 @@ import TestSupport
 import Testing
 
 @Suite struct DeviceStoreTests {
-    let db: TestDatabase
-    init() throws { db = try TestDatabase() }
 
     let token = String(repeating: "ab", count: 32)
 
-    @Test func registeringAKnownTokenKeepsTheIdAndReplacesTheAuthToken() throws {
+    @Test(arguments: StoreKind.allCases) func registeringAKnownTokenKeepsTheIdAndReplacesTheAuthToken(_ kind: StoreKind) throws {
+        let db = try TestDatabase(kind)
         let first = try db.store.registerDevice(token: token, authTokenHash: AuthToken.hash("old"), now: TestDatabase.t0) { try DeviceID.generate() }
         #expect(first.created)
         #expect(DeviceID.isWellFormed(first.device.id))
@@ -25,14 +24,16 @@ import Testing
         #expect(!AuthToken.matches("old", storedHash: stored.authTokenHash))
     }
 
-    @Test func aCollidingFreshIdIsRetriedWithAnother() throws {
+    @Test(arguments: StoreKind.allCases) func aCollidingFreshIdIsRetriedWithAnother(_ kind: StoreKind) throws {
+        let db = try TestDatabase(kind)
         let existing = try db.device(1)
         var candidates = [existing, "FRESHid_______"]
         let registration = try db.store.registerDevice(token: token, authTokenHash: "h", now: TestDatabase.t0) { candidates.removeFirst() }
         #expect(registration.created && registration.device.id == "FRESHid_______")
     }
 
-    @Test func updateChangesTokenAndLevelAndDetectsConflicts() throws {
+    @Test(arguments: StoreKind.allCases) func updateChangesTokenAndLevelAndDetectsConflicts(_ kind: StoreKind) throws {
+        let db = try TestDatabase(kind)
         let a = try db.device(1)
         let b = try db.device(2)
         let newToken = String(repeating: "cd", count: 40)
@@ -46,7 +47,8 @@ import Testing
         #expect(try db.store.updateDevice(id: "NoSuchDevice__", token: nil, level: .normal) == nil)
     }
 
-    @Test func deleteRemovesTheDeviceAndItsJobsWithoutATombstone() throws {
+    @Test(arguments: StoreKind.allCases) func deleteRemovesTheDeviceAndItsJobsWithoutATombstone(_ kind: StoreKind) throws {
+        let db = try TestDatabase(kind)
         let a = try db.device(1)
         let b = try db.device(2)
         try db.enqueue(a, "a1", "a2")
@@ -60,7 +62,8 @@ import Testing
         #expect(remaining.map(\.label) == ["b1"])
     }
 
-    @Test func tombstonesArePurgedAfterRetention() throws {
+    @Test(arguments: StoreKind.allCases) func tombstonesArePurgedAfterRetention(_ kind: StoreKind) throws {
+        let db = try TestDatabase(kind)
         let a = try db.device(1)
         try db.enqueue(a, "a1")
         let job = try #require(try db.store.claim(worker: "w", limit: 1, now: TestDatabase.t0, lease: .seconds(60)).first)

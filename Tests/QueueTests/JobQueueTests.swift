@@ -5,77 +5,77 @@ import TestSupport
 import Testing
 
 @Suite struct JobQueueTests {
-    let db: TestDatabase
     let t0 = TestDatabase.t0
-    init() throws { db = try TestDatabase() }
 
-    func claim(_ worker: String = "w1", limit: Int = 100, at now: Int64? = nil, lease: Duration = .seconds(60)) throws -> [ClaimedJob] {
-        try db.store.claim(worker: worker, limit: limit, now: now ?? t0, lease: lease)
-    }
-
-    @Test func claimTakesOnlyTheHeadJobOfEachDeviceInAcceptanceOrder() throws {
+    @Test(arguments: StoreKind.allCases) func claimTakesOnlyTheHeadJobOfEachDeviceInAcceptanceOrder(_ kind: StoreKind) throws {
+        let db = try TestDatabase(kind)
         let a = try db.device(1)
         let b = try db.device(2)
         try db.enqueue(a, "a1", "a2", "a3")
         try db.enqueue(b, "b1", "b2")
-        let first = try claim()
+        let first = try db.claim()
         #expect(first.map(\.label) == ["a1", "b1"])
         #expect(first.allSatisfy { $0.attempt == 1 })
-        #expect(try claim().isEmpty, "nothing more until the heads finish")
+        #expect(try db.claim().isEmpty, "nothing more until the heads finish")
 
         _ = try db.store.finish([.delivered(first[0])], worker: "w1", now: t0)
-        #expect(try claim().map(\.label) == ["a2"])
+        #expect(try db.claim().map(\.label) == ["a2"])
     }
 
-    @Test func aClaimedJobCarriesWhatIsNeededToSendIt() throws {
+    @Test(arguments: StoreKind.allCases) func aClaimedJobCarriesWhatIsNeededToSendIt(_ kind: StoreKind) throws {
+        let db = try TestDatabase(kind)
         let a = try db.device(7)
         _ = try db.store.updateDevice(id: a, token: nil, level: .timeSensitive)
         try db.enqueue(a, "payload", ttl: .seconds(90))
-        let job = try #require(try claim().first)
+        let job = try #require(try db.claim().first)
         #expect(job.deviceID == a && job.deviceToken == String(format: "%064x", 7))
         #expect(job.downNotificationLevel == .timeSensitive)
         #expect(job.createdAt == t0 && job.expiresAt == t0 + 90_000)
         #expect(job.publicID.count == 36)
     }
 
-    @Test func aRetryingJobBlocksItsDeviceUntilDueButNotOtherDevices() throws {
+    @Test(arguments: StoreKind.allCases) func aRetryingJobBlocksItsDeviceUntilDueButNotOtherDevices(_ kind: StoreKind) throws {
+        let db = try TestDatabase(kind)
         let a = try db.device(1)
         let b = try db.device(2)
         try db.enqueue(a, "a1", "a2")
-        let a1 = try #require(try claim().first)
+        let a1 = try #require(try db.claim().first)
         #expect(try db.store.finish([.retry(a1, at: t0 + 1000)], worker: "w1", now: t0) == [true])
         try db.enqueue(b, "b1")
-        #expect(try claim(at: t0 + 999).map(\.label) == ["b1"], "a2 must not overtake a1")
-        let retried = try claim(at: t0 + 1000)
+        #expect(try db.claim(at: t0 + 999).map(\.label) == ["b1"], "a2 must not overtake a1")
+        let retried = try db.claim(at: t0 + 1000)
         #expect(retried.map(\.label) == ["a1"])
         #expect(retried.first?.attempt == 2)
     }
 
-    @Test func deliveryDeletesTheJobAndRecordsSuccessOnTheDevice() throws {
+    @Test(arguments: StoreKind.allCases) func deliveryDeletesTheJobAndRecordsSuccessOnTheDevice(_ kind: StoreKind) throws {
+        let db = try TestDatabase(kind)
         let a = try db.device(1)
         try db.enqueue(a, "a1")
-        let job = try #require(try claim().first)
+        let job = try #require(try db.claim().first)
         _ = try db.store.finish([.delivered(job)], worker: "w1", now: t0 + 42)
         #expect(try db.store.liveJobCount() == 0)
         let device = try #require(try db.store.device(id: a))
         #expect(device.lastSuccessfulNotification == t0 + 42 && device.lastDeliveryError == "")
     }
 
-    @Test func deadLetteringKeepsTheDeviceRecordsTheReasonAndLetsTheNextJobGo() throws {
+    @Test(arguments: StoreKind.allCases) func deadLetteringKeepsTheDeviceRecordsTheReasonAndLetsTheNextJobGo(_ kind: StoreKind) throws {
+        let db = try TestDatabase(kind)
         let a = try db.device(1)
         try db.enqueue(a, "a1", "a2")
-        let a1 = try #require(try claim().first)
+        let a1 = try #require(try db.claim().first)
         #expect(try db.store.finish([.dead(a1, "BadDeviceToken")], worker: "w1", now: t0) == [true])
         let device = try #require(try db.store.device(id: a))
         #expect(device.lastDeliveryError == "BadDeviceToken")
-        #expect(try claim().map(\.label) == ["a2"])
+        #expect(try db.claim().map(\.label) == ["a2"])
         #expect(try db.store.countDeadLetters(DeadLetterFilter()) == 1)
     }
 
-    @Test func removeDeviceDeletesItsJobsAndLeavesATombstone() throws {
+    @Test(arguments: StoreKind.allCases) func removeDeviceDeletesItsJobsAndLeavesATombstone(_ kind: StoreKind) throws {
+        let db = try TestDatabase(kind)
         let a = try db.device(1)
         try db.enqueue(a, "a1", "a2", "a3")
-        let a1 = try #require(try claim().first)
+        let a1 = try #require(try db.claim().first)
         let outcome = JobOutcome(jobID: a1.id, attempt: a1.attempt, kind: .removeDevice(reason: "Unregistered"))
         #expect(try db.store.finish([outcome], worker: "w1", now: t0) == [true])
         #expect(try db.store.device(id: a) == nil)
@@ -83,13 +83,14 @@ import Testing
         #expect(try db.store.liveJobCount() == 0)
     }
 
-    @Test func anAnswerForALeaseThatExpiredAndWasTakenOverChangesNothing() throws {
+    @Test(arguments: StoreKind.allCases) func anAnswerForALeaseThatExpiredAndWasTakenOverChangesNothing(_ kind: StoreKind) throws {
+        let db = try TestDatabase(kind)
         let a = try db.device(1)
         try db.enqueue(a, "a1")
-        let stale = try #require(try claim("w1", lease: .seconds(60)).first)
+        let stale = try #require(try db.claim("w1", lease: .seconds(60)).first)
         #expect(try db.store.rescueExpiredLeases(now: t0 + 59_999) == 0)
         #expect(try db.store.rescueExpiredLeases(now: t0 + 60_000) == 1)
-        let fresh = try #require(try claim("w2", at: t0 + 60_000).first)
+        let fresh = try #require(try db.claim("w2", at: t0 + 60_000).first)
         #expect(fresh.id == stale.id && fresh.attempt == 2)
         #expect(try db.store.finish([.delivered(stale)], worker: "w1", now: t0 + 60_001) == [false])
         // Even the same worker answering for the older attempt is ignored.
@@ -99,7 +100,8 @@ import Testing
         #expect(try db.store.finish([.delivered(fresh)], worker: "w2", now: t0 + 60_002) == [true])
     }
 
-    @Test func aBatchWhoseDeviceVanishedStoresTheRestAndSaysWhich() throws {
+    @Test(arguments: StoreKind.allCases) func aBatchWhoseDeviceVanishedStoresTheRestAndSaysWhich(_ kind: StoreKind) throws {
+        let db = try TestDatabase(kind)
         let a = try db.device(1)
         let results = try db.store.enqueue([
             NewJob(deviceID: a, publicID: "p1", payload: [1]),
@@ -110,34 +112,37 @@ import Testing
         #expect(try db.store.liveJobCount() == 2)
     }
 
-    @Test func releasedJobsAreDueAtOnceWithoutSpendingAnAttempt() throws {
+    @Test(arguments: StoreKind.allCases) func releasedJobsAreDueAtOnceWithoutSpendingAnAttempt(_ kind: StoreKind) throws {
+        let db = try TestDatabase(kind)
         let a = try db.device(1)
         try db.enqueue(a, "a1")
-        let job = try #require(try claim("w1").first)
+        let job = try #require(try db.claim("w1").first)
         #expect(try db.store.release(jobIDs: [job.id], worker: "other", now: t0) == 0)
         #expect(try db.store.release(jobIDs: [job.id], worker: "w1", now: t0 + 5) == 1)
-        let again = try #require(try claim("w2", at: t0 + 5).first)
+        let again = try #require(try db.claim("w2", at: t0 + 5).first)
         #expect(again.id == job.id && again.attempt == 1)
     }
 
-    @Test func makeRetryableDueSendsTheBacklogWithoutWaitingOutBackoff() throws {
+    @Test(arguments: StoreKind.allCases) func makeRetryableDueSendsTheBacklogWithoutWaitingOutBackoff(_ kind: StoreKind) throws {
+        let db = try TestDatabase(kind)
         let a = try db.device(1)
         let b = try db.device(2)
         try db.enqueue(a, "a1")
         try db.enqueue(b, "b1")
-        let jobs = try claim()
+        let jobs = try db.claim()
         _ = try db.store.finish(jobs.map { .retry($0, at: t0 + 300_000) }, worker: "w1", now: t0)
-        #expect(try claim(at: t0 + 10).isEmpty)
+        #expect(try db.claim(at: t0 + 10).isEmpty)
         #expect(try db.store.makeRetryableDue(now: t0 + 10) == 2)
-        #expect(try claim(at: t0 + 10).count == 2)
+        #expect(try db.claim(at: t0 + 10).count == 2)
     }
 
-    @Test func replayRequeuesMatchingDeadLettersBehindWhatIsQueued() throws {
+    @Test(arguments: StoreKind.allCases) func replayRequeuesMatchingDeadLettersBehindWhatIsQueued(_ kind: StoreKind) throws {
+        let db = try TestDatabase(kind)
         let a = try db.device(1)
         let b = try db.device(2)
         try db.enqueue(a, "a1")
         try db.enqueue(b, "b1")
-        let first = try claim()
+        let first = try db.claim()
         _ = try db.store.finish([.dead(first[0], "BadDeviceToken"), .dead(first[1], "Expired")], worker: "w1", now: t0 + 100)
         try db.enqueue(a, "a2", "a3")
 
@@ -150,46 +155,49 @@ import Testing
         #expect(try db.store.countDeadLetters(DeadLetterFilter()) == 1)
         // a2 and a3 were queued first; the replayed a1 waits behind both (as `replay --help` says) with a fresh
         // attempt count and TTL.
-        let heads = try claim(at: t0 + 200)
+        let heads = try db.claim(at: t0 + 200)
         #expect(heads.map(\.label) == ["a2"])
         _ = try db.store.finish([.delivered(heads[0])], worker: "w1", now: t0 + 201)
-        let next = try claim(at: t0 + 201)
+        let next = try db.claim(at: t0 + 201)
         #expect(next.map(\.label) == ["a3"], "the newer job keeps its place ahead of the replayed one")
         _ = try db.store.finish([.delivered(next[0])], worker: "w1", now: t0 + 201)
-        let replayed = try #require(try claim(at: t0 + 201).first)
+        let replayed = try #require(try db.claim(at: t0 + 201).first)
         #expect(replayed.label == "a1" && replayed.attempt == 1 && replayed.expiresAt == t0 + 200 + 60_000)
     }
 
     /// Issue 13: a token that dead-letters everything cannot fill the disk: past the budget, oldest go first.
-    @Test func deadLettersOverTheBudgetArePurgedOldestFirst() throws {
+    @Test(arguments: StoreKind.allCases) func deadLettersOverTheBudgetArePurgedOldestFirst(_ kind: StoreKind) throws {
+        let db = try TestDatabase(kind)
         let a = try db.device(1)
         for n in 0..<5 {
             try db.enqueue(a, "d\(n)")
-            let head = try #require(try claim().first)
+            let head = try #require(try db.claim().first)
             _ = try db.store.finish([.dead(head, "BadDeviceToken")], worker: "w1", now: t0 + Int64(n))
         }
         #expect(try db.store.purgeDeadLetters(keeping: 2) == 3)
         #expect(try db.store.purgeDeadLetters(keeping: 2) == 0)
         #expect(try db.store.replayDeadLetters(DeadLetterFilter(), limit: 10, now: t0 + 10, ttl: .seconds(60)) == 2)
-        #expect(try claim(at: t0 + 10).map(\.label) == ["d3"], "the two newest were kept")
+        #expect(try db.claim(at: t0 + 10).map(\.label) == ["d3"], "the two newest were kept")
     }
 
-    @Test func deadLettersArePurgedAfterRetention() throws {
+    @Test(arguments: StoreKind.allCases) func deadLettersArePurgedAfterRetention(_ kind: StoreKind) throws {
+        let db = try TestDatabase(kind)
         let a = try db.device(1)
         try db.enqueue(a, "a1")
-        let job = try #require(try claim().first)
+        let job = try #require(try db.claim().first)
         _ = try db.store.finish([.dead(job, "Expired")], worker: "w1", now: t0 + 1000)
         #expect(try db.store.purgeDeadLetters(before: t0 + 1000) == 0)
         #expect(try db.store.purgeDeadLetters(before: t0 + 1001) == 1)
         #expect(try db.store.countDeadLetters(DeadLetterFilter()) == 0)
     }
 
-    @Test func statsCountDevicesJobsByStateDeadLettersAndOldestAge() throws {
+    @Test(arguments: StoreKind.allCases) func statsCountDevicesJobsByStateDeadLettersAndOldestAge(_ kind: StoreKind) throws {
+        let db = try TestDatabase(kind)
         let a = try db.device(1)
         let b = try db.device(2)
         try db.enqueue(a, "a1", "a2", now: t0 + 10)
         try db.enqueue(b, "b1", now: t0 + 20)
-        let jobs = try claim(at: t0 + 30)
+        let jobs = try db.claim(at: t0 + 30)
         _ = try db.store.finish([.dead(jobs[1], "BadDeviceToken")], worker: "w1", now: t0 + 40)
         let stats = try db.store.stats()
         #expect(stats.devices == 2 && stats.tombstones == 0)
@@ -198,40 +206,44 @@ import Testing
         #expect(stats.oldestJobCreatedAt == t0 + 10)
     }
 
-    @Test func claimPicksTheLongestWaitingFirstAndHonoursTheLimit() throws {
+    @Test(arguments: StoreKind.allCases) func claimPicksTheLongestWaitingFirstAndHonoursTheLimit(_ kind: StoreKind) throws {
+        let db = try TestDatabase(kind)
         for seed in 1...5 {
             try db.enqueue(try db.device(seed), "d\(seed)", now: t0 + Int64(10 - seed))
         }
-        #expect(try claim(limit: 2, at: t0 + 100).map(\.label) == ["d4", "d5"].sorted())
-        #expect(try claim(limit: 0).isEmpty)
+        #expect(try db.claim(limit: 2, at: t0 + 100).map(\.label) == ["d4", "d5"].sorted())
+        #expect(try db.claim(limit: 0).isEmpty)
     }
 
-    @Test func aPostponedHeadWaitsWithoutSpendingAnAttemptAndStillBlocksItsDevice() throws {
+    @Test(arguments: StoreKind.allCases) func aPostponedHeadWaitsWithoutSpendingAnAttemptAndStillBlocksItsDevice(_ kind: StoreKind) throws {
+        let db = try TestDatabase(kind)
         let a = try db.device(1)
         try db.enqueue(a, "a1", "a2")
-        let head = try #require(try claim().first)
+        let head = try #require(try db.claim().first)
         #expect(try db.store.finish([JobOutcome(jobID: head.id, attempt: head.attempt, kind: .postpone(until: t0 + 5000))],
                                     worker: "w1", now: t0) == [true])
-        #expect(try claim(at: t0 + 4999).isEmpty, "neither the head nor the job behind it")
-        let again = try #require(try claim(at: t0 + 5000).first)
+        #expect(try db.claim(at: t0 + 4999).isEmpty, "neither the head nor the job behind it")
+        let again = try #require(try db.claim(at: t0 + 5000).first)
         #expect(again.id == head.id && again.attempt == 1)
     }
 
-    @Test func jobsMergedIntoADigestCompleteWithIt() throws {
+    @Test(arguments: StoreKind.allCases) func jobsMergedIntoADigestCompleteWithIt(_ kind: StoreKind) throws {
+        let db = try TestDatabase(kind)
         let a = try db.device(1)
         try db.enqueue(a, "a1", "a2", "a3", "a4")
-        let head = try #require(try claim().first)
+        let head = try #require(try db.claim().first)
         let pending = try db.store.pendingJobs(deviceID: a, limit: 2)
         #expect(pending.map { String(decoding: $0.payload, as: UTF8.self) } == ["a2", "a3"])
         _ = try db.store.finish([JobOutcome(jobID: head.id, attempt: head.attempt, kind: .delivered, merged: pending.map(\.asMerged))],
                                 worker: "w1", now: t0)
-        #expect(try claim().map(\.label) == ["a4"], "a4 was not merged: it is next, in order")
+        #expect(try db.claim().map(\.label) == ["a4"], "a4 was not merged: it is next, in order")
     }
 
-    @Test func jobsMergedIntoARejectedDigestAreDeadLetteredWithIt() throws {
+    @Test(arguments: StoreKind.allCases) func jobsMergedIntoARejectedDigestAreDeadLetteredWithIt(_ kind: StoreKind) throws {
+        let db = try TestDatabase(kind)
         let a = try db.device(1)
         try db.enqueue(a, "a1", "a2", "a3")
-        let head = try #require(try claim().first)
+        let head = try #require(try db.claim().first)
         let pending = try db.store.pendingJobs(deviceID: a, limit: 10)
         _ = try db.store.finish([JobOutcome(jobID: head.id, attempt: head.attempt, kind: .deadLetter(reason: "BadDeviceToken"),
                                             merged: pending.map(\.asMerged))], worker: "w1", now: t0)

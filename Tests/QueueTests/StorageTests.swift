@@ -7,10 +7,10 @@ import Testing
 @Suite struct StorageTests {
     @Test func connectionsUseWALForeignKeysAndSecureDelete() throws {
         let db = try TestDatabase()
-        #expect(try db.store.pragma("journal_mode") == "wal")
-        #expect(try db.store.pragma("foreign_keys") == "1")
-        #expect(try db.store.pragma("secure_delete") == "1")
-        #expect(try db.store.pragma("synchronous") == "1", "NORMAL by default")
+        #expect(try db.sqlite.pragma("journal_mode") == "wal")
+        #expect(try db.sqlite.pragma("foreign_keys") == "1")
+        #expect(try db.sqlite.pragma("secure_delete") == "1")
+        #expect(try db.sqlite.pragma("synchronous") == "1", "NORMAL by default")
         let full = try SQLiteStore(path: db.directory.path("full.db"), options: .init(synchronousFull: true), now: 0)
         #expect(try full.pragma("synchronous") == "2")
     }
@@ -25,7 +25,7 @@ import Testing
         #expect(try fileContents(db.path, containing: marker), "the test must see the marker before it is deleted")
         let job = try #require(try db.store.claim(worker: "w", limit: 1, now: TestDatabase.t0, lease: .seconds(60)).first)
         _ = try db.store.finish([.delivered(job)], worker: "w", now: TestDatabase.t0)
-        try db.store.checkpoint()
+        try db.sqlite.checkpoint()
         #expect(try !fileContents(db.path, containing: marker))
     }
 
@@ -37,28 +37,43 @@ import Testing
         return false
     }
 
-    @Test func migrationsApplyOnceAndAreRecorded() throws {
-        let db = try TestDatabase()
-        _ = try SQLiteStore(path: db.path, now: TestDatabase.t0 + 1)
-        _ = try SQLiteStore(path: db.path, now: TestDatabase.t0 + 2)
-        let rows = try RawSQLite(path: db.path).query("SELECT version, applied_at FROM schema_migrations ORDER BY version")
-        #expect(rows.count == SQLiteStore.schemaVersion)
+    @Test(arguments: StoreKind.allCases) func migrationsApplyOnceAndAreRecorded(_ kind: StoreKind) throws {
+        let db = try TestDatabase(kind)
+        _ = try kind.open(db.location, now: TestDatabase.t0 + 1)
+        _ = try kind.open(db.location, now: TestDatabase.t0 + 2)
+        let rows = try kind.rawQuery(db.location, "SELECT version, applied_at FROM schema_migrations ORDER BY version")
+        #expect(rows.count == (kind == .sqlite ? SQLiteStore.schemaVersion : PostgresStore.schemaVersion))
         #expect(rows.allSatisfy { $0[1] == String(TestDatabase.t0) }, "applied by the first open only")
     }
 
-    @Test func aDatabaseMigratedByANewerBinaryIsRefused() throws {
-        let db = try TestDatabase()
-        try RawSQLite(path: db.path).execute("INSERT INTO schema_migrations VALUES (\(SQLiteStore.schemaVersion + 1), 'future', 0)")
-        let error = #expect(throws: StoreError.self) { _ = try SQLiteStore(path: db.path, now: 0) }
+    /// Several processes starting together on an empty database: one migrates, the others wait for it and find
+    /// nothing left to do (SQLite: the write lock; PostgreSQL: an advisory lock).
+    @Test(arguments: StoreKind.allCases) func storesOpenedTogetherMigrateOnce(_ kind: StoreKind) async throws {
+        let directory = TemporaryDirectory()
+        let location = try kind.freshLocation(in: directory)
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for offset in 1...4 {
+                group.addTask { _ = try kind.open(location, now: TestDatabase.t0 + Int64(offset)) }
+            }
+            try await group.waitForAll()
+        }
+        let versions = try kind.rawQuery(location, "SELECT version FROM schema_migrations ORDER BY version").map { $0[0] }
+        #expect(versions == (1...(kind == .sqlite ? SQLiteStore.schemaVersion : PostgresStore.schemaVersion)).map(String.init))
+    }
+
+    @Test(arguments: StoreKind.allCases) func aDatabaseMigratedByANewerBinaryIsRefused(_ kind: StoreKind) throws {
+        let db = try TestDatabase(kind)
+        try kind.rawQuery(db.location, "INSERT INTO schema_migrations VALUES (\(SQLiteStore.schemaVersion + 1), 'future', 0)")
+        let error = #expect(throws: StoreError.self) { _ = try kind.open(db.location, now: 0) }
         #expect(error?.code == .newerSchema)
         #expect(error?.message.contains("newer") == true)
     }
 
-    @Test func aForeignDatabaseIsRefused() throws {
+    @Test(arguments: StoreKind.allCases) func aForeignDatabaseIsRefused(_ kind: StoreKind) throws {
         let directory = TemporaryDirectory()
-        let path = directory.path("other.db")
-        try RawSQLite(path: path).execute("CREATE TABLE customers (id INTEGER PRIMARY KEY)")
-        let error = #expect(throws: StoreError.self) { _ = try SQLiteStore(path: path, now: 0) }
+        let location = try kind.freshLocation(in: directory)
+        try kind.rawQuery(location, "CREATE TABLE customers (id INTEGER PRIMARY KEY)")
+        let error = #expect(throws: StoreError.self) { _ = try kind.open(location, now: 0) }
         #expect(error?.code == .notADatabase)
     }
 

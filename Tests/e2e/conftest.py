@@ -64,7 +64,11 @@ def relays(relay_binary, tmp_path, fake_apns):
         if command == "deliver":
             env["PORT"] = str(free_port())  # unused by deliver, but keeps processes from sharing anything
         relay = Relay(relay_binary, command, env, tmp_path / f"{command}-{len(started)}.log")
-        if command != "deliver":
+        # A deliverer has no /health; its metrics listener answering shows it started (one that exits at start-up,
+        # e.g. on a setting it refuses, fails here with its exit code instead of as a later timeout).
+        if command == "deliver":
+            relay.wait_metrics()
+        else:
             relay.wait_healthy()
         started.append(relay)
         return relay

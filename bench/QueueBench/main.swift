@@ -11,6 +11,9 @@ import Queue
 // Both claim runs have the same shape — 1,000 devices, each with jobs waiting behind its head, so every
 // completion promotes the next job — and differ only in how much is queued: 10 or 1,000 jobs per device.
 // Usage: QueueBench DIRECTORY [--million N]   (N defaults to 1,000,000)
+//        QueueBench postgres URL_ENQUEUE URL_10K URL_1M [--million N]
+//                                                  the same enqueue and claim figures on PostgreSQL, one empty
+//                                                  database per run (no raw_insert_rps)
 //        QueueBench prefill DATABASE JOBS DEVICES  (fills a relay database for the delivery benchmarks; prints the
 //                                                   device tokens' seed range on stderr)
 
@@ -58,7 +61,7 @@ func freshStore(_ name: String) throws -> (SQLiteStore, [String], String) {
 let payload = AlertEvent(kind: .monitor, status: .down, monitorID: 1, monitorName: "Shop API",
                          message: "Request failed with status code 503").jobPayload
 
-func enqueue(_ store: SQLiteStore, _ ids: [String], perDevice: Int) throws -> Double {
+func enqueue(_ store: any RelayStore, _ ids: [String], perDevice: Int) throws -> Double {
     let start = ContinuousClock.now
     var batch: [NewJob] = []
     batch.reserveCapacity(1000)
@@ -76,7 +79,7 @@ func enqueue(_ store: SQLiteStore, _ ids: [String], perDevice: Int) throws -> Do
 }
 
 /// Claims and completes `count` jobs in batches of 1,000; returns jobs/s.
-func claimAndComplete(_ store: SQLiteStore, count: Int) throws -> Double {
+func claimAndComplete(_ store: any RelayStore, count: Int) throws -> Double {
     let start = ContinuousClock.now
     var done = 0
     while done < count {
@@ -109,6 +112,38 @@ func rawInserts(path: String, ids: [String], count: Int) -> Double {
     }
     sqlite3_exec(db, "COMMIT", nil, nil, nil)
     return Double(count) / (ContinuousClock.now - start).seconds
+}
+
+/// A PostgreSQL database with the benchmark's devices.
+func postgresStore(_ url: String) throws -> (PostgresStore, [String]) {
+    let store = try PostgresStore(url: url, now: clock.nowMillis())
+    let ids = try (0..<devices).map { index in
+        try store.registerDevice(token: String(format: "%064x", index), authTokenHash: "h", now: 0, newID: { try DeviceID.generate() }).device.id
+    }
+    return (store, ids)
+}
+
+if arguments.count >= 5, arguments[1] == "postgres" {
+    do {
+        log("postgres: enqueue (100,000 jobs)")
+        let (enqueueStore, enqueueIDs) = try postgresStore(arguments[2])
+        let enqueueRate = try enqueue(enqueueStore, enqueueIDs, perDevice: 100)
+        log("postgres: claim + complete with 10,000 queued")
+        let (small, smallIDs) = try postgresStore(arguments[3])
+        _ = try enqueue(small, smallIDs, perDevice: 10)
+        let claim10k = try claimAndComplete(small, count: 10_000)
+        log("postgres: prefilling \(million) jobs (this takes a while)")
+        let (large, largeIDs) = try postgresStore(arguments[4])
+        let prefill = try enqueue(large, largeIDs, perDevice: million / devices)
+        log("postgres: claim + complete with \(million) queued")
+        let claim1m = try claimAndComplete(large, count: 10_000)
+        print("{\"enqueue_rps\":\(Int(enqueueRate)),\"claim_rate_10k\":\(Int(claim10k)),\"claim_rate_1m\":\(Int(claim1m)),"
+              + "\"prefill_rps\":\(Int(prefill)),\"queued_large\":\(million)}")
+        exit(0)
+    } catch {
+        log("failed: \(error)")
+        exit(1)
+    }
 }
 
 do {

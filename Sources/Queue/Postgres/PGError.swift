@@ -1,0 +1,39 @@
+/// A failed libpq call: the SQLSTATE, PostgreSQL's primary message (never its DETAIL, which can quote row
+/// values such as device tokens), the violated constraint if any, and the SQL text. Bound values are never part
+/// of it.
+struct PGError: Error, CustomStringConvertible {
+    /// Five characters, e.g. `23505`; "" when the failure happened before the server answered (connection lost).
+    let sqlstate: String
+    let message: String
+    let constraint: String?
+    let sql: String?
+    /// libpq reports the connection as broken: the statement's outcome is unknown and the connection must be
+    /// replaced.
+    let connectionBroken: Bool
+
+    init(sqlstate: String, message: String, constraint: String? = nil, sql: String? = nil, connectionBroken: Bool = false) {
+        self.sqlstate = sqlstate
+        self.message = message
+        self.constraint = constraint
+        self.sql = sql
+        self.connectionBroken = connectionBroken
+    }
+
+    var description: String {
+        "PostgreSQL error \(sqlstate.isEmpty ? "(no SQLSTATE)" : sqlstate): \(message)" + (sql.map { " in: \($0)" } ?? "")
+    }
+
+    var isUniqueViolation: Bool { sqlstate == "23505" }
+
+    /// Worth running the whole transaction again: a deadlock was broken by aborting us, or a serialization check failed.
+    var isTransient: Bool { sqlstate == "40P01" || sqlstate == "40001" }
+
+    /// Failures of the environment rather than of the statement: the server is gone, shutting down, out of
+    /// resources, read-only (a standby after a failover), or the statement ran past `statement_timeout`. Callers
+    /// answer these with "try again later".
+    var isEnvironmental: Bool {
+        if connectionBroken || sqlstate.isEmpty { return true }
+        let environmentalClasses = ["08", "53", "57", "58"]
+        return environmentalClasses.contains(String(sqlstate.prefix(2))) || sqlstate == "25006" || sqlstate == "55P03" || isTransient
+    }
+}

@@ -1,0 +1,43 @@
+/// A value bound to a PostgreSQL statement parameter. The SQL text casts each parameter (`$1::bigint`,
+/// `$2::bytea`), so no type OIDs are sent.
+enum PGValue {
+    case integer(Int64)
+    case text(String)
+    /// Sent in binary format: raw bytes, no escaping.
+    case bytes([UInt8])
+    case boolean(Bool)
+    case null
+
+    static func optional(_ value: Int64?) -> PGValue { value.map { .integer($0) } ?? .null }
+    static func optional(_ value: String?) -> PGValue { value.map { .text($0) } ?? .null }
+
+    /// A `text[]` parameter, written as an array literal with every element quoted.
+    static func textArray(_ values: some Sequence<String>) -> PGValue {
+        let elements = values.map { value in
+            "\"" + value.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "\"", with: "\\\"") + "\""
+        }
+        return .text("{" + elements.joined(separator: ",") + "}")
+    }
+
+    /// An `int8[]` parameter.
+    static func integerArray(_ values: some Sequence<Int64>) -> PGValue {
+        .text("{" + values.map(String.init).joined(separator: ",") + "}")
+    }
+
+    /// Whether libpq gets it in binary (1) or text (0) format.
+    var format: Int32 {
+        if case .bytes = self { return 1 }
+        return 0
+    }
+
+    /// The bytes libpq sends: text-format values NUL-terminated (libpq ignores their length), nil for NULL.
+    var wireBytes: [UInt8]? {
+        switch self {
+        case .integer(let number): return Array(String(number).utf8) + [0]
+        case .text(let text): return Array(text.utf8) + [0]
+        case .bytes(let bytes): return bytes
+        case .boolean(let flag): return flag ? [UInt8(ascii: "t"), 0] : [UInt8(ascii: "f"), 0]
+        case .null: return nil
+        }
+    }
+}

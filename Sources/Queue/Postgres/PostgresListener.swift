@@ -1,0 +1,31 @@
+/// The connection a deliverer hears about new work on: it LISTENs to `kumapush_jobs`, which writers NOTIFY in
+/// the transaction that gives a deliverer work (PostgreSQL delivers it at commit, so whoever hears it also sees the
+/// rows). `changes` counts what arrived; reading it drains the socket without a round trip, so a deliverer can
+/// poll it every few milliseconds for nothing. After a reconnect it moves once by itself: notifications sent
+/// while the connection was down are lost, so the deliverer must look.
+///
+/// Must stay a direct connection: a pooler in transaction mode (pgbouncer) does not carry LISTEN across
+/// transactions. Not thread-safe: `PostgresStore` keeps it inside a `Mutex`.
+final class PostgresListener {
+    static let channel = "kumapush_jobs"
+
+    private let link: PostgresLink
+    private var listening: PGConnection?
+    private(set) var changes: Int64 = 0
+
+    init(conninfo: String, options: PGConnection.Options) throws {
+        link = try PostgresLink(conninfo: conninfo, options: options)
+    }
+
+    /// Drains what has arrived and returns the count so far. Throws while the server cannot be reached.
+    func poll() throws -> Int64 {
+        let connection = try link.connected()
+        if connection !== listening {
+            try connection.execute("LISTEN \(Self.channel)")
+            listening = connection
+            changes += 1
+        }
+        changes += Int64(try connection.drainNotifications())
+        return changes
+    }
+}

@@ -1,0 +1,211 @@
+import Common
+import Synchronization
+
+/// `RelayStore` on PostgreSQL 15+, for several ingest and deliver processes on several hosts sharing one
+/// database. Same semantics as `SQLiteStore`: durable before acknowledged (each call commits before it returns),
+/// per-device order, leases fenced by the attempt number.
+///
+/// Two connections per store, each confined by a `Mutex` (a `PGconn` must not be used by two threads at once):
+/// one for writes, one for reads, so a webhook's tombstone lookup or `/health` does not queue behind a group commit.
+/// Both reconnect with backoff after the server went away (`PostgresLink`); meanwhile calls fail with `.unavailable`.
+public final class PostgresStore: Sendable {
+    public struct Options: Sendable {
+        /// The server cancels any statement running longer (`statement_timeout`).
+        public var statementTimeout: Duration = .seconds(30)
+        /// How long opening a connection may take (libpq `connect_timeout`, whole seconds, at least 2).
+        public var connectTimeout: Duration = .seconds(10)
+        /// A monitor not heard of for this long no longer counts towards a device's badge (TOMBSTONE_RETENTION).
+        public var monitorRetention: Duration = .seconds(30 * 86_400)
+
+        public init(statementTimeout: Duration = .seconds(30), connectTimeout: Duration = .seconds(10),
+                    monitorRetention: Duration = .seconds(30 * 86_400)) {
+            self.statementTimeout = statementTimeout
+            self.connectTimeout = connectTimeout
+            self.monitorRetention = monitorRetention
+        }
+
+        var connection: PGConnection.Options {
+            PGConnection.Options(statementTimeout: statementTimeout,
+                                 connectTimeoutSeconds: max(2, Int(connectTimeout.wholeMilliseconds / 1000)))
+        }
+    }
+
+    let options: Options
+    private let writer: Mutex<PostgresLink>
+    private let reader: Mutex<PostgresLink>
+    /// Opened on the first `changeCounter()`: only deliverers listen, so ingest processes hold two connections.
+    private let listener = Mutex<PostgresListener?>(nil)
+    private let url: String
+
+    /// Connects to `url` (a libpq URI or key=value string) and applies pending migrations.
+    public init(url: String, options: Options = Options(), now: Int64) throws(StoreError) {
+        self.options = options
+        self.url = url
+        do {
+            let writeLink = try PostgresLink(conninfo: url, options: options.connection)
+            try PostgresMigrations.apply(on: try writeLink.connected(), now: now)
+            let readLink = try PostgresLink(conninfo: url, options: options.connection)
+            writer = Mutex(writeLink)
+            reader = Mutex(readLink)
+        } catch {
+            throw Self.storeError(error)
+        }
+    }
+
+    /// Whether `location` names a PostgreSQL database (`DATABASE_URL`) rather than a file.
+    public static func isDatabaseURL(_ location: String) -> Bool {
+        location.hasPrefix("postgres://") || location.hasPrefix("postgresql://") || location.contains("=")
+    }
+
+    /// The linked libpq version, e.g. `15.18`.
+    public static var libraryVersion: String { PGConnection.libraryVersion }
+
+    /// The schema version this binary migrates to.
+    public static var schemaVersion: Int { PostgresMigrations.latestVersion }
+
+    /// Runs one or more statements outside a transaction on the read connection (reads are single statements:
+    /// each sees a consistent snapshot of its own). libpq notices a connection the server dropped (a restart, a
+    /// failover) only when a statement fails on it; a read is harmless to repeat, so it runs once more, on a new
+    /// connection, rather than answer 503 while the database is back.
+    func read<T: Sendable>(_ body: (PGConnection) throws -> T) throws(StoreError) -> T {
+        do {
+            return try reader.withLock { link in
+                do {
+                    return try body(try link.connected())
+                } catch let error as PGError where error.connectionBroken {
+                    return try body(try link.connected())
+                }
+            }
+        } catch {
+            throw Self.storeError(error)
+        }
+    }
+
+    /// Runs `body` in a transaction on the write connection. A transaction PostgreSQL aborted to break a deadlock
+    /// runs again (a few times), since nothing of it was committed; so does one whose BEGIN found the connection
+    /// dropped (nothing was sent). A connection lost after BEGIN is not retried: the caller answers 503, since
+    /// the transaction may or may not have committed.
+    func write<T: Sendable>(_ body: (PGConnection) throws -> T) throws(StoreError) -> T {
+        do {
+            return try writer.withLock { link in
+                var attempt = 0
+                while true {
+                    attempt += 1
+                    var began = false
+                    do {
+                        let connection = try link.connected()
+                        try connection.execute("BEGIN")
+                        began = true
+                        do {
+                            let result = try body(connection)
+                            try connection.execute("COMMIT")
+                            return result
+                        } catch {
+                            if !connection.isBroken { try? connection.execute("ROLLBACK") }
+                            throw error
+                        }
+                    } catch let error as PGError where attempt < 5 && (error.isTransient || error.connectionBroken && !began && attempt == 1) {
+                        continue
+                    }
+                }
+            }
+        } catch {
+            throw Self.storeError(error)
+        }
+    }
+
+    /// Runs one statement on the write connection, committed on its own.
+    func writeStatement<T: Sendable>(_ body: (PGConnection) throws -> T) throws(StoreError) -> T {
+        do {
+            return try writer.withLock { link in try body(try link.connected()) }
+        } catch {
+            throw Self.storeError(error)
+        }
+    }
+
+    /// Wakes deliverers (`changeCounter`) when the transaction `db` is in commits: NOTIFY is transactional, so a
+    /// deliverer that hears it sees the rows, and one that would not see them never hears it.
+    static func notifyDeliverers(_ db: PGConnection) throws {
+        try db.execute("NOTIFY \(PostgresListener.channel)")
+    }
+
+    /// `notifyDeliverers` for a change already committed (single statements that run outside a transaction). A
+    /// failure is ignored: the change was committed, and deliverers look at the queue every second anyway.
+    func signalChange() {
+        _ = try? writeStatement { db in try Self.notifyDeliverers(db) }
+    }
+
+    static func storeError(_ error: any Error) -> StoreError {
+        switch error {
+        case let error as StoreError: return error
+        case let error as PGError where error.isEnvironmental: return StoreError(.unavailable, error.description)
+        default: return StoreError(.failed, "\(error)")
+        }
+    }
+
+    public func ping() throws(StoreError) {
+        _ = try read { db in try db.rows("SELECT count(*) FROM schema_migrations") { $0.int(0) } }
+    }
+
+    /// Counts NOTIFYs heard on a dedicated LISTEN connection (`PostgresListener`): no round trip per poll.
+    public func changeCounter() throws(StoreError) -> Int64 {
+        do {
+            return try listener.withLock { listener in
+                if listener == nil { listener = try PostgresListener(conninfo: url, options: options.connection) }
+                return try listener!.poll()
+            }
+        } catch {
+            throw Self.storeError(error)
+        }
+    }
+
+    public func hasDueJobs(now: Int64) throws(StoreError) -> Bool {
+        try read { db in
+            try db.rows("SELECT EXISTS (SELECT 1 FROM jobs WHERE state IN ('available', 'retryable') AND scheduled_at <= $1::bigint)",
+                        [.integer(now)]) { $0.bool(0) }.first ?? false
+        }
+    }
+
+    public func recordPause(worker: String, reason: String?, now: Int64) throws(StoreError) {
+        _ = try writeStatement { db in
+            if let reason {
+                try db.run("""
+                    INSERT INTO delivery_pauses (worker, reason, updated_at) VALUES ($1::text, $2::text, $3::bigint)
+                    ON CONFLICT (worker) DO UPDATE SET reason = excluded.reason, updated_at = excluded.updated_at
+                    """, [.text(worker), .text(reason), .integer(now)])
+            } else {
+                try db.run("DELETE FROM delivery_pauses WHERE worker = $1::text", [.text(worker)])
+            }
+        }
+    }
+
+    public func currentPause(since: Int64) throws(StoreError) -> String? {
+        try read { db in
+            try db.rows("SELECT reason FROM delivery_pauses WHERE updated_at >= $1::bigint ORDER BY updated_at DESC LIMIT 1",
+                        [.integer(since)]) { $0.text(0) }.first
+        }
+    }
+
+    public func liveJobCount() throws(StoreError) -> Int {
+        try read { db in try db.rows("SELECT count(*) FROM jobs WHERE state <> 'discarded'") { $0.int(0) }.first ?? 0 }
+    }
+
+    public func stats() throws(StoreError) -> QueueStats {
+        try read { db in
+            let devices = try db.rows("SELECT count(*) FROM devices") { $0.int(0) }.first ?? 0
+            let tombstones = try db.rows("SELECT count(*) FROM tombstones") { $0.int(0) }.first ?? 0
+            var byState: [JobState: Int] = [:]
+            for (state, count) in try db.rows("SELECT state, count(*) FROM jobs GROUP BY state", [], { ($0.text(0), $0.int(1)) }) {
+                if let state = JobState(rawValue: state) { byState[state] = count }
+            }
+            var byReason: [String: Int] = [:]
+            for (reason, count) in try db.rows(
+                "SELECT last_error, count(*) FROM jobs WHERE state = 'discarded' GROUP BY last_error", [], { ($0.text(0), $0.int(1)) }) {
+                byReason[reason] = count
+            }
+            let oldest = try db.rows("SELECT min(created_at) FROM jobs WHERE state <> 'discarded'") { $0.optionalInt64(0) }.first ?? nil
+            return QueueStats(devices: devices, tombstones: tombstones, jobsByState: byState,
+                              deadLettersByReason: byReason, oldestJobCreatedAt: oldest)
+        }
+    }
+}

@@ -1,0 +1,250 @@
+"""The relay on PostgreSQL (DATABASE_URL): several processes sharing one database with SQLite's guarantees."""
+import concurrent.futures
+import pathlib
+import subprocess
+import signal
+import threading
+
+import pytest
+
+from conftest import TLS
+from postgres_server import PostgresServer
+from relayproc import free_port, request, wait_until
+from test_delivery import alert, register, token
+
+
+@pytest.fixture(scope="module")
+def postgres():
+    server = PostgresServer().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def database(postgres):
+    """A fresh database: (its name, its DATABASE_URL)."""
+    name = postgres.create_database()
+    return name, postgres.url(name)
+
+
+def test_stats_and_a_wrong_url_name_the_variable_never_the_password(relay, database):
+    _, url = database
+    result = relay("stats", "--json", env={"DATABASE_URL": url})
+    assert result.returncode == 0, result.stderr
+    assert '"devices":0' in result.stdout.replace(" ", "")
+
+    unreachable = "postgresql://relay:hunter2@127.0.0.1:1/kumapush?connect_timeout=2"
+    result = relay("stats", env={"DATABASE_URL": unreachable})
+    assert result.returncode == 1
+    assert "DATABASE_URL" in result.stderr and "hunter2" not in result.stderr
+
+
+
+def test_serve_on_postgres_delivers_and_replay_and_stats_work(relays, relay, fake_apns, database):
+    """The single-process setup on PostgreSQL, and the operator commands against the same database."""
+    _, url = database
+    serve = relays("serve", DATABASE_URL=url, DEVICE_BURST="off")
+    good, _ = register(serve, 9100)
+    bad, _ = register(serve, 9101)
+    fake_apns.by_token[token(9101)] = (400, "BadDeviceToken")
+    for device in (good, bad):
+        status, body, _ = request("POST", f"{serve.base}/wh/{device}", alert(1, "M", 0, "down"))
+        assert status == 202, body
+    wait_until(lambda: fake_apns.bodies(token(9100)) == ["down"], what="the push on serve")
+    wait_until(lambda: fake_apns.count(400) == 1, what="the rejection")
+    wait_until(lambda: '"BadDeviceToken":1' in relay("stats", "--json", env={"DATABASE_URL": url}).stdout.replace(" ", ""),
+               what="the dead letter in stats")
+    del fake_apns.by_token[token(9101)]
+    result = relay("replay", "--reason", "BadDeviceToken", env={"DATABASE_URL": url})
+    assert result.returncode == 0, result.stderr
+    wait_until(lambda: fake_apns.bodies(token(9101)) == ["down"], what="the replayed push")
+
+def test_ingest_and_two_deliverers_on_postgres_deliver_every_acknowledged_webhook_in_order(relays, fake_apns, postgres, database):
+    """1 ingest + 2 deliver processes on one PostgreSQL database; 4,000 webhooks over 200 devices; one deliverer is
+    killed with SIGKILL midway. Every acknowledged webhook reaches APNs and each device's pushes arrive in order."""
+    name, url = database
+    ingest = relays("ingest", DATABASE_URL=url, RATE_LIMIT_WEBHOOK="off", RATE_LIMIT_REGISTER="off")
+    # Digests would merge each device's alerts; this test is about order across processes, so each alert is a push.
+    first = relays("deliver", DATABASE_URL=url, LEASE_TIMEOUT="2s", APNS_REQUEST_TIMEOUT="1500ms", DEVICE_BURST="off")
+    relays("deliver", DATABASE_URL=url, LEASE_TIMEOUT="2s", APNS_REQUEST_TIMEOUT="1500ms", DEVICE_BURST="off")
+    devices = [register(ingest, 5000 + n)[0] for n in range(200)]
+    accepted = {}
+    killed = threading.Event()
+
+    def post_all(worker):
+        for n in range(20):
+            for index in range(worker, 200, 8):
+                status, body, _ = request("POST", f"{ingest.base}/wh/{devices[index]}", alert(index, "M", n % 2, f"{n}"))
+                assert status == 202, body
+                accepted[body["id"]] = (index, n)
+                if len(accepted) >= 2000 and not killed.is_set():
+                    killed.set()
+                    first.signal(signal.SIGKILL)
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=8) as pool:
+        list(pool.map(post_all, range(8)))
+    assert len(accepted) == 4000 and killed.is_set()
+
+    # At least once: the killed process's in-flight pushes may arrive twice, so wait for every id, not a count.
+    def delivered_ids():
+        return {p["headers"]["apns-id"] for p in fake_apns.pushes(status=200)}
+    wait_until(lambda: set(accepted) <= delivered_ids(), timeout=120, what="every acknowledged webhook to be delivered")
+    for index in range(200):
+        bodies = fake_apns.bodies(token(5000 + index))
+        deduplicated = [b for i, b in enumerate(bodies) if i == 0 or bodies[i - 1] != b]
+        assert deduplicated == [str(n) for n in range(20)], f"device {index}: {bodies}"
+    assert postgres.query(name, "SELECT count(*) FROM jobs WHERE state <> 'discarded'") == [["0"]]
+
+
+
+def test_two_ingests_and_three_deliverers_with_an_ingest_and_a_deliverer_killed_keep_every_acknowledged_webhook_in_order(
+        relays, fake_apns, postgres, database):
+    """Several hosts on one machine: 2 ingest and 3 deliver processes on one database; 6,000 webhooks over 300
+    devices, each device's alerts alternating between the two ingests; midway one deliverer is SIGKILLed and one
+    ingest is SIGKILLed and started again on its port. Every acknowledged webhook is delivered and each device's
+    pushes arrive in the order they were acknowledged (a webhook whose ingest died before answering is sent again
+    to the other, and may arrive twice: at least once)."""
+    name, url = database
+    settings = dict(DATABASE_URL=url, RATE_LIMIT_WEBHOOK="off", RATE_LIMIT_REGISTER="off")
+    ingests = [relays("ingest", **settings), relays("ingest", **settings)]
+    deliverers = [relays("deliver", DATABASE_URL=url, LEASE_TIMEOUT="2s", APNS_REQUEST_TIMEOUT="1500ms", DEVICE_BURST="off")
+                  for _ in range(3)]
+    devices = [register(ingests[0], 6000 + n)[0] for n in range(300)]
+    accepted = {}
+    lock = threading.Lock()
+    killed = threading.Event()
+
+    def post_all(worker):
+        for n in range(20):
+            for index in range(worker, 300, 8):
+                target = (n + index) % 2
+                while True:
+                    try:
+                        status, body, _ = request("POST", f"{ingests[target].base}/wh/{devices[index]}",
+                                                  alert(index, "M", n % 2, f"{n}"), timeout=5)
+                    except OSError:
+                        target = 1 - target  # that ingest is gone: the other one takes the webhook
+                        continue
+                    if status == 202:
+                        break
+                    assert status == 503, body
+                with lock:
+                    accepted[body["id"]] = (index, n)
+                    if len(accepted) >= 3000 and not killed.is_set():
+                        killed.set()
+                        deliverers[0].signal(signal.SIGKILL)
+                        ingests[1].signal(signal.SIGKILL)
+                        ingests[1] = relays("ingest", PORT=ingests[1].port, **settings)
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=8) as pool:
+        list(pool.map(post_all, range(8)))
+    assert len(accepted) == 6000 and killed.is_set()
+
+    def delivered_ids():
+        return {p["headers"]["apns-id"] for p in fake_apns.pushes(status=200)}
+    wait_until(lambda: set(accepted) <= delivered_ids(), timeout=180, what="every acknowledged webhook to be delivered")
+    for index in range(300):
+        bodies = fake_apns.bodies(token(6000 + index))
+        deduplicated = [b for i, b in enumerate(bodies) if i == 0 or bodies[i - 1] != b]
+        assert deduplicated == [str(n) for n in range(20)], f"device {index}: {bodies}"
+    assert postgres.query(name, "SELECT count(*) FROM jobs WHERE state <> 'discarded'") == [["0"]]
+
+def test_while_postgres_is_down_ingest_answers_503_and_recovers_without_a_restart(relays, fake_apns, postgres, database):
+    """PostgreSQL restarted under the relay: every webhook answered 202 while it was up is delivered, those sent
+    while it was down get 503 (never a false 202), and both processes carry on once it is back."""
+    name, url = database
+    ingest = relays("ingest", DATABASE_URL=url, RATE_LIMIT_WEBHOOK="off", RATE_LIMIT_REGISTER="off")
+    relays("deliver", DATABASE_URL=url, DEVICE_BURST="off")
+    device, _ = register(ingest, 7000)
+    accepted, refused = [], 0
+
+    def post(n):
+        status, body, _ = request("POST", f"{ingest.base}/wh/{device}", alert(1, "M", n % 2, f"{n}"))
+        assert status in (202, 503), (status, body)
+        if status == 202:
+            accepted.append(body["id"])
+        return status
+
+    for n in range(20):
+        assert post(n) == 202
+    postgres.stop_server()
+    try:
+        statuses = [post(n) for n in range(20, 40)]
+        assert statuses.count(503) == 20, statuses
+        status, _, _ = request("GET", f"{ingest.base}/health")
+        assert status == 503
+    finally:
+        postgres.start_server()
+    wait_until(lambda: post(40) == 202, timeout=30, what="ingest to accept webhooks again")
+
+    def delivered_ids():
+        return {p["headers"]["apns-id"] for p in fake_apns.pushes(status=200)}
+    wait_until(lambda: set(accepted) <= delivered_ids(), timeout=60, what="every acknowledged webhook to be delivered")
+    assert len(accepted) == 21
+
+
+def test_migrate_store_moves_a_sqlite_relay_to_postgres_and_its_webhook_urls_keep_working(relays, relay_binary, fake_apns,
+                                                                                          postgres, database, tmp_path):
+    """A single-host relay's queue (accepted while no deliverer ran) moves to PostgreSQL with `migrate-store`; a
+    second run moves nothing more; on PostgreSQL the old webhook URLs still work and every push goes out in order."""
+    name, url = database
+    sqlite_ingest = relays("ingest", RATE_LIMIT_WEBHOOK="off")
+    devices = [register(sqlite_ingest, 8000 + n)[0] for n in range(3)]
+    for n in range(5):
+        for index, device in enumerate(devices):
+            status, body, _ = request("POST", f"{sqlite_ingest.base}/wh/{device}", alert(index, "M", n % 2, f"{n}"))
+            assert status == 202, body
+    sqlite_ingest.stop()
+
+    def migrate():
+        return subprocess.run([str(relay_binary), "migrate-store", "--from", str(tmp_path / "relay.db"), "--to", url],
+                              capture_output=True, text=True, timeout=60)
+    first = migrate()
+    assert first.returncode == 0, first.stderr
+    assert first.stdout.startswith("moved 3 devices (0 already there), 0 tombstones, 15 jobs"), first.stdout
+    again = migrate()
+    assert again.returncode == 0 and again.stdout.startswith("moved 0 devices (3 already there), 0 tombstones, 0 jobs"), again.stdout
+    assert postgres.query(name, "SELECT count(*) FROM jobs") == [["15"]]
+
+    ingest = relays("ingest", DATABASE_URL=url, RATE_LIMIT_WEBHOOK="off")
+    relays("deliver", DATABASE_URL=url, DEVICE_BURST="off")
+    for index, device in enumerate(devices):
+        status, body, _ = request("POST", f"{ingest.base}/wh/{device}", alert(index, "M", 1, "5"))
+        assert status == 202, body
+    for index in range(3):
+        wait_until(lambda: fake_apns.bodies(token(8000 + index)) == [str(n) for n in range(6)], timeout=30,
+                   what=f"device {index}'s pushes in order")
+
+
+def test_a_deliverer_keeps_apns_answers_while_postgres_is_down_and_records_them_when_it_returns(
+        relays, relay_binary, postgres, database, tmp_path):
+    """PostgreSQL goes away while a push is in flight: the deliverer keeps APNs' answer and records it once the
+    database is back, so the push is not sent a second time when its lease would have expired."""
+    name, url = database
+    port, record = free_port(), tmp_path / "pushes.record"
+    # The relay's own simulator, answering after 1.5 s: time to stop PostgreSQL with the push in flight.
+    simulator = subprocess.Popen([str(relay_binary), "apns-sim", "--cert", str(TLS / "server.pem"), "--key", str(TLS / "server.key"),
+                                  "--token-key", str(TLS / "apns-key.pub.pem"), "--listen", f"127.0.0.1:{port}",
+                                  "--latency", "1500", "--quiet", "--record", str(record)],
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        ingest = relays("ingest", DATABASE_URL=url)
+        deliver = relays("deliver", DATABASE_URL=url, APNS_URL=f"https://127.0.0.1:{port}", LEASE_TIMEOUT="10s", APNS_REQUEST_TIMEOUT="5s",
+                         DEVICE_BURST="off")
+        device, _ = register(ingest, 9000)
+        status, body, _ = request("POST", f"{ingest.base}/wh/{device}", alert(1, "M", 0, "down"))
+        assert status == 202, body
+        wait_until(lambda: postgres.query(name, "SELECT state FROM jobs") == [["running"]], what="the push to be in flight")
+        postgres.stop_server()
+        try:
+            log = pathlib.Path(deliver.log.name)
+            wait_until(lambda: b"kept until the database answers" in log.read_bytes(), timeout=20,
+                       what="the deliverer to keep APNs' answer")
+        finally:
+            postgres.start_server()
+        wait_until(lambda: postgres.query(name, "SELECT count(*) FROM jobs") == [["0"]], timeout=30,
+                   what="the kept answer to be recorded")
+    finally:
+        simulator.send_signal(signal.SIGTERM)  # flushes the record file
+        simulator.wait(timeout=10)
+    assert len(record.read_text().splitlines()) == 1, "the push went out once"
