@@ -34,10 +34,11 @@ test-e2e: venv
 	$(PYTEST) -v Tests/e2e
 
 # The chaos suite (Tests/e2e/chaos*.py) on random seeds; `make test` runs its fixed seeds. A failing seed prints
-# the command that replays it: make chaos SEED=S. DURATION=120 runs two minutes of chaos per seed instead of 20 s.
+# the command that replays it: make chaos SEED=S. DURATION=120 runs two minutes of chaos per seed instead of 20 s;
+# STORE=postgres runs the relay on a throwaway PostgreSQL server instead of SQLite.
 SEEDS ?= 10
 chaos: venv build
-	.venv/bin/python Tests/e2e/chaos.py $(if $(SEED),--seed $(SEED),--seeds $(SEEDS)) $(if $(DURATION),--duration $(DURATION))
+	.venv/bin/python Tests/e2e/chaos.py $(if $(SEED),--seed $(SEED),--seeds $(SEEDS)) $(if $(DURATION),--duration $(DURATION)) $(if $(STORE),--store $(STORE))
 
 run: release
 	@scripts/run.sh

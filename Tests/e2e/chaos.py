@@ -1,5 +1,5 @@
 """The chaos suite from the command line (issue #19): `make chaos SEEDS=N` runs N random seeds, `make chaos SEED=S`
-replays one. Each run prints its summary; a failing run prints its violations, its schedule and the command that
+replays one; STORE=postgres runs them on PostgreSQL. Each run prints its summary; a failing run prints its violations, its schedule and the command that
 replays it. Exit status 1 when any seed failed."""
 import argparse
 import os
@@ -23,6 +23,8 @@ def main():
     parser.add_argument("--seed", type=int, action="append", help="run this seed (repeatable)")
     parser.add_argument("--seeds", type=int, default=0, help="run this many random seeds")
     parser.add_argument("--duration", type=float, default=20.0, help="seconds of chaos per run (default 20)")
+    parser.add_argument("--store", choices=["sqlite", "postgres"], default="sqlite",
+                        help="the relay's store (postgres: a throwaway server, started for each seed)")
     arguments = parser.parse_args()
     seeds = list(arguments.seed or []) + [random.SystemRandom().randrange(1, 10**9) for _ in range(arguments.seeds)]
     if not seeds:
@@ -31,7 +33,7 @@ def main():
     for seed in seeds:
         workdir = pathlib.Path(tempfile.mkdtemp(prefix=f"chaos-{seed}-"))
         try:
-            print(ChaosRun(seed, binary(), workdir, arguments.duration).run(), flush=True)
+            print(ChaosRun(seed, binary(), workdir, arguments.duration, arguments.store).run(), flush=True)
             shutil.rmtree(workdir)
         except ChaosFailure as failure:
             print(failure, flush=True)

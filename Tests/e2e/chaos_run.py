@@ -16,6 +16,7 @@ import urllib.error
 import chaos_invariants as invariants
 from chaos_schedule import SLOTS, generate
 from fake_apns import FakeAPNs
+from postgres_server import PostgresServer
 from relayproc import Relay, free_port, relay_env, request, wait_until
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -30,11 +31,10 @@ class ChaosFailure(AssertionError):
     pass
 
 
-def replay_command(seed, duration=20.0):
-    if duration == 20.0:
-        return f"make chaos SEED={seed}   # or: .venv/bin/python Tests/e2e/chaos.py --seed {seed}"
-    return (f"make chaos SEED={seed} DURATION={duration:g}   "
-            f"# or: .venv/bin/python Tests/e2e/chaos.py --seed {seed} --duration {duration:g}")
+def replay_command(seed, duration=20.0, store="sqlite"):
+    make = [f"SEED={seed}"] + ([f"DURATION={duration:g}"] if duration != 20.0 else []) + ([f"STORE={store}"] if store != "sqlite" else [])
+    script = [f"--seed {seed}"] + ([f"--duration {duration:g}"] if duration != 20.0 else []) + ([f"--store {store}"] if store != "sqlite" else [])
+    return f"make chaos {' '.join(make)}   # or: .venv/bin/python Tests/e2e/chaos.py {' '.join(script)}"
 
 
 def token(slot):
@@ -64,9 +64,16 @@ class Job:
 
 
 class ChaosRun:
-    def __init__(self, seed, binary, workdir, duration=20.0):
+    """One seed's run. `store` is "sqlite" (a file in `workdir`) or "postgres" (a fresh database on `postgres`, a
+    PostgresServer, or on one the run starts and stops itself)."""
+
+    def __init__(self, seed, binary, workdir, duration=20.0, store="sqlite", postgres=None):
         self.schedule = generate(seed, duration)
         self.duration = duration
+        self.store = store
+        self.postgres = postgres
+        self.own_postgres = False
+        self.database = None
         self.binary = pathlib.Path(binary)
         self.workdir = pathlib.Path(workdir)
         self.fake = None
@@ -101,6 +108,12 @@ class ChaosRun:
 
     def start(self):
         self.fake = FakeAPNs(str(TLS / "server.pem"), str(TLS / "server.key"), str(TLS / "apns-key.pub.pem"), TOPIC).start()
+        store = {}
+        if self.store == "postgres":
+            if self.postgres is None:
+                self.postgres, self.own_postgres = PostgresServer().start(), True
+            self.database = self.postgres.create_database()
+            store["DATABASE_URL"] = self.postgres.url(self.database)
         public_port = free_port()
         for name in self.schedule.processes:
             command = name.split("-")[0]
@@ -108,7 +121,7 @@ class ChaosRun:
                             APNS_AUTH_KEY_PATH=TLS / "apns-key.p8", APNS_KEY_ID="KEY1234567", APNS_TEAM_ID="TEAM123456",
                             APP_BUNDLE_IDENTIFIER=TOPIC, DEVICE_BURST="off", RATE_LIMIT_REGISTER="off",
                             RATE_LIMIT_WEBHOOK="off", RATE_LIMIT_WEBHOOK_FAILED="off", LOG_LEVEL="info",
-                            **self.schedule.settings)
+                            **store, **self.schedule.settings)
             env["PORT"] = str(public_port if command != "deliver" else free_port())
             self.envs[name] = env
             self.start_process(name)
@@ -193,6 +206,8 @@ class ChaosRun:
                 self.fake.stop()
             except AssertionError:
                 pass  # its breaches of APNs' rules are checked as an invariant
+        if self.own_postgres:
+            self.postgres.stop()
 
     # -- steps -------------------------------------------------------------------------------------------------
 
@@ -391,11 +406,14 @@ class ChaosRun:
         return json.loads(self.cli("stats", "--json"))
 
     def dead_letters(self):
-        """public id -> reason of every dead letter (read-only, straight from the SQLite file)."""
+        """public id -> reason of every dead letter, read straight from the store (no command lists them)."""
+        query = "SELECT public_id, last_error FROM jobs WHERE state = 'discarded'"
+        if self.store == "postgres":
+            return {row[0]: row[1] if len(row) > 1 else "" for row in self.postgres.query(self.database, query)}
         path = self.envs[self.schedule.processes[0]]["DATABASE_PATH"]
         connection = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=10)
         try:
-            return dict(connection.execute("SELECT public_id, last_error FROM jobs WHERE state = 'discarded'"))
+            return dict(connection.execute(query))
         finally:
             connection.close()
 
@@ -409,7 +427,7 @@ class ChaosRun:
         requests = self.snapshot_requests()
         delivered = sum(1 for r in requests if r["status"] == 200)
         acknowledged = sum(1 for job in self.jobs if job.public_id)
-        return (f"seed {self.schedule.seed} ({self.schedule.topology}): {acknowledged} webhooks acknowledged, "
+        return (f"seed {self.schedule.seed} ({self.schedule.topology}, {self.store}): {acknowledged} webhooks acknowledged, "
                 f"answers {dict(sorted((str(k), v) for k, v in self.answers.items()))}, {len(requests)} APNs requests, "
                 f"{delivered} delivered, {self.canaries} canaries, {len(self.incarnations)} registrations; "
                 f"{len(invariants.NAMES)} invariants hold")
@@ -417,8 +435,8 @@ class ChaosRun:
     def report(self):
         shown = self.violations[:20]
         more = f"\n  … and {len(self.violations) - len(shown)} more" if len(self.violations) > len(shown) else ""
-        return (f"chaos seed {self.schedule.seed} failed ({len(self.violations)} violations):\n  "
+        return (f"chaos seed {self.schedule.seed} ({self.store}) failed ({len(self.violations)} violations):\n  "
                 + "\n  ".join(shown) + more
-                + f"\nreplay it: {replay_command(self.schedule.seed, self.duration)}"
+                + f"\nreplay it: {replay_command(self.schedule.seed, self.duration, self.store)}"
                 + f"\nlogs: {self.workdir}\nschedule:\n{self.schedule.describe()}"
                 + "\nwhat happened:\n  " + "\n  ".join(self.notes[-60:]))

@@ -1,17 +1,28 @@
 """The chaos suite's fixed seeds (issue #19): each is a seeded schedule of webhooks, APNs faults, crashes, replays
 and device churn over the real binary, followed by the invariants of `chaos_invariants.NAMES`. The seeds cover
-both process layouts (`serve`, and `ingest` + two `deliver`). `make chaos SEEDS=N` runs random ones."""
+both process layouts (`serve`, and `ingest` + two `deliver`), on SQLite and on PostgreSQL. `make chaos SEEDS=N`
+runs random ones."""
 import pytest
 
 from chaos_run import ChaosRun
 from chaos_schedule import generate
+from postgres_server import PostgresServer
 
 SEEDS = [1, 2, 7, 9]
+POSTGRES_SEEDS = [2, 7]  # serve and split
+
+
+@pytest.fixture(scope="module")
+def postgres():
+    server = PostgresServer().start()
+    yield server
+    server.stop()
 
 
 def test_the_fixed_seeds_cover_both_process_layouts_and_every_fault():
     schedules = [generate(seed) for seed in SEEDS]
     assert {s.topology for s in schedules} == {"serve", "split"}
+    assert {generate(seed).topology for seed in POSTGRES_SEEDS} == {"serve", "split"}
     modes = {step.args[0] for s in schedules for step in s.steps if step.action == "apns"}
     assert modes == {"ok", "503", "drop", "goaway", "refuse", "latency"}
     actions = {step.action for s in schedules for step in s.steps}
@@ -21,6 +32,11 @@ def test_the_fixed_seeds_cover_both_process_layouts_and_every_fault():
 @pytest.mark.parametrize("seed", SEEDS)
 def test_chaos_seed_keeps_every_invariant(relay_binary, tmp_path, seed):
     print(ChaosRun(seed, relay_binary, tmp_path).run())
+
+
+@pytest.mark.parametrize("seed", POSTGRES_SEEDS)
+def test_chaos_seed_keeps_every_invariant_on_postgresql(relay_binary, tmp_path, postgres, seed):
+    print(ChaosRun(seed, relay_binary, tmp_path, store="postgres", postgres=postgres).run())
 
 
 # Each invariant check can fail: synthetic histories with one defect each.
