@@ -3,12 +3,13 @@ SHELL := /bin/bash
 .DEFAULT_GOAL := help
 PYTEST := .venv/bin/pytest
 
-.PHONY: help deps venv build release test test-swift test-e2e test-asan run bench fuzz clean
+.PHONY: help deps venv build release test test-swift test-e2e test-asan chaos run bench fuzz clean
 
 help:
 	@echo "make run    install what is missing, build, start the relay (see README)"
 	@echo "make test   install what is missing, build, run every test (test-asan included)"
 	@echo "make bench  measure the relay against its ceilings (bench/results/)"
+	@echo "make chaos  the chaos suite on SEEDS=N random seeds (default 10), or SEED=S to replay one"
 
 deps:
 	@scripts/install-deps.sh
@@ -38,6 +39,13 @@ test-e2e: venv
 # any ASan report fails it (scripts/test-asan.sh).
 test-asan: venv
 	@scripts/test-asan.sh
+
+# The chaos suite (Tests/e2e/chaos*.py) on random seeds; `make test` runs its fixed seeds. A failing seed prints
+# the command that replays it: make chaos SEED=S. DURATION=120 runs two minutes of chaos per seed instead of 20 s;
+# STORE=postgres runs the relay on a throwaway PostgreSQL server instead of SQLite.
+SEEDS ?= 10
+chaos: venv build
+	.venv/bin/python Tests/e2e/chaos.py $(if $(SEED),--seed $(SEED),--seeds $(SEEDS)) $(if $(DURATION),--duration $(DURATION)) $(if $(STORE),--store $(STORE))
 
 run: release
 	@scripts/run.sh
