@@ -3,12 +3,13 @@ SHELL := /bin/bash
 .DEFAULT_GOAL := help
 PYTEST := .venv/bin/pytest
 
-.PHONY: help deps venv build release test test-swift test-e2e run bench fuzz clean
+.PHONY: help deps venv build release test test-swift test-e2e test-asan chaos run bench fuzz clean
 
 help:
 	@echo "make run    install what is missing, build, start the relay (see README)"
-	@echo "make test   install what is missing, build, run every test"
+	@echo "make test   install what is missing, build, run every test (test-asan included)"
 	@echo "make bench  measure the relay against its ceilings (bench/results/)"
+	@echo "make chaos  the chaos suite on SEEDS=N random seeds (default 10), or SEED=S to replay one"
 
 deps:
 	@scripts/install-deps.sh
@@ -22,15 +23,29 @@ build: deps
 release: deps
 	swift build -c release
 
-# Swift unit and component tests, then the end-to-end tests against the real binary.
+# Swift unit and component tests, the end-to-end tests against the real binary, then the transport-fault, delivery
+# and resource end-to-end tests again against an AddressSanitizer build (test-asan).
 test: venv
 	swift build --build-tests
 	swift test
 	$(PYTEST) -v Tests/e2e
+	@scripts/test-asan.sh
 
 test-e2e: venv
 	swift build
 	$(PYTEST) -v Tests/e2e
+
+# The relay built with AddressSanitizer (.build-asan) through the transport-fault, delivery and resource e2e tests;
+# any ASan report fails it (scripts/test-asan.sh).
+test-asan: venv
+	@scripts/test-asan.sh
+
+# The chaos suite (Tests/e2e/chaos*.py) on random seeds; `make test` runs its fixed seeds. A failing seed prints
+# the command that replays it: make chaos SEED=S. DURATION=120 runs two minutes of chaos per seed instead of 20 s;
+# STORE=postgres runs the relay on a throwaway PostgreSQL server instead of SQLite.
+SEEDS ?= 10
+chaos: venv build
+	.venv/bin/python Tests/e2e/chaos.py $(if $(SEED),--seed $(SEED),--seeds $(SEEDS)) $(if $(DURATION),--duration $(DURATION)) $(if $(STORE),--store $(STORE))
 
 run: release
 	@scripts/run.sh
@@ -47,4 +62,4 @@ fuzz: deps
 	@scripts/fuzz.sh
 
 clean:
-	rm -rf .build .dev
+	rm -rf .build .build-asan .dev

@@ -121,6 +121,9 @@ extension Settings {
         Variable(name: "SYNC", defaultText: "normal", summary: "SQLite durability: normal (survives process crashes) or full (also power loss)") { s, text throws(ConfigurationError) in
             s.sync = try parseEnum(text, "SYNC")
         },
+        Variable(name: "WAL_TRUNCATE_INTERVAL", defaultText: "1m", summary: "truncate SQLite's write-ahead log (it keeps deleted content) when writes pause and at least this often") { s, text throws(ConfigurationError) in
+            s.walTruncateInterval = try parseDuration(text, "WAL_TRUNCATE_INTERVAL")
+        },
         Variable(name: "APNS_AUTH_KEY_PATH", defaultText: "", summary: "APNs signing key (.p8); required for deliver/serve") { s, text throws(ConfigurationError) in
             s.apnsAuthKeyPath = text.isEmpty ? nil : text
         },

@@ -29,6 +29,8 @@ public struct Settings: Sendable, Equatable {
     public var databaseURL: String?
     /// SQLite `synchronous`: `normal` survives any process crash; `full` also survives power loss.
     public var sync = SyncMode.normal
+    /// Delivered notification text stays in SQLite's write-ahead log at most this long before it is truncated.
+    public var walTruncateInterval: Duration = .seconds(60)
 
     // APNs
     public var apnsAuthKeyPath: String?

@@ -174,8 +174,13 @@ public final class DeliveryEngine: Sendable {
                 }
                 let change = (try? store.changeCounter()) ?? lastChange
                 if change != lastChange || wakeRequested || !answers.isEmpty { state.lastActivity = .now }
-                if change != lastChange || wakeRequested || state.nextRetryAt.map({ $0 <= now }) == true {
+                if change != lastChange || wakeRequested {
                     lastChange = change
+                    state.claimDue = true
+                }
+                // Only a retry that is due is forgotten: a commit (our own outcomes move the change counter) must not
+                // wipe the time of a retry still ahead, or it waits for the next once-a-second claim instead.
+                if let retry = state.nextRetryAt, retry <= now {
                     state.claimDue = true
                     state.nextRetryAt = nil
                 }

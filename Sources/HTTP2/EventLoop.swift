@@ -5,7 +5,7 @@ internal import CLinux
 /// One thread running an epoll loop. Every socket, TLS connection and HTTP/2 session is owned by exactly one loop
 /// and touched only on its thread; other threads hand it work with `execute`.
 public final class EventLoop: @unchecked Sendable {
-    // @unchecked Sendable: `handlers`, `timers` and `nextTimerID` are touched only on the loop thread (checked with
+    // @unchecked Sendable: `handlers`, `timers`, `nextTimerID` and `skipped` are touched only on the loop thread (checked with
     // `preconditionInLoop` in debug builds); `tasks` is behind a Mutex; the file descriptors are immutable.
 
     public typealias Task = @Sendable () -> Void
@@ -24,6 +24,8 @@ public final class EventLoop: @unchecked Sendable {
     private var timers: [Timer] = []
     private var cancelledTimers: Set<Int> = []
     private var nextTimerID = 0
+    /// How far tests moved this loop's clock ahead of the real one (`advanceClock`); zero in production.
+    private var skipped: Duration = .zero
     private var thread: Thread?
     private let threadID = Mutex<pthread_t?>(nil)
     private let finished = DispatchSemaphore(value: 0)
@@ -77,6 +79,26 @@ public final class EventLoop: @unchecked Sendable {
 
     // MARK: Loop-thread API
 
+    /// The loop's clock: timers and connections measure time with it, so a test can move it (`advanceClock`).
+    var now: ContinuousClock.Instant {
+        preconditionInLoop()
+        return .now + skipped
+    }
+
+    /// Moves this loop's clock ahead by `duration` and runs the timers that became due (tests: a simulated day
+    /// in a few seconds). Loop thread only.
+    package func advanceClock(by duration: Duration) {
+        preconditionInLoop()
+        skipped += duration
+        runDueTimers()
+    }
+
+    /// Timers scheduled and not yet run or cancelled.
+    package var pendingTimerCount: Int {
+        preconditionInLoop()
+        return timers.count
+    }
+
     /// Watches `fd` for `events` (EPOLLIN/EPOLLOUT bits); `handler` gets the ready bits.
     func register(_ fd: Int32, events: UInt32, handler: @escaping IOHandler) {
         preconditionInLoop()
@@ -102,7 +124,7 @@ public final class EventLoop: @unchecked Sendable {
     func schedule(after delay: Duration, _ action: @escaping () -> Void) -> Int {
         preconditionInLoop()
         nextTimerID += 1
-        let timer = Timer(deadline: .now + delay, id: nextTimerID, action: action)
+        let timer = Timer(deadline: now + delay, id: nextTimerID, action: action)
         // Deadlines usually arrive in order: append; otherwise binary-search the place.
         if let last = timers.last, last.deadline > timer.deadline {
             var low = 0, high = timers.count
@@ -124,6 +146,14 @@ public final class EventLoop: @unchecked Sendable {
 
     // MARK: The loop
 
+    private func runDueTimers() {
+        let now = self.now
+        while let first = timers.first, first.deadline <= now {
+            timers.removeFirst()
+            first.action()
+        }
+    }
+
     private func signal() {
         var one: UInt64 = 1
         _ = write(wakeup, &one, 8)
@@ -135,7 +165,7 @@ public final class EventLoop: @unchecked Sendable {
         while true {
             let timeout: Int32
             if let first = timers.first {
-                let remaining = first.deadline - .now
+                let remaining = first.deadline - now
                 timeout = remaining <= .zero ? 0 : Int32(clamping: remaining.components.seconds * 1000 + remaining.components.attoseconds / 1_000_000_000_000_000 + 1)
             } else {
                 timeout = -1
@@ -152,11 +182,7 @@ public final class EventLoop: @unchecked Sendable {
                     handlers[fd]?(events[index].events)
                 }
             }
-            let now = ContinuousClock.now
-            while let first = timers.first, first.deadline <= now {
-                timers.removeFirst()
-                first.action()
-            }
+            runDueTimers()
             let (queue, stopping) = tasks.withLock { state -> ([Task], Bool) in
                 defer { state.queue.removeAll(keepingCapacity: true) }
                 return (state.queue, state.stopping)

@@ -110,6 +110,34 @@ public final class HTTP2ClientConnection: Sendable {
 
     public var currentStatus: Status { status.withLock { $0 } }
 
+    /// What a test sees of the connection's timers after `advanceClock`.
+    package struct TimerProbe: Sendable {
+        /// Timers the connection holds.
+        package var held: Int
+        /// Timers pending on its whole event loop.
+        package var onLoop: Int
+        /// A PING was sent and its ACK has not come yet.
+        package var pingOutstanding: Bool
+    }
+
+    /// Tests: moves the event loop's clock ahead by `duration` (see `EventLoop.advanceClock`), runs the timers that
+    /// fell due, and reports what the connection holds afterwards. Blocks until done; not from the loop thread.
+    package func advanceClock(by duration: Duration) -> TimerProbe {
+        let probe = Mutex(TimerProbe(held: 0, onLoop: 0, pingOutstanding: false))
+        let done = DispatchSemaphore(value: 0)
+        loop.execute { [self] in
+            loop.advanceClock(by: duration)
+            let connection = core.withLock { $0 }
+            probe.withLock {
+                $0 = TimerProbe(held: connection?.timersHeld ?? 0, onLoop: loop.pendingTimerCount,
+                                pingOutstanding: connection?.pingOutstanding ?? false)
+            }
+            done.signal()
+        }
+        done.wait()
+        return probe.withLock { $0 }
+    }
+
     // MARK: Called by the core on the loop
 
     func updateStatus(_ change: (inout Status) -> Void) { status.withLock { change(&$0) } }
@@ -137,6 +165,10 @@ struct UncheckedBox<Value>: @unchecked Sendable {
 }
 
 /// The loop-confined state of a client connection.
+///
+/// nghttp2 callbacks (`HTTP2SessionDelegate`) only settle streams and record what is wanted; submitting waiting
+/// requests and closing once drained happen in `runDeferredWork()`, which the transport runs after the library
+/// call returned (see `HTTP2Transport`).
 final class ClientCore: HTTP2Transport, HTTP2SessionDelegate, @unchecked Sendable {
     // @unchecked Sendable: created on and confined to `owner.loop` (every method runs there); the Sendable
     // conformance exists only so the owner can keep it in a Mutex between loop tasks.
@@ -151,65 +183,102 @@ final class ClientCore: HTTP2Transport, HTTP2SessionDelegate, @unchecked Sendabl
         var deadline: ContinuousClock.Instant
     }
 
-    /// Strong on purpose: a connection lives until it has closed, even if its owner dropped it; `released()`
-    /// breaks the owner → core → owner cycle once the transport is closed.
-    private let owner: HTTP2ClientConnection
-    private var streams: [Int32: Stream] = [:]
-    /// Requests waiting for a stream slot. They time out like streams do: a server that never grants a slot
-    /// (a stream limit of 0, one stuck stream) must not hold a request forever.
-    private var waiting: [Waiting] = []
-
     struct Waiting {
         let request: HTTP2Request
         let completion: HTTP2ClientConnection.Completion
         let deadline: ContinuousClock.Instant
     }
-    private var ready = false
-    private var goingAway = false
-    private var closingWhenIdle = false
-    private var lastActivity = ContinuousClock.now
-    private var pingOutstanding = false
-    private var timers: [Int] = []
+
+    /// What the client side is doing, on top of the transport's `State`.
+    enum Phase: Equatable {
+        /// Connecting and handshaking; requests wait.
+        case starting
+        /// Requests flow, as many at once as the server allows.
+        case ready
+        /// No new requests; the connection closes once its streams are answered.
+        case draining(DrainCause)
+    }
+
+    enum DrainCause: Equatable {
+        /// The server sent GOAWAY.
+        case serverGoAway
+        /// Our owner asked to close (we send GOAWAY).
+        case closeRequested
+    }
+
+    /// Strong on purpose: a connection lives until it has closed, even if its owner dropped it; `released()`
+    /// breaks the owner → core → owner cycle once the transport is closed.
+    private let owner: HTTP2ClientConnection
+    private var phase = Phase.starting
+    private var streams: [Int32: Stream] = [:]
+    /// Requests waiting for a stream slot. They time out like streams do: a server that never grants a slot
+    /// (a stream limit of 0, one stuck stream) must not hold a request forever.
+    private var waiting: [Waiting] = []
+    private var lastActivity: ContinuousClock.Instant
+
+    /// The connection's timers, one slot each; a PING is outstanding exactly while `.pingDeadline` is set.
+    enum Timer: CaseIterable {
+        case connect, sweep, ping, pingDeadline
+    }
+    private let timers: TimerSlots<Timer>
 
     init(owner: HTTP2ClientConnection, fd: Int32, tls: TLSConnection) {
         self.owner = owner
+        timers = TimerSlots(loop: owner.loop)
+        lastActivity = owner.loop.now
         super.init(loop: owner.loop, fd: fd, tls: tls)
     }
 
     func start() {
         attach(connecting: true)
         scheduleTimeoutSweep()
-        timers.append(loop.schedule(after: owner.configuration.connectTimeout) { [weak self] in
-            guard let self, !self.ready else { return }
+        timers.set(.connect, after: owner.configuration.connectTimeout) { [weak self] in
+            guard let self, self.phase == .starting, !self.isClosed else { return }
             self.fail("connect timed out after \(self.owner.configuration.connectTimeout)")
-        })
+        }
     }
+
+    /// Timers this connection holds now (tests: bounded by `Timer.allCases.count`, however long it lives).
+    var timersHeld: Int { timers.count }
+    var pingOutstanding: Bool { timers.isSet(.pingDeadline) }
 
     override func handshakeCompleted() throws {
         guard tls.negotiatedProtocol == "h2" else { throw TLSError(message: "server did not agree to HTTP/2 (ALPN)") }
         session = try HTTP2Session(role: .client, delegate: self)
-        ready = true
+        if phase == .starting { phase = .ready }
         owner.updateStatus {
             $0.isReady = true
             $0.streamLimit = session?.peerMaxConcurrentStreams ?? 1
         }
+        timers.cancel(.connect)
         owner.onEvent(.ready)
         schedulePing()
-        submitWaiting()
     }
 
+    /// A loop task: queue `request` and settle.
     func enqueue(_ request: HTTP2Request, completion: @escaping HTTP2ClientConnection.Completion) {
-        guard !isClosed, !goingAway, !closingWhenIdle else {
+        guard acceptsRequests else {
             owner.finished(completion, .failure(.refused))
             return
         }
-        waiting.append(Waiting(request: request, completion: completion, deadline: .now + owner.configuration.requestTimeout))
-        if ready { submitWaiting() }
+        waiting.append(Waiting(request: request, completion: completion, deadline: loop.now + owner.configuration.requestTimeout))
+        settle()
+    }
+
+    private var acceptsRequests: Bool {
+        switch state {
+        case .connecting, .handshaking, .open: if case .draining = phase { return false } else { return true }
+        case .closing, .draining, .lingering, .closed: return false
+        }
+    }
+
+    override func runDeferredWork() {
+        submitWaiting()
+        closeIfDrained()
     }
 
     private func submitWaiting() {
-        guard ready, let session, !goingAway else { return }
-        var submitted = false
+        guard phase == .ready, !waiting.isEmpty, let session else { return }
         while !waiting.isEmpty, streams.count < session.peerMaxConcurrentStreams {
             let next = waiting.removeFirst()
             let (request, completion) = (next.request, next.completion)
@@ -222,28 +291,33 @@ final class ClientCore: HTTP2Transport, HTTP2SessionDelegate, @unchecked Sendabl
             }
             do {
                 let id = try session.submitRequest(headers, body: request.body)
-                streams[id] = Stream(completion: completion, deadline: .now + owner.configuration.requestTimeout)
-                submitted = true
+                let now = loop.now
+                streams[id] = Stream(completion: completion, deadline: now + owner.configuration.requestTimeout)
+                lastActivity = now
+                wantFlush()
             } catch {
                 owner.finished(completion, .failure(.refused))
             }
         }
-        if submitted {
-            lastActivity = .now
-            flush()
-        }
+    }
+
+    private func closeIfDrained() {
+        guard case .draining(let cause) = phase, streams.isEmpty, waiting.isEmpty, isOpen else { return }
+        if cause == .closeRequested { session?.submitGoAway() }
+        closeGracefully(reason: cause == .serverGoAway ? "server sent GOAWAY" : "closed by client")
     }
 
     /// Every quarter of the request timeout (at most 1 s), fails the streams past their deadline.
     private func scheduleTimeoutSweep() {
         let interval = min(owner.configuration.requestTimeout / 4, .seconds(1))
-        timers.append(loop.schedule(after: interval) { [weak self] in
+        timers.set(.sweep, after: interval) { [weak self] in
             guard let self, !self.isClosed else { return }
-            let now = ContinuousClock.now
+            let now = self.loop.now
             for (id, stream) in self.streams where stream.deadline <= now { self.timedOut(id) }
             self.timeOutWaiting(now: now)
             self.scheduleTimeoutSweep()
-        })
+            self.settle()
+        }
     }
 
     private func timeOutWaiting(now: ContinuousClock.Instant) {
@@ -251,19 +325,16 @@ final class ClientCore: HTTP2Transport, HTTP2SessionDelegate, @unchecked Sendabl
         let expired = waiting.filter { $0.deadline <= now }
         waiting.removeAll { $0.deadline <= now }
         for entry in expired { owner.finished(entry.completion, .failure(.timedOut)) }
-        closeIfDrained()
     }
 
     private func timedOut(_ id: Int32) {
         guard let stream = streams.removeValue(forKey: id) else { return }
         session?.resetStream(id, errorCode: HTTP2Session.cancel)
-        flush()
+        wantFlush()
         owner.finished(stream.completion, .failure(.timedOut))
-        submitWaiting()
-        closeIfDrained()
     }
 
-    // MARK: HTTP2SessionDelegate
+    // MARK: HTTP2SessionDelegate (called from inside nghttp2: settle streams and record, never send)
 
     func streamOpened(_ stream: Int32) {}
 
@@ -284,23 +355,19 @@ final class ClientCore: HTTP2Transport, HTTP2SessionDelegate, @unchecked Sendabl
     }
 
     func streamEnded(_ stream: Int32) {
-        lastActivity = .now
+        lastActivity = loop.now
         guard let finished = streams.removeValue(forKey: stream) else { return }
         owner.finished(finished.completion, .success(HTTP2Response(status: finished.status, headers: finished.headers, body: finished.body)))
-        submitWaiting()
-        closeIfDrained()
     }
 
     func streamClosed(_ stream: Int32, errorCode: UInt32) {
         guard let closed = streams.removeValue(forKey: stream) else { return }
         let failure: HTTP2Failure = errorCode == HTTP2Session.refusedStream ? .refused : .reset(errorCode)
         owner.finished(closed.completion, .failure(failure))
-        submitWaiting()
-        closeIfDrained()
     }
 
     func goAwayReceived(lastStreamID: Int32, errorCode: UInt32, debugData: [UInt8]) {
-        goingAway = true
+        if phase != .draining(.closeRequested) { phase = .draining(.serverGoAway) }
         owner.updateStatus { $0.isGoingAway = true }
         owner.onEvent(.goingAway(reason: String(decoding: debugData, as: UTF8.self)))
         // Streams the server will never process: resend elsewhere.
@@ -309,67 +376,63 @@ final class ClientCore: HTTP2Transport, HTTP2SessionDelegate, @unchecked Sendabl
                 owner.finished(stream.completion, .failure(.refused))
             }
         }
-        let pending = waiting
-        waiting.removeAll()
-        for entry in pending { owner.finished(entry.completion, .failure(.refused)) }
-        closeIfDrained()
+        refuseWaiting()
     }
 
     func settingsReceived() {
         let limit = session?.peerMaxConcurrentStreams ?? 1
         owner.updateStatus { $0.streamLimit = limit }
         owner.onEvent(.streamLimitChanged(limit))
-        submitWaiting()
     }
 
     func pingAcknowledged() {
-        pingOutstanding = false
-        lastActivity = .now
+        timers.cancel(.pingDeadline)
+        lastActivity = loop.now
     }
 
     // MARK: Keep-alive and closing
 
     private func schedulePing() {
         let interval = owner.configuration.idlePingInterval
-        timers.append(loop.schedule(after: interval) { [weak self] in
+        timers.set(.ping, after: interval) { [weak self] in
             guard let self, !self.isClosed else { return }
-            if self.pingOutstanding {
-                return self.fail("no PING acknowledgement within \(self.owner.configuration.pingTimeout)")
-            }
-            if ContinuousClock.now - self.lastActivity >= interval {
-                self.pingOutstanding = true
+            if !self.timers.isSet(.pingDeadline), self.loop.now - self.lastActivity >= interval {
                 self.session?.submitPing()
-                self.flush()
-                self.timers.append(self.loop.schedule(after: self.owner.configuration.pingTimeout) { [weak self] in
-                    guard let self, self.pingOutstanding, !self.isClosed else { return }
-                    self.fail("no PING acknowledgement within \(self.owner.configuration.pingTimeout)")
-                })
+                self.wantFlush()
+                let timeout = self.owner.configuration.pingTimeout
+                self.timers.set(.pingDeadline, after: timeout) { [weak self] in
+                    self?.fail("no PING acknowledgement within \(timeout)")
+                }
             }
             self.schedulePing()
-        })
-    }
-
-    func shutdown(immediately: Bool) {
-        closingWhenIdle = true
-        owner.updateStatus { $0.isGoingAway = true }
-        let pending = waiting
-        waiting.removeAll()
-        for entry in pending { owner.finished(entry.completion, .failure(.refused)) }
-        if immediately || streams.isEmpty {
-            session?.submitGoAway()
-            closeGracefully(reason: "closed by client")
+            self.settle()
         }
     }
 
-    private func closeIfDrained() {
-        guard (goingAway || closingWhenIdle), streams.isEmpty, waiting.isEmpty, !isClosed else { return }
-        if closingWhenIdle { session?.submitGoAway() }
-        closeGracefully(reason: goingAway ? "server sent GOAWAY" : "closed by client")
+    /// A loop task: no new requests; GOAWAY and close once nothing is in flight (or at once with `immediately`).
+    func shutdown(immediately: Bool) {
+        phase = .draining(.closeRequested)
+        owner.updateStatus { $0.isGoingAway = true }
+        refuseWaiting()
+        if !isOpen {
+            // Nothing was sent yet (or the transport is closing anyway).
+            closeGracefully(reason: "closed by client")
+        } else if immediately {
+            session?.submitGoAway()
+            closeGracefully(reason: "closed by client")
+        }
+        // Otherwise `closeIfDrained` closes once the streams in flight are answered.
+        settle()
+    }
+
+    private func refuseWaiting() {
+        let pending = waiting
+        waiting.removeAll()
+        for entry in pending { owner.finished(entry.completion, .failure(.refused)) }
     }
 
     override func transportClosed(reason: String) {
-        for timer in timers { loop.cancelTimer(timer) }
-        timers.removeAll()
+        timers.cancelAll()
         // Say why first, so whoever wakes up on a failed request can already see the reason.
         owner.markClosed()
         owner.onEvent(.closed(reason: reason))
@@ -378,9 +441,7 @@ final class ClientCore: HTTP2Transport, HTTP2SessionDelegate, @unchecked Sendabl
         for (_, stream) in inFlight {
             owner.finished(stream.completion, .failure(.connectionLost(reason)))
         }
-        let pending = waiting
-        waiting.removeAll()
-        for entry in pending { owner.finished(entry.completion, .failure(.refused)) }
+        refuseWaiting()
         // Drop the owner's reference after this call returns; `self` stays alive until then.
         loop.execute { [owner] in owner.released() }
     }

@@ -61,7 +61,8 @@ public final class HTTP2Server: Sendable {
         streamLimit.store(limit, ordering: .relaxed)
         forEachConnection { core in
             core.session?.submitSettings(maxConcurrentStreams: limit)
-            core.flush()
+            core.wantFlush()
+            core.settle()
         }
     }
 
@@ -74,6 +75,11 @@ public final class HTTP2Server: Sendable {
     /// Drops every connection without a word, streams in flight included.
     public func dropAllConnections() {
         forEachConnection { $0.fail("dropped on purpose") }
+    }
+
+    /// Resets every connection (TCP RST, as a crashed server or a middlebox does): the client's next write fails.
+    public func resetAllConnections() {
+        forEachConnection { $0.abort("reset on purpose") }
     }
 
     private func forEachConnection(_ body: @escaping @Sendable (ServerCore) -> Void) {
@@ -135,7 +141,8 @@ public struct HTTP2ServerResponder: Sendable {
         let stream = self.stream
         onLoop { core in
             core.session?.resetStream(stream, errorCode: errorCode)
-            core.flush()
+            core.wantFlush()
+            core.settle()
         }
     }
 
@@ -157,7 +164,8 @@ struct WeakServerCore {
     weak var core: ServerCore?
 }
 
-/// The loop-confined state of one server connection.
+/// The loop-confined state of one server connection. Like the client, its nghttp2 callbacks only record; the
+/// transport's `settle()` sends (see `HTTP2Transport`).
 final class ServerCore: HTTP2Transport, HTTP2SessionDelegate, @unchecked Sendable {
     // @unchecked Sendable: confined to `loop` — every access from elsewhere goes through `loop.execute` — and
     // marked Sendable only so those closures may carry it there.
@@ -183,24 +191,27 @@ final class ServerCore: HTTP2Transport, HTTP2SessionDelegate, @unchecked Sendabl
         loop.execute { [self] in server?.removed(self) }
     }
 
+    /// A loop task (or timer): answer `stream`.
     func respond(_ stream: Int32, status: Int, headers: [(String, String)], body: [UInt8]) {
-        guard !isClosed, answered.insert(stream).inserted else { return }
+        guard isOpen, answered.insert(stream).inserted else { return }
         var all = [HTTP2Header(name: ":status", value: String(status))]
         all += headers.map { HTTP2Header(name: $0.0.lowercased(), value: $0.1) }
         try? session?.submitResponse(stream, headers: all, body: body)
-        flush()
+        wantFlush()
+        settle()
     }
 
+    /// A loop task: GOAWAY now, close once the streams at or below its last stream id are answered.
     func goAway(debugData: [UInt8], lastStreamID: Int32? = nil) {
-        guard !isClosed, !goingAway else { return }
+        guard isOpen, !goingAway else { return }
         goingAway = true
         session?.submitGoAway(errorCode: 0, debugData: debugData, lastStreamID: lastStreamID)
         if let lastStreamID { requests = requests.filter { $0.key <= lastStreamID } }
-        flush()
-        closeIfDone()
+        wantFlush()
+        settle()
     }
 
-    private func closeIfDone() {
+    override func runDeferredWork() {
         if goingAway && requests.isEmpty { closeGracefully(reason: "GOAWAY sent") }
     }
 
@@ -236,7 +247,6 @@ final class ServerCore: HTTP2Transport, HTTP2SessionDelegate, @unchecked Sendabl
     func streamClosed(_ stream: Int32, errorCode: UInt32) {
         requests[stream] = nil
         answered.remove(stream)
-        closeIfDone()
     }
 
     func goAwayReceived(lastStreamID: Int32, errorCode: UInt32, debugData: [UInt8]) {}

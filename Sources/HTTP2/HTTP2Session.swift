@@ -33,6 +33,9 @@ final class HTTP2Session {
     private unowned let delegate: any HTTP2SessionDelegate
     /// Bodies being sent, by stream.
     private var outgoingBodies: [Int32: (bytes: [UInt8], offset: Int)] = [:]
+    /// Inside `nghttp2_session_mem_recv`/`mem_send`, whose callbacks must not call either again (nghttp2's rule;
+    /// breaking it corrupts the session's memory). The transport is built so they never do; this proves it.
+    private var inLibraryCall = false
 
     enum Role { case client, server }
 
@@ -89,12 +92,16 @@ final class HTTP2Session {
     /// Parses the peer's bytes, calling the delegate.
     func receive(_ bytes: UnsafeRawBufferPointer) throws {
         guard bytes.count > 0 else { return }
+        enterLibrary("receive")
+        defer { inLibraryCall = false }
         let consumed = nghttp2_session_mem_recv(handle, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self), bytes.count)
         guard consumed >= 0 else { throw Failure(code: Int32(consumed), context: "protocol error from peer") }
     }
 
     /// Appends every frame ready to go to `output`.
     func send(into output: inout [UInt8]) throws {
+        enterLibrary("send")
+        defer { inLibraryCall = false }
         while true {
             var data: UnsafePointer<UInt8>?
             let count = nghttp2_session_mem_send(handle, &data)
@@ -159,6 +166,11 @@ final class HTTP2Session {
     static let cancel = NGHTTP2_CANCEL.rawValue
 
     // MARK: Helpers
+
+    private func enterLibrary(_ call: StaticString) {
+        precondition(!inLibraryCall, "HTTP2Session.\(call) called from inside an nghttp2 callback")
+        inLibraryCall = true
+    }
 
     private func withNameValues<T>(_ headers: [HTTP2Header], _ body: (UnsafeBufferPointer<nghttp2_nv>) throws -> T) rethrows -> T {
         // nghttp2 copies names and values during submit (no NO_COPY flags), so these buffers only live for the call.

@@ -3,17 +3,47 @@ internal import CLinux
 
 /// Moves bytes between a non-blocking socket, a TLS session and an HTTP/2 session, on one event loop.
 /// Subclasses (client and server connections) react to the handshake and to the end of the connection.
+///
+/// **Nothing here runs inside nghttp2.** nghttp2 forbids calling `nghttp2_session_mem_send`/`mem_recv` from its
+/// own callbacks. So a callback (a stream closed, GOAWAY arrived) only *records* what it wants — `wantFlush()`,
+/// `closeGracefully(reason:)`, or state the subclass reads in `runDeferredWork()` — and every event the loop hands
+/// us (socket readiness, a timer, a task) ends with `settle()`, which does the recorded work once the library call
+/// has returned. `HTTP2Session` traps if it is ever re-entered.
 class HTTP2Transport {
+    /// Where the connection is. Every transition is in this file; subclasses read it through `isOpen`/`isClosed`.
+    enum State: Equatable {
+        /// Waiting for a non-blocking connect to finish.
+        case connecting
+        /// TLS handshake under way.
+        case handshaking
+        /// TLS is up and the HTTP/2 session exchanges frames.
+        case open
+        /// A graceful close was asked for (possibly from inside a callback): the frames produced so far go out
+        /// first, then close_notify — otherwise the close_notify would overtake a GOAWAY.
+        case closing(reason: String)
+        /// close_notify is queued behind the final frames; writing them out, then FIN.
+        case draining(reason: String)
+        /// Our close_notify and FIN are sent: reading (and dropping) what the peer still sends until it closes, so
+        /// the kernel does not answer its last packets with a reset that could destroy our final frames in flight.
+        case lingering(reason: String)
+        case closed
+    }
+
     let loop: EventLoop
     private(set) var fd: Int32
     let tls: TLSConnection
     var session: HTTP2Session?
+    private(set) var state: State = .connecting
+    /// The session has frames to produce (set by anything that submitted something, or by a callback).
+    private var flushWanted = false
+    /// `settle()` is running: a nested call (from a completion or event handler it triggered) leaves the work to it.
+    private var settling = false
     private var outbound: [UInt8] = []
     private var outboundOffset = 0
     private var watchingWritable = false
-    private(set) var isClosed = false
-    private var handshakeFinished = false
     private static let readBufferSize = 64 * 1024
+    /// How long a graceful close waits for the final frames to be written and for the peer to close.
+    private static let lingerLimit: Duration = .seconds(2)
 
     init(loop: EventLoop, fd: Int32, tls: TLSConnection) {
         self.loop = loop
@@ -25,63 +55,159 @@ class HTTP2Transport {
         if fd >= 0 { close(fd) }
     }
 
+    var isClosed: Bool { state == .closed }
+    /// HTTP/2 frames flow (no close asked for yet).
+    var isOpen: Bool { state == .open }
+
     /// Starts watching the socket. `connecting`: wait for a non-blocking connect to finish first.
     func attach(connecting: Bool) {
         loop.preconditionInLoop()
+        watchingWritable = connecting
         loop.register(fd, events: EPOLLIN.rawValue | (connecting ? EPOLLOUT.rawValue : 0) | EPOLLRDHUP.rawValue) { [unowned self] events in
             socketReady(events)
         }
-        watchingWritable = connecting
-        if connecting { pendingConnect = true } else { advanceHandshake() }
+        if !connecting {
+            state = .handshaking
+            advanceHandshake()
+        }
+        settle()
     }
-
-    private var pendingConnect = false
-    /// After our close_notify and FIN: reading (and dropping) what the peer still sends until it closes, so the
-    /// kernel does not answer its last packets with a reset that could destroy our final frames in flight.
-    private var lingering = false
 
     // MARK: Hooks for subclasses
 
     /// TLS is up; create the HTTP/2 session here. Throwing closes the connection with that reason.
     func handshakeCompleted() throws {}
 
+    /// Called by `settle()` outside nghttp2 before frames are produced: do what callbacks recorded (submit waiting
+    /// requests, close once drained). Must not call `settle()`.
+    func runDeferredWork() {}
+
     /// The connection is over (peer closed, error, or `close`). Called once.
     func transportClosed(reason: String) {}
 
-    // MARK: Pumping
+    // MARK: Recording what is wanted (safe from inside callbacks)
 
-    private func socketReady(_ events: UInt32) {
-        if pendingConnect {
-            guard events & (EPOLLOUT.rawValue | EPOLLERR.rawValue | EPOLLHUP.rawValue) != 0 else { return }
-            pendingConnect = false
-            let error = Socket.pendingError(fd)
-            guard error == 0 else { return fail("connect: \(String(cString: strerror(error)))") }
-            advanceHandshake()
-            if isClosed { return }
+    /// Frames were submitted: produce and send them at the next `settle()`.
+    func wantFlush() { flushWanted = true }
+
+    /// Sends what is queued (a GOAWAY, close_notify) and then closes — at the next `settle()`. Before TLS is up
+    /// there is nothing to send and no nghttp2 session to be inside of: that closes at once.
+    func closeGracefully(reason: String) {
+        switch state {
+        case .connecting, .handshaking: fail(reason)
+        case .open: state = .closing(reason: reason)
+        case .closing, .draining, .lingering, .closed: break
         }
-        if events & EPOLLOUT.rawValue != 0 { writeOut() }
-        if isClosed { return }
-        if events & (EPOLLIN.rawValue | EPOLLHUP.rawValue | EPOLLERR.rawValue | EPOLLRDHUP.rawValue) != 0 { readIn() }
     }
 
-    private func readIn() {
+    // MARK: The loop's side
+
+    private func socketReady(_ events: UInt32) {
+        if state == .connecting {
+            guard events & (EPOLLOUT.rawValue | EPOLLERR.rawValue | EPOLLHUP.rawValue) != 0 else { return }
+            let error = Socket.pendingError(fd)
+            guard error == 0 else { return fail("connect: \(String(cString: strerror(error)))") }
+            state = .handshaking
+            advanceHandshake()
+        }
+        if !isClosed, events & (EPOLLIN.rawValue | EPOLLHUP.rawValue | EPOLLERR.rawValue | EPOLLRDHUP.rawValue) != 0 {
+            readIn()
+        }
+        // EPOLLOUT needs nothing more: settle() writes whatever is waiting.
+        settle()
+    }
+
+    /// Does what the last event asked for, until nothing is left: runs the subclass's deferred work, produces
+    /// frames, writes them, and walks the close sequence. The only caller of `HTTP2Session.send`; every event
+    /// entry point (socket, timer, loop task) ends here, never inside an nghttp2 callback.
+    func settle() {
+        loop.preconditionInLoop()
+        guard !settling else { return }
+        settling = true
+        defer { settling = false }
+        while !isClosed {
+            if state == .open { runDeferredWork() }
+            if case .closing(let reason) = state {
+                produceFrames()
+                guard !isClosed else { return }
+                tls.shutdown()
+                tls.drainCiphertext(into: &outbound)
+                state = .draining(reason: reason)
+                loop.schedule(after: Self.lingerLimit) { [weak self] in self?.fail(reason) }
+                continue
+            }
+            if flushWanted, state == .open {
+                produceFrames()
+                continue
+            }
+            if let failure = writeOut() {
+                // The peer is gone. Its last frames (responses!) may still be in our receive buffer: read them
+                // before giving up on the streams they answer. `readIn` returns before we fail, so no call nests;
+                // its own end-of-stream is a consequence of the failed write, which is the reason reported.
+                outbound.removeAll()
+                outboundOffset = 0
+                readIn(closingAtEnd: false)
+                return fail(failure)
+            }
+            if case .draining(let reason) = state, outbound.isEmpty {
+                // Everything is written: half-close and linger instead of close(); see `State.lingering`.
+                state = .lingering(reason: reason)
+                Glibc.shutdown(fd, Int32(SHUT_WR))
+            }
+            // nghttp2 ended the session itself (a protocol error from the peer: it sent GOAWAY and now wants neither
+            // to read nor to write): the connection is dead, whatever the socket says, and its streams must fail now.
+            if state == .open, let session, !session.wantsIO {
+                state = .closing(reason: "HTTP/2 session ended by a protocol error")
+                continue
+            }
+            if !flushWanted || state != .open { return }
+        }
+    }
+
+    /// Serialises every frame the session has ready into TLS records. Callbacks nghttp2 makes meanwhile (a stream
+    /// closed after its last frame) only record work; the loop in `settle()` picks it up.
+    private func produceFrames() {
+        flushWanted = false
+        guard let session else { return }
+        do {
+            var frames: [UInt8] = []
+            try session.send(into: &frames)
+            if !frames.isEmpty { try frames.withUnsafeBytes { try tls.write($0) } }
+            tls.drainCiphertext(into: &outbound)
+        } catch {
+            fail("\(error)")
+        }
+    }
+
+    /// Reads until the socket has nothing more. `closingAtEnd`: the peer's end of stream or a read error closes the
+    /// connection (false: just stop reading; the caller closes it with its own reason).
+    private func readIn(closingAtEnd: Bool = true) {
         var buffer = [UInt8](repeating: 0, count: Self.readBufferSize)
         while !isClosed {
             let count = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
-            if count > 0 && lingering {
-                continue
-            } else if count > 0 {
-                buffer.withUnsafeBytes { tls.feed(UnsafeRawBufferPointer(rebasing: $0[0..<count])) }
-                if !handshakeFinished {
-                    advanceHandshake()
+            if count > 0 {
+                switch state {
+                case .draining, .lingering:
                     continue
+                case .handshaking:
+                    buffer.withUnsafeBytes { tls.feed(UnsafeRawBufferPointer(rebasing: $0[0..<count])) }
+                    advanceHandshake()
+                case .open, .closing:
+                    buffer.withUnsafeBytes { tls.feed(UnsafeRawBufferPointer(rebasing: $0[0..<count])) }
+                    decryptAndDeliver()
+                case .connecting, .closed:
+                    return
                 }
-                decryptAndDeliver()
             } else if count == 0 {
-                return fail(lingering ? lingerReason : "connection closed by peer")
+                guard closingAtEnd else { return }
+                switch state {
+                case .draining(let reason), .lingering(let reason): return fail(reason)
+                default: return fail("connection closed by peer")
+                }
             } else if errno == EAGAIN || errno == EWOULDBLOCK {
                 return
             } else if errno != EINTR {
+                guard closingAtEnd else { return }
                 return fail("read: \(String(cString: strerror(errno)))")
             }
         }
@@ -89,18 +215,20 @@ class HTTP2Transport {
 
     private func advanceHandshake() {
         do {
-            let state = try tls.handshake()
-            flushTLS()
-            guard state == .done, !handshakeFinished else { return }
-            handshakeFinished = true
+            let progress = try tls.handshake()
+            tls.drainCiphertext(into: &outbound)
+            guard progress == .done, state == .handshaking else { return }
+            state = .open
             try handshakeCompleted()
-            flush()
+            wantFlush()
+            // Application data that came in with the last handshake record.
             decryptAndDeliver()
         } catch {
             fail("\(error)")
         }
     }
 
+    /// Hands every decrypted byte to the session, one `receive` call at a time (each returns before the next).
     private func decryptAndDeliver() {
         var buffer = [UInt8](repeating: 0, count: Self.readBufferSize)
         while !isClosed {
@@ -110,65 +238,20 @@ class HTTP2Transport {
                 case .bytes(let count):
                     try buffer.withUnsafeBytes { try session?.receive(UnsafeRawBufferPointer(rebasing: $0[0..<count])) }
                 case .wantMore:
-                    flush()
+                    // nghttp2 may have queued frames of its own (SETTINGS ACK, PING ACK, WINDOW_UPDATE).
+                    wantFlush()
                     return
                 case .closed:
                     return fail("TLS closed by peer")
                 }
             } catch {
-                flushing = false
                 return fail("\(error)")
             }
         }
     }
 
-    private var flushing = false
-    private var flushRequested = false
-    /// A close asked for while a flush was serialising frames; done once those frames are written.
-    private var closeAfterFlush: String?
-    /// A graceful close is under way (its own final flush must not start another).
-    private var closing = false
-
-    /// Sends whatever the HTTP/2 session has ready. nghttp2 calls back into us while it serialises frames (a stream
-    /// closes, a waiting request gets submitted, which flushes again): such a nested call only asks the outer one
-    /// to go round once more.
-    func flush() {
-        guard !isClosed, let session else { return }
-        if flushing {
-            flushRequested = true
-            return
-        }
-        flushing = true
-        repeat {
-            flushRequested = false
-            do {
-                var frames: [UInt8] = []
-                try session.send(into: &frames)
-                if !frames.isEmpty { try frames.withUnsafeBytes { try tls.write($0) } }
-                flushTLS()
-            } catch {
-                flushing = false
-                return fail("\(error)")
-            }
-        } while flushRequested && !isClosed
-        flushing = false
-        // nghttp2 ended the session itself (a protocol error from the peer: it sent GOAWAY and now wants neither to
-        // read nor to write): the connection is dead, whatever the socket says, and its streams must fail now.
-        if !isClosed, !closing, closeAfterFlush == nil, !session.wantsIO {
-            closeAfterFlush = "HTTP/2 session ended by a protocol error"
-        }
-        if let reason = closeAfterFlush {
-            closeAfterFlush = nil
-            closeGracefully(reason: reason)
-        }
-    }
-
-    private func flushTLS() {
-        tls.drainCiphertext(into: &outbound)
-        writeOut()
-    }
-
-    private func writeOut() {
+    /// Writes what is waiting; returns the reason if the socket failed.
+    private func writeOut() -> String? {
         while outboundOffset < outbound.count {
             // MSG_NOSIGNAL: a peer that closed must give EPIPE here, not kill the process with SIGPIPE.
             let count = outbound.withUnsafeBytes { send(fd, $0.baseAddress! + outboundOffset, outbound.count - outboundOffset, Int32(MSG_NOSIGNAL)) }
@@ -179,58 +262,35 @@ class HTTP2Transport {
                     watchingWritable = true
                     loop.modify(fd, events: EPOLLIN.rawValue | EPOLLOUT.rawValue | EPOLLRDHUP.rawValue)
                 }
-                return
+                return nil
             } else if count < 0 && errno == EINTR {
                 continue
             } else {
-                // The peer is gone. Its last frames (responses!) may still be in our receive buffer: read them
-                // before giving up on the streams they answer.
-                let reason = "write: \(String(cString: strerror(errno)))"
-                outbound.removeAll()
-                outboundOffset = 0
-                readIn()
-                return fail(reason)
+                return "write: \(String(cString: strerror(errno)))"
             }
         }
         outbound.removeAll(keepingCapacity: true)
         outboundOffset = 0
-        if watchingWritable && !pendingConnect {
+        if watchingWritable && state != .connecting {
             watchingWritable = false
             loop.modify(fd, events: EPOLLIN.rawValue | EPOLLRDHUP.rawValue)
         }
+        return nil
     }
 
-    /// Closes the connection now; `transportClosed` runs once.
+    /// Closes the connection with a TCP reset, as a crashed peer would (test servers).
+    func abort(_ reason: String) {
+        if fd >= 0 { Socket.resetOnClose(fd) }
+        fail(reason)
+    }
+
+    /// Closes the connection now; `transportClosed` runs once. Never touches nghttp2, so it is safe anywhere.
     func fail(_ reason: String) {
         guard !isClosed else { return }
-        isClosed = true
+        state = .closed
         loop.unregister(fd)
         close(fd)
         fd = -1
         transportClosed(reason: reason)
     }
-
-    /// Sends what is queued (a GOAWAY, close_notify) and then closes.
-    func closeGracefully(reason: String) {
-        guard !isClosed else { return }
-        if flushing {
-            // Called back from inside nghttp2 while frames are being produced: close after they are sent,
-            // or the close_notify would overtake them (and a GOAWAY would never arrive).
-            closeAfterFlush = closeAfterFlush ?? reason
-            return
-        }
-        closing = true
-        flush()
-        guard !isClosed else { return }
-        tls.shutdown()
-        flushTLS()
-        guard !isClosed, !lingering else { return }
-        // Half-close and linger (bounded) instead of close(): see `lingering`.
-        lingering = true
-        lingerReason = reason
-        Glibc.shutdown(fd, Int32(SHUT_WR))
-        loop.schedule(after: .seconds(2)) { [weak self] in self?.fail(reason) }
-    }
-
-    private var lingerReason = ""
 }

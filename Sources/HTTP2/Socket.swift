@@ -75,6 +75,13 @@ enum Socket {
         return (fd, actual)
     }
 
+    /// Makes `close` send a TCP reset instead of a FIN (SO_LINGER 0): test servers use it to break a connection the
+    /// way a crashed peer or a middlebox does.
+    static func resetOnClose(_ fd: Int32) {
+        var linger = Glibc.linger(l_onoff: 1, l_linger: 0)
+        setsockopt(fd, SOL_SOCKET, SO_LINGER, &linger, socklen_t(MemoryLayout<Glibc.linger>.size))
+    }
+
     /// Accepts one pending connection as a non-blocking socket, or nil when none is pending.
     static func accept(_ listener: Int32) -> Int32? {
         let fd = Glibc.accept(listener, nil, nil)

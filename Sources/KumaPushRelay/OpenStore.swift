@@ -9,7 +9,9 @@ func openStore(_ settings: Settings, clock: some WallClock = SystemClock()) thro
             return try PostgresStore(url: url, now: clock.nowMillis())
         }
         return try SQLiteStore(path: settings.databasePath,
-                               options: .init(synchronousFull: settings.sync == .full, monitorRetention: settings.tombstoneRetention),
+                               options: .init(synchronousFull: settings.sync == .full,
+                                              monitorRetention: settings.tombstoneRetention,
+                                              walTruncateInterval: settings.walTruncateInterval),
                                now: clock.nowMillis())
     } catch {
         throw StartupError.openingDatabase(settings, error)

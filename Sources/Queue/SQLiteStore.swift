@@ -4,8 +4,11 @@ import Synchronization
 /// `RelayStore` on one SQLite file in WAL mode. Any number of processes may open the same file: writes take the
 /// database's write lock with `BEGIN IMMEDIATE` and wait up to the busy timeout for it.
 ///
-/// One connection per store, confined by a `Mutex`: SQLite connections opened with `SQLITE_OPEN_NOMUTEX` must not
-/// be used by two threads at once, and the mutex is the only way to reach it.
+/// Each connection is confined by a `Mutex`: SQLite connections opened with `SQLITE_OPEN_NOMUTEX` must not be used by
+/// two threads at once, and the mutex is the only way to reach one. Four connections, so that slow work never
+/// queues in front of the delivery path: the writer; the reader for point lookups (`/health`, tombstones, the
+/// deliverer's change counter); one for `stats()`, whose full scans a metrics scrape runs; and one a `WALTruncator`
+/// thread uses to truncate the write-ahead log when writes pause and at least every `walTruncateInterval`.
 public final class SQLiteStore: Sendable {
     public struct Options: Sendable {
         /// `synchronous=FULL` (power-loss durable) instead of `NORMAL` (process-crash durable).
@@ -14,20 +17,27 @@ public final class SQLiteStore: Sendable {
         public var busyTimeout: Duration = .seconds(5)
         /// A monitor not heard of for this long no longer counts towards a device's badge (TOMBSTONE_RETENTION).
         public var monitorRetention: Duration = .seconds(30 * 86_400)
+        /// The longest written (and deleted) content may stay in the `-wal` file; nil never truncates it.
+        public var walTruncateInterval: Duration? = .seconds(60)
 
-        public init(synchronousFull: Bool = false, busyTimeout: Duration = .seconds(5), monitorRetention: Duration = .seconds(30 * 86_400)) {
+        public init(synchronousFull: Bool = false, busyTimeout: Duration = .seconds(5),
+                    monitorRetention: Duration = .seconds(30 * 86_400), walTruncateInterval: Duration? = .seconds(60)) {
             self.synchronousFull = synchronousFull
             self.busyTimeout = busyTimeout
             self.monitorRetention = monitorRetention
+            self.walTruncateInterval = walTruncateInterval
         }
     }
 
     let options: Options
 
-    private let connection: Mutex<SQLiteConnection>
+    private let writer: Mutex<SQLiteConnection>
     /// A second connection for reads. In WAL mode readers never wait for the writer, so a webhook's tombstone
     /// lookup or `/health` does not queue behind a group commit.
     private let reader: Mutex<SQLiteConnection>
+    /// `stats()` only: its scans (up to a million jobs) hold this connection, not the reader the delivery loop polls.
+    private let statsReader: Mutex<SQLiteConnection>
+    private let truncator: WALTruncator?
 
     /// Opens (creating if needed) the database at `path` and applies pending migrations.
     public init(path: String, options: Options = Options(), now: Int64) throws(StoreError) {
@@ -41,12 +51,22 @@ public final class SQLiteStore: Sendable {
             let readConnection = try SQLiteConnection(path: path, options: .init(
                 busyTimeoutMillis: Int32(clamping: options.busyTimeout.wholeMilliseconds),
                 synchronousFull: options.synchronousFull, cacheKiB: 4096))
-            connection = Mutex(opened)
+            let statsConnection = try SQLiteConnection(path: path, options: .init(
+                busyTimeoutMillis: Int32(clamping: options.busyTimeout.wholeMilliseconds),
+                synchronousFull: options.synchronousFull, cacheKiB: 4096))
+            writer = Mutex(opened)
             reader = Mutex(readConnection)
+            statsReader = Mutex(statsConnection)
+            truncator = try options.walTruncateInterval.map { interval in
+                let checkpointer = try CheckpointConnection(path: path, synchronousFull: options.synchronousFull)
+                return WALTruncator(policy: WALTruncationPolicy(interval: interval)) { checkpointer.truncateWAL() }
+            }
         } catch {
             throw Self.storeError(error)
         }
     }
+
+    deinit { truncator?.stop() }
 
     /// The linked SQLite library version, e.g. `3.40.1`.
     public static var libraryVersion: String { SQLiteConnection.libraryVersion }
@@ -57,7 +77,7 @@ public final class SQLiteStore: Sendable {
     /// Runs `body` with the connection, mapping SQLite failures to `StoreError`.
     func withConnection<T: Sendable>(_ body: (SQLiteConnection) throws -> T) throws(StoreError) -> T {
         do {
-            return try connection.withLock { connection in try body(connection) }
+            return try writer.withLock { connection in try body(connection) }
         } catch {
             throw Self.storeError(error)
         }
@@ -74,7 +94,9 @@ public final class SQLiteStore: Sendable {
 
     /// Runs `body` in a write transaction (see `SQLiteConnection.writeTransaction`).
     func write<T: Sendable>(_ body: (SQLiteConnection) throws -> T) throws(StoreError) -> T {
-        try withConnection { connection in try connection.writeTransaction { try body(connection) } }
+        let result = try withConnection { connection in try connection.writeTransaction { try body(connection) } }
+        truncator?.noteWrite()
+        return result
     }
 
     private static func storeError(_ error: any Error) -> StoreError {
@@ -92,7 +114,7 @@ public final class SQLiteStore: Sendable {
         try withConnection { try $0.pragma(name) }
     }
 
-    /// Copies the WAL into the database file and truncates the WAL (diagnostics and tests).
+    /// Copies the WAL into the database file and truncates the WAL now (diagnostics and tests).
     package func checkpoint() throws(StoreError) {
         try withConnection { try $0.execute("PRAGMA wal_checkpoint(TRUNCATE)") }
     }
@@ -101,8 +123,9 @@ public final class SQLiteStore: Sendable {
         _ = try read { db in try db.statement("SELECT count(*) FROM schema_migrations").rows { $0.int(0) } }
     }
 
+    /// Counts by full scans, on a connection of its own (see `statsReader`).
     public func stats() throws(StoreError) -> QueueStats {
-        try read { db in
+        let scan = { (db: SQLiteConnection) throws -> QueueStats in
             let devices = try db.statement("SELECT count(*) FROM devices").rows { $0.int(0) }.first ?? 0
             let tombstones = try db.statement("SELECT count(*) FROM tombstones").rows { $0.int(0) }.first ?? 0
             var byState: [JobState: Int] = [:]
@@ -118,6 +141,20 @@ public final class SQLiteStore: Sendable {
                 .rows { $0.optionalInt64(0) }.first ?? nil
             return QueueStats(devices: devices, tombstones: tombstones, jobsByState: byState,
                               deadLettersByReason: byReason, oldestJobCreatedAt: oldest)
+        }
+        return try withStatsConnection(scan)
+    }
+
+    /// Tests: runs `body` while holding the connection `stats()` scans with, as a scrape under way does.
+    package func holdingStatsConnection(_ body: () -> Void) throws(StoreError) {
+        try withStatsConnection { _ in body() }
+    }
+
+    private func withStatsConnection<T: Sendable>(_ body: (SQLiteConnection) throws -> T) throws(StoreError) -> T {
+        do {
+            return try statsReader.withLock { db in try body(db) }
+        } catch {
+            throw Self.storeError(error)
         }
     }
 }

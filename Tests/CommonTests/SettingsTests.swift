@@ -38,6 +38,7 @@ import Testing
         let environment = [
             "PORT": "8080", "HOST": "::1", "BASE_PATH": "/relay/", "DATABASE_PATH": "/tmp/k.db", "SYNC": "full",
             "DATABASE_URL": "postgresql://relay@db.internal/kumapush?sslmode=require",
+            "WAL_TRUNCATE_INTERVAL": "5s",
             "APNS_AUTH_KEY_PATH": "/k.p8", "APNS_KEY_ID": "KEY123", "APNS_TEAM_ID": "TEAM45", "APP_BUNDLE_IDENTIFIER": "com.x.y",
             "ENV": "development", "APNS_URL": "https://127.0.0.1:8443/", "APNS_CA_FILE": "/ca.pem",
             "APNS_CONNECTIONS": "4", "APNS_REQUEST_TIMEOUT": "10s", "DELIVER_CONCURRENCY": "50", "JOB_TTL": "2h", "RETRY_BASE": "500ms", "RETRY_MAX": "1m",
@@ -56,6 +57,7 @@ import Testing
         let (s, _) = try Settings.load(environment: environment, arguments: [])
         #expect(s.port == 8080 && s.host == "::1" && s.basePath == "/relay" && s.databasePath == "/tmp/k.db")
         #expect(s.databaseURL == "postgresql://relay@db.internal/kumapush?sslmode=require")
+        #expect(s.walTruncateInterval == .seconds(5))
         #expect(s.sync == .full && s.apnsAuthKeyPath == "/k.p8" && s.apnsKeyID == "KEY123" && s.apnsTeamID == "TEAM45")
         #expect(s.appBundleIdentifier == "com.x.y" && s.apnsEnvironment == .sandbox)
         #expect(s.apnsBaseURL == "https://127.0.0.1:8443" && s.apnsCAFile == "/ca.pem")
@@ -115,6 +117,7 @@ import Testing
     /// (paths, ids) have no invalid value and are listed separately, so a new variable cannot slip past this test.
     static let invalidValues: [String: String] = [
         "PORT": "abc", "HOST": "example.com", "BASE_PATH": "relay", "DATABASE_PATH": "", "DATABASE_URL": "db.internal", "SYNC": "sometimes",
+        "WAL_TRUNCATE_INTERVAL": "0s",
         "APNS_ENVIRONMENT": "staging", "APNS_URL": "http://127.0.0.1:8443", "APNS_CONNECTIONS": "0", "APNS_REQUEST_TIMEOUT": "0s",
         "DELIVER_CONCURRENCY": "-5", "JOB_TTL": "24", "RETRY_BASE": "1x", "RETRY_MAX": "0s", "LEASE_TIMEOUT": "soon",
         "DEAD_LETTER_RETENTION": "7days", "TOMBSTONE_RETENTION": "-1d", "QUEUE_MAX": "many", "TEST_WAIT": "5",

@@ -56,8 +56,9 @@ public struct RawHTTPClient: Sendable {
         guard connected == 0 else { throw Failure.connect }
         var sent = 0
         while sent < bytes.count {
-            let n = bytes[sent...].withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
-            // The server may answer (413) and close before reading everything; stop writing then.
+            // MSG_NOSIGNAL: the server may answer (413, a cut request) and close before reading everything; that
+            // must end the write with EPIPE, not kill the whole test process with SIGPIPE.
+            let n = bytes[sent...].withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
             if n <= 0 { break }
             sent += n
         }

@@ -2,10 +2,21 @@
 
 It shares no code with the relay: TLS from Python's ssl module, HTTP/2 from hyper-h2, ES256 verification from
 cryptography. So the relay's nghttp2, OpenSSL and JWT code is judged by someone else's implementation.
+
+It is as strict as Apple (../shared/reference/apns.md §1.2, §1.4-1.6; issue #18): a new connection allows one stream
+until a request with a valid provider token arrives, then `max_streams`; a client that opens more gets GOAWAY, as
+APNs does. Requests are refused with Apple's status and reason for a repeated header, a missing or malformed device
+token, an `apns-id` that is not a lower-case UUID, an `apns-expiration` that is not epoch seconds (digits, at most a
+year ahead), an `apns-priority` other than 10, 5 or 1, an `apns-collapse-id` over 64 bytes, a missing or wrong topic
+or push type, an empty or oversized payload, a provider token that is missing, unsigned, of another key or team or
+over an hour old, and a provider token replaced on a connection less than 20 minutes after the one it replaces (429
+TooManyProviderTokenUpdates). 410 carries its `timestamp` in milliseconds. Breaches of the protocol itself (too many
+streams) are also listed in `violations`.
 """
 import asyncio
 import base64
 import json
+import re
 import ssl
 import threading
 import time
@@ -13,12 +24,21 @@ import uuid
 
 import h2.config
 import h2.connection
+import h2.errors
 import h2.events
+import h2.exceptions
 import h2.settings
+import hyperframe.frame
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.utils import encode_dss_signature
+
+
+UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+DEVICE_TOKEN = re.compile(r"(?:[0-9a-fA-F]{2}){16,256}")
+TOKEN_RENEWAL_MINIMUM = 20 * 60   # seconds between provider tokens on one connection (Apple: "once every 20 minutes")
+TOKEN_LIFETIME = 3600             # a provider token older than this is ExpiredProviderToken
 
 
 def _b64url_decode(text):
@@ -28,13 +48,16 @@ def _b64url_decode(text):
 class FakeAPNs:
     """Runs on its own thread and event loop. Faults are plain attributes, changed from the test thread."""
 
-    def __init__(self, cert, key, public_key_pem, topic, max_streams=1000):
+    def __init__(self, cert, key, public_key_pem, topic, max_streams=1000, key_id="KEY1234567", team_id="TEAM123456"):
         self.context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         self.context.load_cert_chain(cert, key)
         self.context.set_alpn_protocols(["h2"])
         self.public_key = serialization.load_pem_public_key(open(public_key_pem, "rb").read())
         self.topic = topic
-        self.max_streams = max_streams
+        self.key_id = key_id
+        self.team_id = team_id
+        self.max_streams = max_streams  # after the first request with a valid provider token; 1 before
+        self.violations = []        # breaches of HTTP/2 as APNs enforces it (more streams than allowed)
         self.lock = threading.Lock()
         self.received = []          # dicts: token, status, reason, headers, payload, jwt_claims
         self.by_token = {}          # token -> (status, reason)
@@ -43,8 +66,14 @@ class FakeAPNs:
         self.goaway_after = None    # send GOAWAY after this many more pushes
         self.drop_next = False      # drop the connection on the next push
         self.hostile_next = None    # "endless_data", "ping_flood" or "settings_flood" on the next push
+        self.drop_requests = False  # drop the connection of every push while set (a window of dropped connections)
+        self.latency = 0.0          # seconds before each answer (a latency spike while nonzero)
+        self.hold = False           # park every push unanswered until release() (to act while one is in flight)
+        self.requests = []          # every request, answered or not: token, apns_id, payload, started, ended, status
         self.connections = 0
+        self._held = []
         self._transports = set()
+        self._server = None
         self.loop = asyncio.new_event_loop()
         self.port = None
         self._ready = threading.Event()
@@ -58,17 +87,57 @@ class FakeAPNs:
         return self
 
     def stop(self):
+        """Stops the fake; raises if the client broke HTTP/2 as APNs enforces it, so no test passes over that."""
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(10)
+        assert not self.violations, f"the client broke APNs' rules: {self.violations}"
 
     def _run(self):
         asyncio.set_event_loop(self.loop)
-        server = self.loop.run_until_complete(
-            self.loop.create_server(lambda: _Protocol(self), "127.0.0.1", 0, ssl=self.context))
-        self.port = server.sockets[0].getsockname()[1]
+        self._server = self.loop.run_until_complete(self._listen(0))
+        self.port = self._server.sockets[0].getsockname()[1]
         self._ready.set()
         self.loop.run_forever()
-        server.close()
+        if self._server is not None:
+            self._server.close()
+
+    def _listen(self, port):
+        return self.loop.create_server(lambda: _Protocol(self), "127.0.0.1", port, ssl=self.context)
+
+    def _call(self, function, timeout=10):
+        """Runs `function` on the fake's event loop and waits for it (faults that touch sockets happen there)."""
+        return asyncio.run_coroutine_threadsafe(self._as_coroutine(function), self.loop).result(timeout)
+
+    @staticmethod
+    async def _as_coroutine(function):
+        result = function()
+        return await result if asyncio.iscoroutine(result) else result
+
+    def refuse_connections(self):
+        """APNs unreachable: the port is closed (connect() is refused) and every open connection is cut."""
+        def refuse():
+            if self._server is not None:
+                self._server.close()
+                self._server = None
+            for transport in list(self._transports):
+                _Protocol.of(transport).abort()
+        self._call(refuse)
+
+    def accept_connections(self):
+        """Listens again on the same port after refuse_connections()."""
+        async def accept():
+            if self._server is None:
+                self._server = await self._listen(self.port)
+        self._call(accept)
+
+    def release(self):
+        """Answers every parked push (see `hold`) with the faults in force now, and stops parking."""
+        def answer_held():
+            self.hold = False
+            held, self._held = self._held, []
+            for protocol, stream_id in held:
+                protocol.respond(stream_id)
+        self._call(answer_held)
 
     # -- observation -------------------------------------------------------------------------------------------
 
@@ -83,10 +152,19 @@ class FakeAPNs:
         with self.lock:
             return sum(1 for r in self.received if r["status"] == status)
 
+    def held(self):
+        """The requests parked by `hold`, oldest first."""
+        with self.lock:
+            return [r for r in self.requests if r["ended"] is None and r.get("held")]
+
+    def in_flight(self):
+        with self.lock:
+            return [r for r in self.requests if r["ended"] is None]
+
     def drop_all(self):
         def drop():
             for transport in list(self._transports):
-                transport.abort()
+                _Protocol.of(transport).abort()
         self.loop.call_soon_threadsafe(drop)
 
     # -- what APNs would answer --------------------------------------------------------------------------------
@@ -105,23 +183,53 @@ class FakeAPNs:
         except (ValueError, InvalidSignature, json.JSONDecodeError):
             return None
 
-    def answer(self, headers, body):
+    def answer(self, header_list, body, connection):
+        """(token, status, reason, claims) for one request, checked as APNs checks it. `connection` is the
+        _Protocol it came on (provider tokens are judged per connection)."""
+        headers = dict(header_list)
         path = headers.get(":path", "")
         token = path[len("/3/device/"):] if path.startswith("/3/device/") else ""
         if headers.get(":method") != "POST":
             return token, 405, "MethodNotAllowed", None
         if not path.startswith("/3/device/"):
             return token, 404, "BadPath", None
+        names = [name for name, _ in header_list]
+        if len(names) != len(set(names)):
+            return token, 400, "DuplicateHeaders", None
         auth = headers.get("authorization", "")
-        claims = self.verify_jwt(auth[len("bearer "):]) if auth.startswith("bearer ") else None
-        if claims is None:
-            return token, 403, "InvalidProviderToken", None
-        if claims["iat"] is None or claims["iat"] < time.time() - 3600:
+        if not auth:
+            return token, 403, "MissingProviderToken", None
+        jwt = auth[len("bearer "):] if auth.startswith("bearer ") else ""
+        claims = self.verify_jwt(jwt) if jwt else None
+        if claims is None or claims["kid"] != self.key_id or claims["iss"] != self.team_id:
+            return token, 403, "InvalidProviderToken", claims
+        if not isinstance(claims["iat"], int) or claims["iat"] < time.time() - TOKEN_LIFETIME:
             return token, 403, "ExpiredProviderToken", claims
-        if headers.get("apns-topic") != self.topic:
+        # A token is new when it was issued at another time (a signature differs on every signing, so the text
+        # alone would take a re-signed token for a new one).
+        if connection.jwt_iat is not None and claims["iat"] != connection.jwt_iat:
+            if claims["iat"] - connection.jwt_iat < TOKEN_RENEWAL_MINIMUM:
+                return token, 429, "TooManyProviderTokenUpdates", claims
+        connection.jwt_iat = claims["iat"]
+        connection.authenticated()
+        if "apns-topic" not in headers:
+            return token, 400, "MissingTopic", claims
+        if headers["apns-topic"] != self.topic:
             return token, 400, "BadTopic", claims
         if headers.get("apns-push-type") != "alert":
             return token, 400, "InvalidPushType", claims
+        if not token:
+            return token, 400, "MissingDeviceToken", claims
+        if not DEVICE_TOKEN.fullmatch(token):
+            return token, 400, "BadDeviceToken", claims
+        if "apns-id" in headers and not UUID.fullmatch(headers["apns-id"]):
+            return token, 400, "BadMessageId", claims
+        if "apns-expiration" in headers and not self.expiration_is_valid(headers["apns-expiration"]):
+            return token, 400, "BadExpirationDate", claims
+        if headers.get("apns-priority", "10") not in ("10", "5", "1"):
+            return token, 400, "BadPriority", claims
+        if len(headers.get("apns-collapse-id", "").encode()) > 64:
+            return token, 400, "BadCollapseId", claims
         if not body:
             return token, 400, "PayloadEmpty", claims
         if len(body) > 4096:
@@ -137,41 +245,130 @@ class FakeAPNs:
                 return token, 503, "ServiceUnavailable", claims
         return token, 200, "", claims
 
+    @staticmethod
+    def expiration_is_valid(text):
+        """UNIX epoch seconds as decimal digits: 0 (do not store) or a time. A value more than a year ahead can only
+        be milliseconds (APNs stores for 30 days at most); it is BadExpirationDate, like anything not a number."""
+        if not text.isdigit():
+            return False
+        value = int(text)
+        return value == 0 or value <= time.time() + 365 * 86400
+
 
 class _Protocol(asyncio.Protocol):
+    _by_transport = {}
+
     def __init__(self, fake):
         self.fake = fake
         self.conn = h2.connection.H2Connection(config=h2.config.H2Configuration(client_side=False, header_encoding="utf-8"))
         self.streams = {}
+        self.open = {}      # stream id -> its record in fake.requests, until it is answered, reset or cut
         self.transport = None
+        self.jwt_iat = None  # when the provider token this connection uses was issued
+        self.limit_raised = False
+
+    @classmethod
+    def of(cls, transport):
+        return cls._by_transport[transport]
 
     def connection_made(self, transport):
         self.transport = transport
         self.fake._transports.add(transport)
+        _Protocol._by_transport[transport] = self
         with self.fake.lock:
             self.fake.connections += 1
+        # APNs starts a token-authenticated connection at one stream (apns.md §1.5, §1.6).
+        self.conn.local_settings = h2.settings.Settings(client=False, initial_values={
+            h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS: 1,
+            h2.settings.SettingCodes.MAX_HEADER_LIST_SIZE: self.conn.DEFAULT_MAX_HEADER_LIST_SIZE})
         self.conn.initiate_connection()
-        self.conn.update_settings({h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS: self.fake.max_streams})
         transport.write(self.conn.data_to_send())
+
+    def authenticated(self):
+        """A request with a valid provider token arrived: raise the stream limit, as APNs does."""
+        if not self.limit_raised:
+            self.limit_raised = True
+            self.conn.update_settings({h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS: self.fake.max_streams})
 
     def connection_lost(self, exc):
         self.fake._transports.discard(self.transport)
+        _Protocol._by_transport.pop(self.transport, None)
+        self.end_all()
+
+    def end_all(self):
+        """Every request still open on this connection ends now, unanswered."""
+        now = time.time()
+        with self.fake.lock:
+            for record in self.open.values():
+                record["ended"] = now
+        self.open.clear()
+
+    def abort(self):
+        """Cuts the connection without a word (the client sees a reset)."""
+        self.end_all()
+        self.transport.abort()
 
     def data_received(self, data):
         try:
             events = self.conn.receive_data(data)
+        except h2.exceptions.TooManyStreamsError:
+            limit = self.conn.local_settings.max_concurrent_streams
+            with self.fake.lock:
+                self.fake.violations.append(f"a stream opened beyond the limit of {limit}")
+            # h2 has queued a bare GOAWAY; APNs' carries its reason, so send that one instead.
+            self.conn.data_to_send()
+            self.transport.write(hyperframe.frame.GoAwayFrame(
+                0, last_stream_id=self.conn.highest_inbound_stream_id, error_code=h2.errors.ErrorCodes.PROTOCOL_ERROR,
+                additional_data=b'{"reason":"Maximum active streams violated for this endpoint"}').serialize())
+            self.end_all()
+            self.transport.close()
+            return
         except Exception:  # a protocol error: APNs would close the connection too
+            self.end_all()
             self.transport.close()
             return
         for event in events:
             if isinstance(event, h2.events.RequestReceived):
-                self.streams[event.stream_id] = {"headers": dict(event.headers), "body": b""}
+                headers = dict(event.headers)
+                header_list = list(event.headers)
+                path = headers.get(":path", "")
+                record = {"token": path[len("/3/device/"):] if path.startswith("/3/device/") else "",
+                          "apns_id": headers.get("apns-id"), "started": time.time(), "ended": None, "status": None}
+                self.streams[event.stream_id] = {"headers": headers, "header_list": header_list, "body": b"",
+                                                 "record": record}
+                self.open[event.stream_id] = record
+                with self.fake.lock:
+                    self.fake.requests.append(record)
             elif isinstance(event, h2.events.DataReceived):
                 self.streams[event.stream_id]["body"] += event.data
                 self.conn.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
             elif isinstance(event, h2.events.StreamEnded):
-                self.respond(event.stream_id)
+                self.request_complete(event.stream_id)
+            elif isinstance(event, h2.events.StreamReset):
+                self.streams.pop(event.stream_id, None)
+                record = self.open.pop(event.stream_id, None)
+                if record is not None:
+                    with self.fake.lock:
+                        record["ended"] = time.time()
         self.transport.write(self.conn.data_to_send())
+
+    def request_complete(self, stream_id):
+        """The whole request is in: answer now, later (latency), or when released (hold)."""
+        fake = self.fake
+        try:
+            payload = json.loads(self.streams[stream_id]["body"])
+        except ValueError:
+            payload = None
+        with fake.lock:
+            self.streams[stream_id]["record"]["payload"] = payload
+        if fake.hold:
+            with fake.lock:
+                self.streams[stream_id]["record"]["held"] = True
+            fake._held.append((self, stream_id))
+        elif fake.latency > 0:
+            fake.loop.call_later(fake.latency, self.respond, stream_id)
+        else:
+            self.respond(stream_id)
 
     def misbehave(self, how, stream_id):
         """A broken or hostile server, as far as the client can tell."""
@@ -217,15 +414,23 @@ class _Protocol(asyncio.Protocol):
             self.transport.write(self.conn.data_to_send())
 
     def respond(self, stream_id):
+        if stream_id not in self.streams or self.transport.is_closing():
+            return  # reset by the client or cut meanwhile
         request = self.streams.pop(stream_id)
+        record = self.open.pop(stream_id)
         fake = self.fake
         with fake.lock:
-            if fake.drop_next:
-                fake.drop_next = False
-                self.transport.abort()
-                return
+            drop = fake.drop_next or fake.drop_requests
+            fake.drop_next = False
+        if drop:
+            self.open[stream_id] = record
+            self.abort()
+            return
+        with fake.lock:
             hostile, fake.hostile_next = fake.hostile_next, None
         if hostile:
+            with fake.lock:
+                record["ended"] = time.time()
             return self.misbehave(hostile, stream_id)
         with fake.lock:
             goaway = False
@@ -235,24 +440,33 @@ class _Protocol(asyncio.Protocol):
                     goaway = True
                 else:
                     fake.goaway_after -= 1
-        token, status, reason, claims = fake.answer(request["headers"], request["body"])
+        token, status, reason, claims = fake.answer(request["header_list"], request["body"], self)
         try:
             payload = json.loads(request["body"])
         except ValueError:
             payload = None
         apns_id = request["headers"].get("apns-id") or str(uuid.uuid4())
+        now = time.time()
         with fake.lock:
             fake.received.append({"token": token, "status": status, "reason": reason, "headers": request["headers"],
-                                  "payload": payload, "jwt": claims})
+                                  "payload": payload, "jwt": claims, "at": now})
+            record["status"], record["reason"] = status, reason
         headers = [(":status", str(status)), ("apns-id", apns_id)]
         body = b""
         if status != 200:
-            body = json.dumps({"reason": reason}).encode()
+            error = {"reason": reason}
+            if status == 410:
+                error["timestamp"] = int(now * 1000)  # when APNs learnt the token was gone, in milliseconds
+            body = json.dumps(error).encode()
             headers.append(("content-type", "application/json"))
         self.conn.send_headers(stream_id, headers, end_stream=not body)
         if body:
             self.conn.send_data(stream_id, body, end_stream=True)
         if goaway:
             self.conn.close_connection(error_code=0, additional_data=b'{"reason":"Shutdown"}', last_stream_id=stream_id)
-            self.transport.write(self.conn.data_to_send())
+        self.transport.write(self.conn.data_to_send())
+        with fake.lock:
+            record["ended"] = time.time()
+        if goaway:
+            self.end_all()
             self.transport.close()

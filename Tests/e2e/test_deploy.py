@@ -63,3 +63,66 @@ def test_the_split_setup_from_the_unit_files_carries_an_alert(relay_binary, tmp_
     finally:
         for relay in processes:
             relay.stop()
+
+
+DEPLOY = ROOT / "deploy"
+ALL_UNITS = ("kumapush-relay.service", "kumapush-ingest.service", "kumapush-deliver@.service")
+# What `systemd-analyze security` scores the units at (docs/operations.md); a change that weakens them fails here.
+EXPOSURE_CEILING = 1.5
+
+
+@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze not installed")
+@pytest.mark.parametrize("name", ALL_UNITS)
+def test_systemd_security_scores_each_unit_low(relay_binary, tmp_path, name):
+    path = unit_with_binary(name, relay_binary, tmp_path)
+    if name.endswith("@.service"):
+        path = tmp_path / name.replace("@.", "@1.")
+        shutil.copy(tmp_path / name, path)
+    result = subprocess.run(["systemd-analyze", "security", "--offline=true", "--no-pager", str(path)],
+                            capture_output=True, text=True, timeout=60)
+    score = re.search(r"Overall exposure level for \S+: ([0-9.]+)", result.stdout)
+    assert score, result.stdout + result.stderr
+    assert float(score.group(1)) <= EXPOSURE_CEILING, result.stdout
+
+
+def unit_settings(name):
+    text = (UNITS / name).read_text()
+    return re.findall(r"^(\w+)=(.*)$", text, re.M)
+
+
+@pytest.mark.parametrize("name", ALL_UNITS)
+def test_every_unit_creates_private_files(name):
+    assert ("UMask", "0077") in unit_settings(name)
+
+
+def test_only_the_delivering_units_get_the_apns_key():
+    for name in ("kumapush-relay.service", "kumapush-deliver@.service"):
+        settings = dict(unit_settings(name))
+        assert settings["LoadCredential"] == "authkey.p8:/etc/kumapush/authkey.p8"
+        assert "--apns-auth-key-path=%d/authkey.p8" in settings["ExecStart"].split()
+    ingest = (UNITS / "kumapush-ingest.service").read_text()
+    assert "LoadCredential" not in ingest and "authkey" not in ingest and "APNS_AUTH_KEY_PATH" not in ingest
+    # The environment file every unit reads must not hand the key's path to ingest either.
+    example = (DEPLOY / "kumapush.env.example").read_text()
+    assert not re.search(r"^APNS_AUTH_KEY_PATH=", example, re.M)
+
+
+def test_the_environment_example_listens_on_loopback_behind_the_proxy():
+    example = (DEPLOY / "kumapush.env.example").read_text()
+    assert re.search(r"^HOST=127\.0\.0\.1$", example, re.M)
+    assert re.search(r"^BEHIND_PROXY=true$", example, re.M)
+
+
+def test_the_proxy_examples_log_no_webhook_path_or_query_string():
+    caddy = (DEPLOY / "Caddyfile").read_text()
+    # Caddy writes an access log only where a `log` directive asks for one.
+    assert not re.search(r"^\s*log\b", caddy, re.M)
+    nginx = (DEPLOY / "nginx" / "kumapush.conf").read_text()
+    formats = re.findall(r"^\s*log_format\s+(\S+)\s+(.*?);", nginx, re.M | re.S)
+    assert formats, "nginx's default log format records the request line"
+    for _, fields in formats:
+        assert not re.search(r"\$(request|request_uri|uri|document_uri|args|query_string|arg_\w+)\b", fields), fields
+    names = {name for name, _ in formats}
+    access_logs = re.findall(r"^\s*access_log\s+(\S+)(?:\s+(\S+))?\s*;", nginx, re.M)
+    assert access_logs and all(path == "off" or name in names for path, name in access_logs)
+    assert re.search(r"^\s*error_log\s+\S+\s+crit\s*;", nginx, re.M)
