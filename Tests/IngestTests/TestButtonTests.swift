@@ -37,6 +37,21 @@ import Testing
     /// The relay itself gave up on the push (it expired before it could be sent): "not delivered", not
     /// "apns rejected", since APNs never saw it.
     @Test func aPushTheRelayGaveUpOnIsReportedAsNotDelivered() throws {
+        let response = try testButtonAnswer(whenTheDelivererFinishesWith: .abandon(reason: "Expired"))
+        #expect(response.status == 502)
+        #expect(response.json?["error"] as? String == "not delivered: Expired")
+    }
+
+    /// APNs refused the push: Uptime Kuma shows the failure with APNs' reason, never "sent".
+    @Test func aPushAPNsRejectedIsReported502WithItsReason() throws {
+        let response = try testButtonAnswer(whenTheDelivererFinishesWith: .deadLetter(reason: "BadDeviceToken"))
+        #expect(response.status == 502)
+        #expect(response.json?["error"] as? String == "apns rejected: BadDeviceToken")
+    }
+
+    /// Posts a Test-button webhook, plays the deliverer (claims the job, finishes it with `kind`) and returns the
+    /// answer the waiting request got.
+    private func testButtonAnswer(whenTheDelivererFinishesWith kind: JobOutcome.Kind) throws -> RawHTTPClient.Response {
         let h = try IngestHarness(["TEST_WAIT": "20s"])
         let (id, _) = try h.register()
         let answer = ResponseBox()
@@ -54,11 +69,9 @@ import Testing
         }
         let claimed = try #require(job)
         #expect(claimed.reportsOutcome)
-        _ = try h.store.finish([JobOutcome(jobID: claimed.id, attempt: claimed.attempt, kind: .abandon(reason: "Expired"))],
+        _ = try h.store.finish([JobOutcome(jobID: claimed.id, attempt: claimed.attempt, kind: kind)],
                                worker: "w", now: SystemClock().nowMillis())
-        let response = try #require(answer.wait(until: deadline))
-        #expect(response.status == 502)
-        #expect(response.json?["error"] as? String == "not delivered: Expired")
+        return try #require(answer.wait(until: deadline))
     }
 }
 

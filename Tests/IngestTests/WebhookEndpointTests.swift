@@ -9,10 +9,30 @@ import Testing
 
 /// Every row of the webhook status table (SPEC §2.2) against the real server.
 @Suite struct WebhookEndpointTests {
+    /// Durable before acknowledged: while the commit is held, no answer reaches the client; once it is let go,
+    /// the 202 names the job that is now stored.
     @Test func acceptedWebhooksAreCommittedBeforeThe202() throws {
-        let h = try IngestHarness()
+        var held: HeldCommits?
+        let h = try IngestHarness(wrap: { inner in
+            let store = HeldCommits(inner: inner)
+            held = store
+            return store
+        })
+        let commits = try #require(held)
         let (id, _) = try h.register()
-        let response = try h.webhook(id, Fixtures.text("b-2.5-http-down-in-group.json"))
+        let answer = ResponseBox()
+        let port = h.service.port
+        let body = Fixtures.bytes("b-2.5-http-down-in-group.json")
+        let thread = Thread {
+            answer.set(try? RawHTTPClient(port: port).send("POST", "/wh/\(id)", headers: [("Content-Type", "application/json")], body: body))
+        }
+        thread.start()
+        #expect(commits.entered.wait(timeout: .now() + 10) == .success, "the webhook reached the commit")
+        // Nothing is stored yet, so nothing may be acknowledged: half a second is ample for an early 202 to arrive.
+        let early = answer.wait(until: .now + .milliseconds(500))
+        commits.release.signal()
+        #expect(early == nil, "answered \(early?.status ?? 0) before the job was committed")
+        let response = try #require(answer.wait(until: .now + .seconds(10)))
         #expect(response.status == 202 && response.json?["status"] as? String == "queued")
         let jobID = try #require(response.json?["id"] as? String)
         #expect(try h.jobIDs() == [jobID])
@@ -240,6 +260,19 @@ import Testing
 }
 
 /// A store whose writes fail as a full disk or a long-held lock would: reads work, enqueue throws `.unavailable`.
+/// Holds every commit until the test releases it (or 10 s pass, so a failing test cannot hang).
+/// @unchecked Sendable: besides the inner store it holds only semaphores, which are thread-safe.
+final class HeldCommits: ForwardingStore, @unchecked Sendable {
+    let entered = DispatchSemaphore(value: 0)
+    let release = DispatchSemaphore(value: 0)
+
+    override func enqueue(_ jobs: some Sequence<NewJob>, now: Int64, ttl: Duration, deviceCap: Int) throws(StoreError) -> [EnqueueResult] {
+        entered.signal()
+        _ = release.wait(timeout: .now() + 10)
+        return try inner.enqueue(jobs, now: now, ttl: ttl, deviceCap: deviceCap)
+    }
+}
+
 final class UnavailableForWrites: ForwardingStore, @unchecked Sendable {
     override func enqueue(_ jobs: some Sequence<NewJob>, now: Int64, ttl: Duration, deviceCap: Int) throws(StoreError) -> [EnqueueResult] {
         throw StoreError(.unavailable, "database or disk is full")

@@ -12,7 +12,8 @@ def _binary() -> pathlib.Path:
     override = os.environ.get("KUMAPUSH_RELAY_BINARY")
     if override:
         return pathlib.Path(override)
-    built = subprocess.run(["swift", "build", "--show-bin-path"], cwd=ROOT, capture_output=True, text=True, check=True)
+    built = subprocess.run(["swift", "build", "--show-bin-path"], cwd=ROOT, capture_output=True, text=True, check=True,
+                           timeout=600)
     return pathlib.Path(built.stdout.strip()) / "kumapush-relay"
 
 

@@ -96,14 +96,14 @@ def test_the_relay_keeps_serving_with_stderr_closed_or_broken(relay_binary, tmp_
             assert dropped and float(dropped[0].split()[1]) >= 200, dropped
     finally:
         process.kill()
-        process.wait()
+        process.wait(timeout=10)
 
 
 def test_a_client_trickling_its_request_is_cut_at_the_deadline(relay_binary, tmp_path):
     """Before: HTTP_IDLE_TIMEOUT counts inactivity only, so a byte every half second kept the connection forever."""
     relay = start_ingest(relay_binary, tmp_path, HTTP_REQUEST_TIMEOUT="2s", HTTP_IDLE_TIMEOUT="30s")
     try:
-        sock = socket.create_connection(("127.0.0.1", relay.port))
+        sock = socket.create_connection(("127.0.0.1", relay.port), timeout=10)
         sock.sendall(b"POST /wh/x HTTP/1.1\r\nHost: x\r\nX-Slow: ")
         cut = False
         for _ in range(40):  # up to 20 s of trickling, ten times the deadline
@@ -132,7 +132,7 @@ def test_one_client_cannot_hold_more_than_its_share_of_connections(relay_binary,
     held = []
     try:
         for _ in range(20):
-            held.append(socket.create_connection(("127.0.0.1", relay.port)))
+            held.append(socket.create_connection(("127.0.0.1", relay.port), timeout=10))
         def refused():
             try:
                 request("GET", f"{relay.base}/health", timeout=5)

@@ -36,7 +36,9 @@ def send(port, requests):
             head, _, buffer = buffer.partition(b"\r\n\r\n")
             length = int([l for l in head.split(b"\r\n") if l.lower().startswith(b"content-length")][0].split(b":")[1])
             while len(buffer) < length:
-                buffer += sock.recv(65536)
+                chunk = sock.recv(65536)
+                assert chunk, "the server closed the connection mid-answer"
+                buffer += chunk
             buffer = buffer[length:]
             statuses.append(int(head.split(b" ")[1]))
     return statuses

@@ -5,6 +5,7 @@ import signal
 import sqlite3
 import subprocess
 import threading
+import time
 import concurrent.futures
 
 from relayproc import request, wait_until
@@ -28,16 +29,19 @@ def alert(monitor_id, name, status, msg):
 
 
 def test_an_alert_reaches_apns_signed_and_shaped(relays, fake_apns):
-    relay = relays("serve")
+    relay = relays("serve", JOB_TTL="2h")
     device_id, _ = register(relay, 1)
+    accepted_from = int(time.time())
     status, body, _ = request("POST", f"{relay.base}/wh/{device_id}", (FIXTURES / "g-multiline-emoji-ping-down.json").read_bytes())
+    accepted_until = int(time.time()) + 1
     assert status == 202
     push = wait_until(lambda: fake_apns.pushes(token(1)), what="the push")[0]
     assert push["jwt"] == {"kid": "KEY1234567", "iss": "TEAM123456", "iat": push["jwt"]["iat"]}
     headers = push["headers"]
     assert headers["apns-topic"] == "com.example.kumapush" and headers["apns-push-type"] == "alert"
     assert headers["apns-priority"] == "10" and headers["apns-id"] == body["id"] == headers["apns-collapse-id"]
-    assert int(headers["apns-expiration"]) > 0
+    # Acceptance time + JOB_TTL, in seconds since 1970: not 0, not milliseconds, not the default TTL.
+    assert accepted_from + 7200 <= int(headers["apns-expiration"]) <= accepted_until + 7200
     aps = push["payload"]["aps"]
     assert aps["alert"]["title"] == 'DB 🐘 "primary" is down'
     assert aps["alert"]["body"].startswith('PING db.internal "primary" 🔴🧯\n')
@@ -87,8 +91,8 @@ def test_per_device_order_holds_through_retries(relays, fake_apns):
 
 def test_outage_then_recovery_delivers_the_backlog_in_order_with_few_attempts(relays, fake_apns):
     """APNs answers 503 for 30 s while webhooks keep arriving (10 a second over 10 devices); after recovery the
-    backlog is delivered within seconds, in per-device order, and the attempts spent during the outage stay few."""
-    import time
+    backlog is delivered, in per-device order, and the attempts spent during the outage stay few. (How fast it
+    drains is measured by `make bench`'s outage run, not here.)"""
     relay = relays("serve", DEVICE_BURST="off")
     devices = [register(relay, 100 + n)[0] for n in range(10)]
     fake_apns.unavailable = True
@@ -101,17 +105,15 @@ def test_outage_then_recovery_delivers_the_backlog_in_order_with_few_attempts(re
         time.sleep(1)  # the load's pace, not a wait for the relay
     failures_during_outage = fake_apns.count(503)
     fake_apns.unavailable = False
-    recovered = time.monotonic()
     wait_until(lambda: all(len(fake_apns.bodies(token(100 + n))) == sequence[n] for n in range(10)), timeout=60, what="the backlog")
-    drained = time.monotonic() - recovered
     for n in range(10):
         assert fake_apns.bodies(token(100 + n)) == [f"event {k}" for k in range(sequence[n])]
     assert failures_during_outage <= 40, f"{failures_during_outage} attempts during 30 s of outage"
-    assert drained < 10, f"backlog drained {drained:.1f} s after recovery"
 
 
 def test_goaway_and_dropped_connections_lose_nothing(relays, fake_apns):
-    relay = relays("serve")
+    # One connection: a GOAWAY and a dropped connection each force a new one, so the count proves two reconnects.
+    relay = relays("serve", APNS_CONNECTIONS="1")
     devices = [register(relay, 200 + n)[0] for n in range(20)]
     fake_apns.goaway_after = 7
     for n in range(3):
@@ -125,7 +127,7 @@ def test_goaway_and_dropped_connections_lose_nothing(relays, fake_apns):
         bodies = fake_apns.bodies(token(200 + n))
         # At least once, in order: a push lost with a dropped connection may arrive twice, never out of order.
         assert [b for i, b in enumerate(bodies) if i == 0 or bodies[i - 1] != b] == [f"event {k}" for k in range(4)]
-    assert fake_apns.connections >= 2, "the relay reconnected"
+    assert fake_apns.connections >= 3, "the relay reconnected after the GOAWAY and after the drop"
 
 
 def test_sigterm_stops_serve_and_deliver_with_exit_0(relays):

@@ -69,7 +69,7 @@ def test_sigterm_in_serve_with_apns_slow_to_answer_exits_0_answers_and_releases_
         assert jobs(tmp_path / "relay.db") == [("available",)], "the lease was released, the job kept"
     finally:
         simulator.kill()
-        simulator.wait()
+        simulator.wait(timeout=10)
 
 
 def _listening(port):

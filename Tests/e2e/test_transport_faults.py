@@ -41,8 +41,8 @@ class FaultyAPNs(FakeAPNs):
         self.resets_left = 0
         self.requests_seen = 0
 
-    def answer(self, headers, body):
-        token_, status, reason, claims = super().answer(headers, body)
+    def answer(self, header_list, body, connection):
+        token_, status, reason, claims = super().answer(header_list, body, connection)
         with self.lock:
             if status == 200 and self.expire_next > 0:
                 self.expire_next -= 1
