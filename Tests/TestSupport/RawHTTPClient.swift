@@ -16,7 +16,10 @@ public struct RawHTTPClient: Sendable {
     public let port: UInt16
     public var host = "127.0.0.1"
 
-    public init(port: UInt16) { self.port = port }
+    public init(port: UInt16) {
+        _ = TestProcess.ignoresSIGPIPE
+        self.port = port
+    }
 
     /// Sends `method path` with `headers` and `body` (Content-Length added unless `chunked`), reads the answer.
     public func send(_ method: String, _ path: String, headers: [(String, String)] = [], body: [UInt8] = [], chunked: Bool = false,
