@@ -15,6 +15,7 @@ enum ServeCommand: Command {
 
     static func run(settings: Settings, arguments: [String]) throws -> Int32 {
         try OptionParser(arguments).finish()
+        try FileDescriptorBudget.ensure(settings)
         TerminationSignals.block()
         let logger = Logger(label: "relay", settings: settings)
         let store = try openStore(settings)
