@@ -41,23 +41,16 @@ class FaultyAPNs(FakeAPNs):
         self.resets_left = 0
         self.requests_seen = 0
 
-    def answer(self, header_list, body, connection):
-        token_, status, reason, claims = super().answer(header_list, body, connection)
+    def answer(self, *args, **kwargs):
+        token_, status, reason, claims = super().answer(*args, **kwargs)
         with self.lock:
             if status == 200 and self.expire_next > 0:
                 self.expire_next -= 1
                 return token_, 403, "ExpiredProviderToken", claims
         return token_, status, reason, claims
 
-    def _run(self):
-        import asyncio
-        asyncio.set_event_loop(self.loop)
-        server = self.loop.run_until_complete(
-            self.loop.create_server(lambda: _FaultyProtocol(self), "127.0.0.1", 0, ssl=self.context))
-        self.port = server.sockets[0].getsockname()[1]
-        self._ready.set()
-        self.loop.run_forever()
-        server.close()
+    def _listen(self, port):
+        return self.loop.create_server(lambda: _FaultyProtocol(self), "127.0.0.1", port, ssl=self.context)
 
 
 @pytest.fixture
