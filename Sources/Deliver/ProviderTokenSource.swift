@@ -38,7 +38,7 @@ public final class ProviderTokenSource: Sendable {
         let path = settings.apnsAuthKeyPath ?? ""
         if let attributes = try? FileManager.default.attributesOfItem(atPath: path),
            let permissions = (attributes[.posixPermissions] as? NSNumber)?.intValue, permissions & 0o004 != 0 {
-            logger?.warning("the APNs signing key is world-readable: chmod 640 it (owner root, group of the relay's user)",
+            logger?.warning("the APNs signing key is world-readable: chmod 600 it, owner root, and hand it to the delivering unit with LoadCredential= (docs/operations.md)",
                             ["path": path, "mode": String(permissions, radix: 8)])
         }
         guard let pem = FileManager.default.contents(atPath: path) else {
