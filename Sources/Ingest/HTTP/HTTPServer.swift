@@ -139,8 +139,23 @@ public final class HTTPServer: Sendable {
             daemon = nil
             return handle
         }
-        if let handle { MHD_stop_daemon(handle.pointer) }
+        guard let handle else { return }
+        // MHD_stop_daemon wakes its epoll thread and joins it. Seen once in many runs (right after a quiesce and a
+        // resumed suspended connection): the thread missed the wake-up and the join never returned, so SIGTERM hung.
+        // The stop runs on a thread of its own that keeps this server alive (MHD calls back with an unretained
+        // pointer to it until MHD_stop_daemon returns); past `stopTimeout` the caller goes on — the process is
+        // exiting — instead of hanging with it.
+        let stopped = DispatchSemaphore(value: 0)
+        let stopper = Thread { [self] in
+            MHD_stop_daemon(handle.pointer)
+            _ = withExtendedLifetime(self) { stopped.signal() }
+        }
+        stopper.name = "http-stop"
+        stopper.start()
+        _ = stopped.wait(timeout: .now() + Self.stopTimeout.seconds)
     }
+
+    static let stopTimeout: Duration = .seconds(10)
 
     /// The libmicrohttpd version, e.g. `0.9.75`.
     public static var libraryVersion: String { String(cString: MHD_get_version()) }
