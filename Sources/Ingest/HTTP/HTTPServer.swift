@@ -100,7 +100,9 @@ public final class HTTPServer: Sendable {
         boundPort.withLock { $0 = bound }
     }
 
-    deinit { stop() }
+    // Last reference gone: nothing can call back into a server being freed, so stop and wait (never in the
+    // background, which would need `self` alive past its deinit).
+    deinit { stop(fromDeinit: true) }
 
     /// Connections shut down because a request did not arrive within `requestTimeout`.
     public var connectionsCut: Int { connectionGuard?.cut.load(ordering: .relaxed) ?? 0 }
@@ -130,7 +132,9 @@ public final class HTTPServer: Sendable {
     /// libmicrohttpd 0.9.x aborts the process in MHD_stop_daemon while a connection is suspended, and a request
     /// waiting for its answer is a suspended connection (a Test webhook waiting for APNs, a device call waiting on
     /// a locked database); answering resumes it.
-    public func stop() {
+    public func stop() { stop(fromDeinit: false) }
+
+    private func stop(fromDeinit: Bool) {
         let unanswered = dispatched.close()
         for context in unanswered { ConnectionResponder(context: context).respond(Self.shuttingDownResponse) }
         if !unanswered.isEmpty { _ = dispatched.waitUntilEmpty(timeout: Self.answerFlushTimeout) }
@@ -140,6 +144,7 @@ public final class HTTPServer: Sendable {
             return handle
         }
         guard let handle else { return }
+        if fromDeinit { return MHD_stop_daemon(handle.pointer) }
         // MHD_stop_daemon wakes its epoll thread and joins it. Seen once in many runs (right after a quiesce and a
         // resumed suspended connection): the thread missed the wake-up and the join never returned, so SIGTERM hung.
         // The stop runs on a thread of its own that keeps this server alive (MHD calls back with an unretained
