@@ -75,49 +75,37 @@ import Testing
     }
 }
 
-/// Hands a response from the thread that waited for it to the test.
-final class ResponseBox: @unchecked Sendable {
+/// Hands a value from the thread that produced it to the test, which waits for it with a deadline.
+class AnswerBox<Value>: @unchecked Sendable {
     // @unchecked Sendable: every access goes through `condition`.
     private let condition = NSCondition()
-    private var response: RawHTTPClient.Response?
+    private var value: Value?
     private var done = false
 
-    func set(_ value: RawHTTPClient.Response?) {
+    func set(_ newValue: Value?) {
         condition.lock()
-        response = value
+        value = newValue
         done = true
         condition.signal()
         condition.unlock()
     }
 
-    func wait(until deadline: ContinuousClock.Instant) -> RawHTTPClient.Response? {
+    func wait(until deadline: ContinuousClock.Instant) -> Value? {
         condition.lock()
         defer { condition.unlock() }
         while !done && ContinuousClock.now < deadline { _ = condition.wait(until: Date().addingTimeInterval(0.05)) }
-        return response
+        return value
     }
 }
 
+/// The answer a client got over HTTP.
+typealias ResponseBox = AnswerBox<RawHTTPClient.Response>
+
 /// Issue 13 item 5: waiting Test requests are answered from one poll, and at most `capacity` wait at once.
 @Suite struct TestOutcomeWaiterTests {
-    final class Recorder: HTTPResponder, @unchecked Sendable {
-        // @unchecked Sendable: every access goes through `condition`.
-        private let condition = NSCondition()
-        private var answer: HTTPResponse?
-
-        func respond(_ response: HTTPResponse) {
-            condition.lock()
-            answer = response
-            condition.signal()
-            condition.unlock()
-        }
-
-        func wait(until deadline: ContinuousClock.Instant) -> HTTPResponse? {
-            condition.lock()
-            defer { condition.unlock() }
-            while answer == nil && ContinuousClock.now < deadline { _ = condition.wait(until: Date().addingTimeInterval(0.05)) }
-            return answer
-        }
+    /// The answer a server-side responder was given.
+    final class Recorder: AnswerBox<HTTPResponse>, HTTPResponder, @unchecked Sendable {
+        func respond(_ response: HTTPResponse) { set(response) }
     }
 
     @Test func everyWaitingRequestGetsItsOwnOutcomeAndThoseOverCapacityAreNotHeld() throws {
