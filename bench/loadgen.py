@@ -42,7 +42,8 @@ async def main(port, rate, seconds, devices, out_path, connections=64):
         finally:
             pool.put_nowait((reader, writer))
 
-    tasks = []
+    # Only the requests still in flight are held (a soak sends 600,000); their rows go to `results`.
+    tasks = set()
     start = time.monotonic()
     total = int(rate * seconds)
     for n in range(total):
@@ -50,7 +51,9 @@ async def main(port, rate, seconds, devices, out_path, connections=64):
         delay = target - time.monotonic()
         if delay > 0:
             await asyncio.sleep(delay)
-        tasks.append(asyncio.create_task(one(n % len(devices))))
+        task = asyncio.create_task(one(n % len(devices)))
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
     await asyncio.gather(*tasks)
     achieved = total / (time.monotonic() - start)
     with open(out_path, "w") as out:

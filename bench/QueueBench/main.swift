@@ -3,24 +3,33 @@ import Common
 import Foundation
 import Queue
 
-// Queue throughput for `make bench`, printed as one JSON object:
+// Queue throughput for `make bench`, printed as one JSON object whose figures are lists, one value per run:
 //   raw_insert_rps      rows/s inserted into the jobs table with a bare prepared INSERT (the ceiling)
 //   enqueue_rps         jobs/s through SQLiteStore.enqueue in batches of 1,000 (one transaction each)
 //   claim_rate_10k      jobs/s claimed and completed (batches of 1,000) with 10,000 jobs queued
 //   claim_rate_1m       the same with 1,000,000 jobs queued
 // Both claim runs have the same shape — 1,000 devices, each with jobs waiting behind its head, so every
 // completion promotes the next job — and differ only in how much is queued: 10 or 1,000 jobs per device.
-// Usage: QueueBench DIRECTORY [--million N]   (N defaults to 1,000,000)
-//        QueueBench postgres URL_ENQUEUE URL_10K URL_1M [--million N]
+// `--runs N` (default 1) repeats each figure N times; the 1M database is filled once and each run claims 10,000
+// of it (so the last run still has 98 % of it queued), the 10k database is refilled before each run.
+// Usage: QueueBench DIRECTORY [--million N] [--runs N]   (N defaults to 1,000,000)
+//        QueueBench postgres URL_ENQUEUE URL_10K URL_1M [--million N] [--runs N]
 //                                                  the same enqueue and claim figures on PostgreSQL, one empty
-//                                                  database per run (no raw_insert_rps)
-//        QueueBench prefill DATABASE JOBS DEVICES  (fills a relay database for the delivery benchmarks; prints the
-//                                                   device tokens' seed range on stderr)
+//                                                  database per figure (no raw_insert_rps)
+//        QueueBench raw DIRECTORY [--runs N]       only raw_insert_rps (the ingest phase's second ceiling)
+//        QueueBench prefill DATABASE JOBS DEVICES  (fills a relay database for the delivery benchmarks: a SQLite path
+//                                                   or a postgres:// URL)
 
 let arguments = CommandLine.arguments
+let clock = SystemClock()
+let runs = arguments.firstIndex(of: "--runs").map { Int(arguments[$0 + 1])! } ?? 1
+
+func openStore(_ location: String) throws -> any RelayStore {
+    location.hasPrefix("postgres") ? try PostgresStore(url: location, now: clock.nowMillis()) : try SQLiteStore(path: location, now: clock.nowMillis())
+}
+
 if arguments.count == 5, arguments[1] == "prefill" {
-    let clock = SystemClock()
-    let store = try SQLiteStore(path: arguments[2], now: clock.nowMillis())
+    let store = try openStore(arguments[2])
     let jobs = Int(arguments[3])!, deviceCount = Int(arguments[4])!
     let ids = try (0..<deviceCount).map { index in
         try store.registerDevice(token: String(format: "%064x", index + 1), authTokenHash: "h", now: 0, newID: { try DeviceID.generate() }).device.id
@@ -39,16 +48,22 @@ if arguments.count == 5, arguments[1] == "prefill" {
     if !batch.isEmpty { _ = try store.enqueue(batch, now: clock.nowMillis(), ttl: .seconds(86_400)) }
     exit(0)
 }
-let directory = arguments.count > 1 ? arguments[1] : NSTemporaryDirectory()
+let directory = arguments.count > 2 && arguments[1] == "raw" ? arguments[2] : arguments.count > 1 ? arguments[1] : NSTemporaryDirectory()
 let million = arguments.firstIndex(of: "--million").map { Int(arguments[$0 + 1])! } ?? 1_000_000
 let devices = 1_000
-let clock = SystemClock()
 
 func log(_ message: String) { FileHandle.standardError.write(Data("queue-bench: \(message)\n".utf8)) }
 
+/// `[a,b,c]`: one figure's runs, as JSON.
+func list(_ values: [Double]) -> String { "[" + values.map { String(Int($0)) }.joined(separator: ",") + "]" }
+
+func removeStore(_ path: String) {
+    for suffix in ["", "-wal", "-shm"] { try? FileManager.default.removeItem(atPath: path + suffix) }
+}
+
 func freshStore(_ name: String) throws -> (SQLiteStore, [String], String) {
     let path = "\(directory)/\(name).db"
-    for suffix in ["", "-wal", "-shm"] { try? FileManager.default.removeItem(atPath: path + suffix) }
+    removeStore(path)
     let store = try SQLiteStore(path: path, now: clock.nowMillis())
     var ids: [String] = []
     ids.reserveCapacity(devices)
@@ -92,13 +107,15 @@ func claimAndComplete(_ store: any RelayStore, count: Int) throws -> Double {
 }
 
 /// The ceiling: the same rows with one prepared INSERT, 1,000 per transaction, no head-of-device logic.
-func rawInserts(path: String, ids: [String], count: Int) -> Double {
+/// A failed statement stops the benchmark: a schema change must not turn the ceiling into a loop of no-ops.
+func rawInserts(path: String, ids: [String], count: Int) throws -> Double {
     var db: OpaquePointer?
     sqlite3_open(path, &db)
     defer { sqlite3_close(db) }
     sqlite3_exec(db, "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA secure_delete=ON", nil, nil, nil)
     var statement: OpaquePointer?
-    sqlite3_prepare_v2(db, "INSERT INTO jobs (public_id, device_id, state, payload, created_at, scheduled_at, expires_at) VALUES (?, ?, 'pending', ?, 0, 0, 0)", -1, &statement, nil)
+    let insert = "INSERT INTO jobs (public_id, device_id, state, payload, created_at, scheduled_at, expires_at) VALUES (?, ?, 'pending', ?, 0, 0, 0)"
+    guard sqlite3_prepare_v2(db, insert, -1, &statement, nil) == SQLITE_OK else { throw RawInsertFailed(message: String(cString: sqlite3_errmsg(db))) }
     defer { sqlite3_finalize(statement) }
     let start = ContinuousClock.now
     for index in 0..<count {
@@ -106,13 +123,15 @@ func rawInserts(path: String, ids: [String], count: Int) -> Double {
         sqlite3_bind_text(statement, 1, "raw-\(index)", -1, CSQLite_transient())
         sqlite3_bind_text(statement, 2, ids[index % ids.count], -1, CSQLite_transient())
         _ = payload.withUnsafeBytes { sqlite3_bind_blob(statement, 3, $0.baseAddress, Int32($0.count), CSQLite_transient()) }
-        sqlite3_step(statement)
+        guard sqlite3_step(statement) == SQLITE_DONE else { throw RawInsertFailed(message: String(cString: sqlite3_errmsg(db))) }
         sqlite3_reset(statement)
         if index % 1000 == 999 { sqlite3_exec(db, "COMMIT", nil, nil, nil) }
     }
     sqlite3_exec(db, "COMMIT", nil, nil, nil)
     return Double(count) / (ContinuousClock.now - start).seconds
 }
+
+struct RawInsertFailed: Error { let message: String }
 
 /// A PostgreSQL database with the benchmark's devices.
 func postgresStore(_ url: String) throws -> (PostgresStore, [String]) {
@@ -125,19 +144,21 @@ func postgresStore(_ url: String) throws -> (PostgresStore, [String]) {
 
 if arguments.count >= 5, arguments[1] == "postgres" {
     do {
-        log("postgres: enqueue (100,000 jobs)")
+        log("postgres: enqueue (100,000 jobs) × \(runs)")
         let (enqueueStore, enqueueIDs) = try postgresStore(arguments[2])
-        let enqueueRate = try enqueue(enqueueStore, enqueueIDs, perDevice: 100)
-        log("postgres: claim + complete with 10,000 queued")
+        let enqueueRates = try (0..<runs).map { _ in try enqueue(enqueueStore, enqueueIDs, perDevice: 100) }
         let (small, smallIDs) = try postgresStore(arguments[3])
-        _ = try enqueue(small, smallIDs, perDevice: 10)
-        let claim10k = try claimAndComplete(small, count: 10_000)
         log("postgres: prefilling \(million) jobs (this takes a while)")
         let (large, largeIDs) = try postgresStore(arguments[4])
         let prefill = try enqueue(large, largeIDs, perDevice: million / devices)
-        log("postgres: claim + complete with \(million) queued")
-        let claim1m = try claimAndComplete(large, count: 10_000)
-        print("{\"enqueue_rps\":\(Int(enqueueRate)),\"claim_rate_10k\":\(Int(claim10k)),\"claim_rate_1m\":\(Int(claim1m)),"
+        var claim10k: [Double] = [], claim1m: [Double] = []
+        for run in 1...runs {
+            log("postgres: claim + complete with 10,000 queued, then with \(million) queued (run \(run) of \(runs))")
+            _ = try enqueue(small, smallIDs, perDevice: 10)
+            claim10k.append(try claimAndComplete(small, count: 10_000))
+            claim1m.append(try claimAndComplete(large, count: 10_000))
+        }
+        print("{\"enqueue_rps\":\(list(enqueueRates)),\"claim_rate_10k\":\(list(claim10k)),\"claim_rate_1m\":\(list(claim1m)),"
               + "\"prefill_rps\":\(Int(prefill)),\"queued_large\":\(million)}")
         exit(0)
     } catch {
@@ -146,29 +167,55 @@ if arguments.count >= 5, arguments[1] == "postgres" {
     }
 }
 
+if arguments.count >= 3, arguments[1] == "raw" {
+    do {
+        let rates = try (0..<runs).map { run -> Double in
+            let (store, ids, path) = try freshStore("raw-\(run)")
+            _ = store
+            defer { removeStore(path) }
+            return try rawInserts(path: path, ids: ids, count: 100_000)
+        }
+        print("{\"raw_insert_rps\":\(list(rates))}")
+        exit(0)
+    } catch {
+        log("failed: \(error)")
+        exit(1)
+    }
+}
+
 do {
-    log("raw inserts and enqueue (100,000 jobs each)")
-    let (rawStore, rawIDs, rawPath) = try freshStore("raw")
-    _ = rawStore
-    let raw = rawInserts(path: rawPath, ids: rawIDs, count: 100_000)
-    let (enqueueStore, enqueueIDs, _) = try freshStore("enqueue")
-    let enqueueRate = try enqueue(enqueueStore, enqueueIDs, perDevice: 100)
-
-    log("claim + complete with 10,000 queued")
+    log("raw inserts and enqueue (100,000 jobs each) × \(runs)")
+    var raw: [Double] = [], enqueueRates: [Double] = []
+    for run in 0..<runs {
+        // Each run's files go once measured: the claim runs below must not share the page cache with them.
+        do {
+            let (rawStore, rawIDs, rawPath) = try freshStore("raw-\(run)")
+            _ = rawStore
+            raw.append(try rawInserts(path: rawPath, ids: rawIDs, count: 100_000))
+            removeStore(rawPath)
+        }
+        do {
+            let (enqueueStore, enqueueIDs, enqueuePath) = try freshStore("enqueue-\(run)")
+            enqueueRates.append(try enqueue(enqueueStore, enqueueIDs, perDevice: 100))
+            removeStore(enqueuePath)
+        }
+    }
     let (small, smallIDs, _) = try freshStore("claim-10k")
-    _ = try enqueue(small, smallIDs, perDevice: 10)
-    try small.checkpoint()
-    let claim10k = try claimAndComplete(small, count: 10_000)
-
     log("prefilling \(million) jobs (this takes a while)")
     let (large, largeIDs, _) = try freshStore("claim-1m")
     let prefill = try enqueue(large, largeIDs, perDevice: million / devices)
     // Fold the prefill's WAL into the database first, so the claims do not pay for the prefill's checkpoint.
     try large.checkpoint()
-    log("claim + complete with \(million) queued")
-    let claim1m = try claimAndComplete(large, count: 10_000)
-    print("{\"raw_insert_rps\":\(Int(raw)),\"enqueue_rps\":\(Int(enqueueRate)),\"claim_rate_10k\":\(Int(claim10k)),"
-          + "\"claim_rate_1m\":\(Int(claim1m)),\"prefill_rps\":\(Int(prefill)),\"queued_large\":\(million)}")
+    var claim10k: [Double] = [], claim1m: [Double] = []
+    for run in 1...runs {
+        log("claim + complete with 10,000 queued, then with \(million) queued (run \(run) of \(runs))")
+        _ = try enqueue(small, smallIDs, perDevice: 10)
+        try small.checkpoint()
+        claim10k.append(try claimAndComplete(small, count: 10_000))
+        claim1m.append(try claimAndComplete(large, count: 10_000))
+    }
+    print("{\"raw_insert_rps\":\(list(raw)),\"enqueue_rps\":\(list(enqueueRates)),\"claim_rate_10k\":\(list(claim10k)),"
+          + "\"claim_rate_1m\":\(list(claim1m)),\"prefill_rps\":\(Int(prefill)),\"queued_large\":\(million)}")
 } catch {
     log("failed: \(error)")
     exit(1)

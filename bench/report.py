@@ -1,0 +1,171 @@
+"""The results table (one row per figure: median of the runs, its spread, the target and whether it passes), the
+JSON and the plot."""
+import datetime
+import json
+import os
+import re
+import shutil
+
+from harness import ROOT
+
+RESULTS = ROOT / "bench" / "results"
+
+
+def get(r, path):
+    """The value at a dotted path; a figure measured several times gives its median."""
+    value = r
+    for key in path.split("."):
+        value = value[key]
+    return value["median"] if isinstance(value, dict) and "median" in value else value
+
+
+def cell(r, path, unit=""):
+    """A figure's median with its spread over the runs: `0.21 (0.19–0.23)`."""
+    value = r
+    for key in path.split("."):
+        value = value[key]
+    if not isinstance(value, dict):
+        return f"{number(value)}{unit}"
+    text = f"{number(value['median'])}{unit}"
+    return text + (f" ({number(value['min'])}–{number(value['max'])})" if len(value["runs"]) > 1 else "")
+
+
+def number(value):
+    if isinstance(value, float):
+        return f"{value:.2f}" if abs(value) < 100 else f"{value:,.0f}"
+    return f"{value:,}" if isinstance(value, int) else str(value)
+
+
+def tiered(ratio, final, step):
+    """SPEC's target, with issue #17's intermediate step: `yes`, `#17 step only` or `no`."""
+    return "yes" if ratio >= final else "#17 step only" if ratio >= step else "**no**"
+
+
+def curve(r):
+    return " / ".join(f"{p['pps']:,}" for p in r["postgres"]["scaling"]["curve"])
+
+
+ROWS = [
+    # (figure, relay, ceiling, ratio, target, pass)
+    ("Ingest: durable webhooks/s to 1,000 devices vs nginx fixed 202", lambda r: cell(r, "ingest.relay_rps"),
+     lambda r: cell(r, "ingest.nginx_rps"), lambda r: cell(r, "ingest.ratio_nginx"), "≥ 0.50 (#17 step: 0.35)",
+     lambda r: tiered(get(r, "ingest.ratio_nginx"), 0.50, 0.35)),
+    ("Ingest vs raw SQLite inserts of the same rows (rows/s)", lambda r: cell(r, "ingest.relay_rps"),
+     lambda r: cell(r, "ingest.raw_insert_rps"), lambda r: cell(r, "ingest.ratio_raw"), "—", lambda r: "—"),
+    ("Ingest, one device in a storm (alerts fold into its digest) vs nginx", lambda r: cell(r, "ingest.fold.relay_rps"),
+     lambda r: cell(r, "ingest.nginx_rps"), lambda r: cell(r, "ingest.fold.ratio_nginx"), "—", lambda r: "—"),
+    ("Delivery: pushes/s vs h2load on the same simulator", lambda r: cell(r, "deliver.relay_pps"),
+     lambda r: cell(r, "deliver.h2load_pps"), lambda r: cell(r, "deliver.ratio_h2load"), "≥ 0.50",
+     lambda r: "yes" if get(r, "deliver.ratio_h2load") >= 0.5 else "**no**"),
+    ("Delivery: CPU µs per push (deliver) vs per request (h2load)", lambda r: cell(r, "deliver.relay_cpu_us_per_push"),
+     lambda r: cell(r, "deliver.h2load_cpu_us_per_request"), lambda r: cell(r, "deliver.ratio_cpu"), "≤ 2.0",
+     lambda r: "yes" if get(r, "deliver.ratio_cpu") <= 2 else "**no**"),
+    ("Delivery: pushes/s vs Python aioapns", lambda r: cell(r, "deliver.relay_pps"), lambda r: cell(r, "deliver.aioapns_pps"),
+     lambda r: cell(r, "deliver.ratio_aioapns", "×"), "≥ 10×", lambda r: "yes" if get(r, "deliver.ratio_aioapns") >= 10 else "**no**"),
+    ("Delivery at 30 ms APNs latency (pushes/s)", lambda r: cell(r, "deliver.relay_pps_30ms"), lambda r: "—", lambda r: "—",
+     "≥ 10,000/s", lambda r: "yes" if get(r, "deliver.relay_pps_30ms") >= 10000 else "**no**"),
+    ("Latency p99 at 1,000 webhooks/s, webhook sent → APNs (ms)", lambda r: cell(r, "latency_ms.p99"), lambda r: "—",
+     lambda r: "—", "≤ 10 ms", lambda r: "yes" if get(r, "latency_ms.p99") <= 10 else "**no**"),
+    ("Latency p99 with /metrics scraped every 100 ms vs without (ms)", lambda r: cell(r, "latency_ms.p99_scraped"),
+     lambda r: cell(r, "latency_ms.p99"), lambda r: cell(r, "latency_ms.ratio_scraped"), "≤ 1.10",
+     lambda r: "yes" if get(r, "latency_ms.ratio_scraped") <= 1.10 else "**no**"),
+    ("GET /devices/:id p99 with 1,000 Test requests waiting vs none (ms)", lambda r: cell(r, "testwait.get_p99_ms"),
+     lambda r: cell(r, "testwait.get_p99_idle_ms"), lambda r: "—", "< 50 ms",
+     lambda r: "yes" if get(r, "testwait.get_p99_ms") < 50 else "**no**"),
+    ("Queue: claim rate at 1M vs 10k queued (jobs/s)", lambda r: cell(r, "queue.claim_rate_1m"),
+     lambda r: cell(r, "queue.claim_rate_10k"), lambda r: cell(r, "queue.claim_ratio"), "≥ 0.80",
+     lambda r: "yes" if get(r, "queue.claim_ratio") >= 0.8 else "**no**"),
+    ("Queue: enqueue vs raw SQLite inserts (rows/s)", lambda r: cell(r, "queue.enqueue_rps"),
+     lambda r: cell(r, "queue.raw_insert_rps"), lambda r: cell(r, "queue.enqueue_ratio"), "—", lambda r: "—"),
+    ("PostgreSQL: ingest over HTTP vs SQLite ingest (webhooks/s)", lambda r: cell(r, "postgres.ingest.relay_rps"),
+     lambda r: cell(r, "ingest.relay_rps"), lambda r: cell(r, "postgres.ingest.ratio_sqlite"), "≥ 0.50",
+     lambda r: "yes" if get(r, "postgres.ingest.ratio_sqlite") >= 0.5 else "**no**"),
+    ("PostgreSQL: claim + complete, 1 / 2 / 4 deliver processes (pushes/s)", curve,
+     lambda r: f"limit: {r['postgres']['scaling']['limit']}", lambda r: "—", "grows until a limit",
+     lambda r: "yes" if r["postgres"]["scaling"]["grows_until_limit"] else "**no**"),
+    ("PostgreSQL: claim rate at 1M vs 10k queued (jobs/s)", lambda r: cell(r, "postgres.queue.claim_rate_1m"),
+     lambda r: cell(r, "postgres.queue.claim_rate_10k"), lambda r: cell(r, "postgres.queue.claim_ratio"), "≥ 0.80",
+     lambda r: "yes" if get(r, "postgres.queue.claim_ratio") >= 0.8 else "**no**"),
+    ("PostgreSQL: enqueue vs SQLite enqueue, QueueBench (jobs/s)", lambda r: cell(r, "postgres.queue.enqueue_rps"),
+     lambda r: cell(r, "queue.enqueue_rps"), lambda r: cell(r, "postgres.queue.enqueue_vs_sqlite"), "—", lambda r: "—"),
+    ("PostgreSQL: latency p99 at 1,000 webhooks/s, ingest + deliver (ms)", lambda r: cell(r, "postgres.latency_ms.p99"),
+     lambda r: "—", lambda r: "—", "≤ 10 ms", lambda r: "yes" if get(r, "postgres.latency_ms.p99") <= 10 else "**no**"),
+    ("Outage: lost jobs / order violations", lambda r: f'{r["outage"]["lost"]} / {r["outage"]["order_violations"]}',
+     lambda r: "—", lambda r: "—", "0 / 0", lambda r: "yes" if r["outage"]["lost"] == 0 and r["outage"]["order_violations"] == 0 else "**no**"),
+    ("Outage: backlog drained after recovery (s)", lambda r: r["outage"]["drain_s"], lambda r: "—", lambda r: "—", "seconds",
+     lambda r: "yes" if r["outage"]["drain_s"] < 30 else "**no**"),
+    ("Memory: peak RSS, MiB (ingest / deliver / serve)",
+     lambda r: " / ".join(f"{r['rss_mib'][k]:.0f}" if k in r['rss_mib'] else "—" for k in ("ingest", "deliver", "serve")), lambda r: "—",
+     lambda r: "—", "< 64 each", lambda r: "yes" if all((v or 0) < 64 for v in r["rss_mib"].values()) else "**no**"),
+    ("Soak: RSS slope over 10 min at 1,000 pushes/s (MiB/hour, after the first minute)",
+     lambda r: r["soak"]["slope_after_first_minute_mib_per_hour"],
+     lambda r: f'{r["soak"]["rss_first_mib"]:.1f} → {r["soak"]["rss_last_mib"]:.1f} MiB', lambda r: "—", "flat: < 1 MiB/h",
+     lambda r: "yes" if abs(r["soak"]["slope_after_first_minute_mib_per_hour"]) < 1 else "**no**"),
+]
+
+
+def table(results):
+    rows = ["| Figure | Relay | Ceiling | Ratio | Target | Pass |", "|---|---|---|---|---|---|"]
+    for name, value, ceiling, ratio, target, passed in ROWS:
+        try:
+            rows.append(f"| {name} | {value(results)} | {ceiling(results)} | {ratio(results)} | {target} | {passed(results)} |")
+        except (KeyError, TypeError, ZeroDivisionError):
+            continue  # not measured in this run (a BENCH= subset)
+    return "\n".join(rows)
+
+
+def write_outputs(results, series, latencies, command, full):
+    """The full default run writes latest.*; every run writes a dated copy (a subset only the dated copy, so latest.*
+    always holds one complete run)."""
+    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H%M%SZ")
+    results["command"] = command
+    results["date"] = stamp
+    results["machine"] = f"{os.cpu_count()} cores, {platform_memory()}"
+    runs = results.get("runs", 1)
+    markdown = (f"# Benchmark results\n\n`{command}` on {results['machine']}, {stamp}, {results['elapsed_s']} s. "
+                f"Figures: median of {runs} run{'s' if runs > 1 else ''} (min–max in brackets).\n\n" + table(results) + "\n")
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / f"{stamp}.json").write_text(json.dumps(results, indent=2) + "\n")
+    (RESULTS / f"{stamp}.md").write_text(markdown)
+    if series or latencies:
+        plot(series, latencies, RESULTS / f"{stamp}.png")
+    if full:
+        for suffix in ("json", "md", "png"):
+            if (RESULTS / f"{stamp}.{suffix}").exists():
+                shutil.copy(RESULTS / f"{stamp}.{suffix}", RESULTS / f"latest.{suffix}")
+    print("\n" + markdown)
+    print(f"written: bench/results/{stamp}.*" + (" and latest.*" if full else ""))
+
+
+def platform_memory():
+    try:
+        kb = int(re.search(r"MemTotal:\s+(\d+)", open("/proc/meminfo").read()).group(1))
+        return f"{kb / 1048576:.0f} GiB"
+    except (OSError, AttributeError):
+        return "unknown memory"
+
+
+def plot(series, latencies, path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    figure, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
+    for label, points in series.items():
+        if len(points) > 1:
+            rates = [(t1, (d1 - d0) / (t1 - t0)) for (t0, d0), (t1, d1) in zip(points, points[1:]) if t1 > t0]
+            left.plot([t for t, _ in rates], [r for _, r in rates], label=label)
+    left.set_title("Delivery throughput while draining 100,000 queued pushes")
+    left.set_xlabel("seconds")
+    left.set_ylabel("pushes/s")
+    if series:
+        left.legend()
+    if latencies:
+        right.hist(latencies, bins=100, range=(0, max(20, 3 * latencies[int(len(latencies) * 0.99)])))
+        for q, style in ((0.5, "--"), (0.99, ":")):
+            right.axvline(latencies[int(q * len(latencies))], linestyle=style, color="black", label=f"p{int(q * 100)}")
+        right.legend()
+    right.set_title("Webhook sent → APNs request received, 1,000 webhooks/s")
+    right.set_xlabel("milliseconds")
+    right.set_ylabel("pushes")
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
