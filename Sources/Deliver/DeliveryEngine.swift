@@ -333,99 +333,6 @@ public final class DeliveryEngine: Sendable {
         if !outcomes.isEmpty { record(outcomes) }
     }
 
-    /// Turns one APNs answer into an outcome (or a resend).
-    private func handle(_ answer: Answer, into outcomes: inout [JobOutcome]) {
-        let state = loopState
-        guard let flight = state.inFlight.removeValue(forKey: answer.jobID) else { return }
-        let job = flight.job
-        let verdict: Verdict
-        switch answer.result {
-        case .success(let response):
-            metrics.observe("kumapush_apns_request_seconds", value: (ContinuousClock.now - flight.started).seconds)
-            verdict = Verdict.forResponse(status: response.status, reason: Verdict.reason(fromBody: response.body))
-        case .failure(.refused):
-            verdict = .resend
-        case .failure(.timedOut):
-            verdict = .retry(reason: "Timeout", outage: true)
-        case .failure(.connectionLost):
-            verdict = .retry(reason: "ConnectionLost", outage: true)
-        case .failure(.reset(let code)):
-            verdict = .retry(reason: "StreamReset\(code)", outage: true)
-        }
-        let now = clock.nowMillis()
-        // The breaker and the stall detector watch the configured environment; the other one's answers say
-        // nothing about its health (and its failures only retry the pushes that went there).
-        let transition = flight.environment == configuration.environment
-            ? recordHealth(verdict, jobID: job.id, now: now) : .none
-        switch transition {
-        case .opened:
-            logger.error("APNs outage: most recent pushes failed; pausing, probing with one push at a time")
-        case .recovered:
-            try? store.recordPause(worker: configuration.worker, reason: nil, now: now)
-            let due = (try? store.makeRetryableDue(now: now)) ?? 0
-            logger.info("APNs answers again: sending the backlog now", ["jobs.due": String(due)])
-            state.claimDue = true
-        case .paused(let reason):
-            recordPause(reason, now: now)
-            logger.error("APNs rejects our credentials or topic: delivery paused, jobs kept. Fix APNS_KEY_ID, APNS_TEAM_ID, APP_BUNDLE_IDENTIFIER or the key, then restart",
-                         ["apns.reason": reason])
-        case .none:
-            break
-        }
-        if switchEnvironment(after: verdict, flight: flight) { return }
-        learnEnvironment(from: verdict, flight: flight)
-        var outcome = Self.outcome(for: verdict, job: job, backoff: configuration.backoff, now: now)
-        switch outcome.kind {
-        case .delivered, .deadLetter, .abandon: outcome.merged = flight.merged
-        case .retry, .removeDevice, .postpone: break
-        }
-        switch verdict {
-        case .resend where flight.resends < 5:
-            state.resendQueue.append(Resend(job: job, resends: flight.resends + 1, environment: flight.environment, switched: flight.switched))
-            return
-        case .refreshProviderToken where flight.resends < 5:
-            tokens.expired(generation: flight.generation)
-            pool(for: flight.environment).recycle(answer.connection)
-            state.resendQueue.append(Resend(job: job, resends: flight.resends + 1, environment: flight.environment, switched: flight.switched))
-            return
-        default:
-            break
-        }
-        if case .retry(let at, _) = outcome.kind {
-            state.nextRetryAt = min(state.nextRetryAt ?? at, at)
-        }
-        // Only pushes APNs accepted count towards DEVICE_BURST (the store counts them as it records the delivery):
-        // failed attempts during an outage put nothing on the phone, and must not turn the backlog into digests.
-        metrics.increment("kumapush_deliveries_total", [("outcome", Self.label(outcome.kind)), ("reason", Self.reason(verdict))])
-        if case .removeDevice = outcome.kind { metrics.increment("kumapush_devices_removed_total") }
-        switch outcome.kind {
-        case .deadLetter(let reason), .abandon(let reason):
-            logger.warning("push dead-lettered", ["job.id": job.publicID, "reason": reason, "device.token": Redact.token(job.deviceToken)])
-        case .delivered, .retry, .removeDevice, .postpone:
-            break
-        }
-        outcomes.append(outcome)
-    }
-
-    /// The queue outcome of a verdict: retries wait with full-jitter backoff, and a job whose next try would fall
-    /// after its JOB_TTL is dead-lettered as `Expired` instead.
-    static func outcome(for verdict: Verdict, job: ClaimedJob, backoff: Backoff, now: Int64) -> JobOutcome {
-        let kind: JobOutcome.Kind
-        switch verdict {
-        case .delivered: kind = .delivered
-        case .removeDevice(let reason): kind = .removeDevice(reason: reason)
-        case .deadLetter(let reason): kind = .deadLetter(reason: reason)
-        case .retry(let reason, _), .pause(let reason):
-            let at = now + max(1, backoff.delayMillis(afterAttempt: job.attempt))
-            kind = at > job.expiresAt ? .abandon(reason: "Expired") : .retry(at: at, error: reason)
-        case .resend, .refreshProviderToken:
-            // Only reached when resending kept failing: treat as a transient failure.
-            let at = now + max(1, backoff.delayMillis(afterAttempt: job.attempt))
-            kind = at > job.expiresAt ? .abandon(reason: "Expired") : .retry(at: at, error: "Refused")
-        }
-        return JobOutcome(jobID: job.id, attempt: job.attempt, kind: kind)
-    }
-
     /// At most this many outcomes wait for an unreachable database; beyond it they are dropped (their leases
     /// expire and the jobs go again) rather than grow without bound.
     static let maximumUnrecorded = 100_000
@@ -480,24 +387,5 @@ public final class DeliveryEngine: Sendable {
         guard !remaining.isEmpty else { return }
         let released = (try? store.release(jobIDs: remaining, worker: configuration.worker, now: clock.nowMillis())) ?? 0
         logger.warning("released leases of pushes still in flight at shutdown", ["count": String(released)])
-    }
-
-    static func label(_ kind: JobOutcome.Kind) -> String {
-        switch kind {
-        case .delivered: return "delivered"
-        case .retry: return "retry"
-        case .deadLetter, .abandon: return "dead_letter"
-        case .removeDevice: return "device_removed"
-        case .postpone: return "postponed"
-        }
-    }
-
-    static func reason(_ verdict: Verdict) -> String {
-        switch verdict {
-        case .delivered: return ""
-        case .removeDevice(let reason), .deadLetter(let reason), .retry(let reason, _), .pause(let reason): return reason
-        case .resend: return "Refused"
-        case .refreshProviderToken: return "ExpiredProviderToken"
-        }
     }
 }
