@@ -3,6 +3,7 @@ import Foundation
 import HTTP2
 import Queue
 import Synchronization
+import Threading
 
 /// The worker pool of one deliver process (SPEC §4): claims due head-of-device jobs sized to the free HTTP/2
 /// stream capacity, sends them over the connection pool, applies each verdict, and records results in batched
@@ -88,8 +89,10 @@ public final class DeliveryEngine: Sendable {
     private let shared = Mutex(Shared())
     private let condition = NSCondition()
     private let finished = DispatchSemaphore(value: 0)
-    /// Loop-thread state, boxed so the Sendable engine can own it (touched only by the delivery thread).
-    let loopState = UncheckedLoopState()
+    /// Loop-thread state, confined to the delivery thread (claimed when it starts, checked on every access).
+    let loopState = ThreadConfined(DeliveryLoopState(), name: "delivery loop state")
+    /// Set by `shutdown`: how long the loop still waits for pushes in flight.
+    private let graceDeadline = Mutex<ContinuousClock.Instant?>(nil)
     /// Set when the stall detector fired, cleared by the next answer from APNs; `serve`'s `/health` reads it.
     let stalled = Atomic<Bool>(false)
 
@@ -127,7 +130,7 @@ public final class DeliveryEngine: Sendable {
 
     /// Stops claiming, waits up to `grace` for pushes in flight, gives back the leases of the rest. Blocks.
     public func shutdown(grace: Duration) {
-        loopState.graceDeadline.withLock { $0 = .now + grace }
+        graceDeadline.withLock { $0 = .now + grace }
         shared.withLock { $0.stopping = true }
         signal()
         finished.wait()
@@ -143,6 +146,7 @@ public final class DeliveryEngine: Sendable {
 
     private func run() {
         let state = loopState
+        state.claim()
         var lastHousekeeping = ContinuousClock.now - .seconds(3600)
         var lastPurge = ContinuousClock.now - .seconds(3600)
         var lastChange = (try? store.changeCounter()) ?? 0
@@ -160,7 +164,7 @@ public final class DeliveryEngine: Sendable {
             if !outcomes.isEmpty || !state.unrecorded.isEmpty && ContinuousClock.now >= state.unrecordedRetryAt { record(outcomes) }
 
             if stopping {
-                if state.inFlight.isEmpty || ContinuousClock.now >= state.graceDeadline.withLock({ $0 ?? .now }) { break }
+                if state.inFlight.isEmpty || ContinuousClock.now >= graceDeadline.withLock({ $0 ?? .now }) { break }
             } else {
                 let now = clock.nowMillis()
                 if ContinuousClock.now - lastHousekeeping >= .seconds(1) {
