@@ -25,9 +25,9 @@ let package = Package(
         // The spine: exe → Ingest/Deliver → Queue → Common.
         // Two thread helpers every module with a thread of its own uses: ThreadConfined and WakeUp.
         .target(name: "Threading", swiftSettings: strictSettings),
-        .target(name: "Common", dependencies: ["COpenSSL"], swiftSettings: strictSettings),
-        .target(name: "Queue", dependencies: ["Common", "CSQLite", "CLibPQ"], swiftSettings: strictSettings),
-        .target(name: "Ingest", dependencies: ["Common", "Queue", "CMicroHTTPD"], swiftSettings: strictSettings),
+        .target(name: "Common", dependencies: ["Threading", "COpenSSL"], swiftSettings: strictSettings),
+        .target(name: "Queue", dependencies: ["Common", "Threading", "CSQLite", "CLibPQ"], swiftSettings: strictSettings),
+        .target(name: "Ingest", dependencies: ["Common", "Queue", "Threading", "CMicroHTTPD"], swiftSettings: strictSettings),
         // Plumbing shared by the APNs client and the simulator: event loop, TLS over memory BIOs, HTTP/2 sessions.
         .target(name: "HTTP2", dependencies: ["Threading", "CNGHTTP2", "COpenSSL", "CLinux"], swiftSettings: strictSettings),
         .target(name: "Deliver", dependencies: ["Common", "Queue", "HTTP2", "Threading", "COpenSSL"], swiftSettings: strictSettings),

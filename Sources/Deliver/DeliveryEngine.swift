@@ -67,13 +67,11 @@ public final class DeliveryEngine: Sendable {
         let connection: HTTP2ClientConnection
     }
 
+    /// What other threads hand the delivery thread, taken as a whole at the top of each round.
     struct Shared: Sendable {
         var answers: [Answer] = []
         var wakeRequested = true
         var stopping = false
-        /// The delivery thread waits on the condition: only then is a signal needed (one futex wake per answer
-        /// was a visible cost at ten thousand answers a second).
-        var sleeping = false
     }
 
     let configuration: Configuration
@@ -87,7 +85,8 @@ public final class DeliveryEngine: Sendable {
     let logger: Logger
     let metrics: MetricsRegistry
     private let shared = Mutex(Shared())
-    private let condition = NSCondition()
+    /// Signalled with every change to `shared`; the delivery thread sleeps on it between rounds.
+    private let wakeUp = WakeUp()
     private let finished = DispatchSemaphore(value: 0)
     /// Loop-thread state, confined to the delivery thread (claimed when it starts, checked on every access).
     let loopState = ThreadConfined(DeliveryLoopState(), name: "delivery loop state")
@@ -121,25 +120,16 @@ public final class DeliveryEngine: Sendable {
 
     /// New jobs may be waiting (called by ingest in `serve`, and by the connection pool when capacity returns).
     public func wake() {
-        let sleeping = shared.withLock { shared -> Bool in
-            shared.wakeRequested = true
-            return shared.sleeping
-        }
-        if sleeping { signal() }
+        shared.withLock { $0.wakeRequested = true }
+        wakeUp.signal()
     }
 
     /// Stops claiming, waits up to `grace` for pushes in flight, gives back the leases of the rest. Blocks.
     public func shutdown(grace: Duration) {
         graceDeadline.withLock { $0 = .now + grace }
         shared.withLock { $0.stopping = true }
-        signal()
+        wakeUp.signal()
         finished.wait()
-    }
-
-    private func signal() {
-        condition.lock()
-        condition.signal()
-        condition.unlock()
     }
 
     // MARK: The loop
@@ -151,19 +141,19 @@ public final class DeliveryEngine: Sendable {
         var lastPurge = ContinuousClock.now - .seconds(3600)
         var lastChange = (try? store.changeCounter()) ?? 0
         while true {
-            let (answers, wakeRequested, stopping) = shared.withLock { shared -> ([Answer], Bool, Bool) in
+            let arrived = shared.withLock { shared -> Shared in
                 defer {
                     shared.answers.removeAll(keepingCapacity: true)
                     shared.wakeRequested = false
                 }
-                return (shared.answers, shared.wakeRequested, shared.stopping)
+                return shared
             }
             var outcomes: [JobOutcome] = []
-            for answer in answers { handle(answer, into: &outcomes) }
+            for answer in arrived.answers { handle(answer, into: &outcomes) }
             dispatchResends()
             if !outcomes.isEmpty || !state.unrecorded.isEmpty && ContinuousClock.now >= state.unrecordedRetryAt { record(outcomes) }
 
-            if stopping {
+            if arrived.stopping {
                 if state.inFlight.isEmpty || ContinuousClock.now >= graceDeadline.withLock({ $0 ?? .now }) { break }
             } else {
                 let now = clock.nowMillis()
@@ -177,8 +167,8 @@ public final class DeliveryEngine: Sendable {
                     state.claimDue = true
                 }
                 let change = (try? store.changeCounter()) ?? lastChange
-                if change != lastChange || wakeRequested || !answers.isEmpty { state.lastActivity = .now }
-                if change != lastChange || wakeRequested {
+                if change != lastChange || arrived.wakeRequested || !arrived.answers.isEmpty { state.lastActivity = .now }
+                if change != lastChange || arrived.wakeRequested {
                     lastChange = change
                     state.claimDue = true
                 }
@@ -203,20 +193,11 @@ public final class DeliveryEngine: Sendable {
         finished.signal()
     }
 
-    /// Sleeps until an answer or a wake-up arrives, or the poll interval passes.
+    /// Sleeps until an answer, a wake-up or the shutdown arrives (at once if one came during this round), or the
+    /// poll interval passes.
     private func waitForWork() {
-        condition.lock()
-        defer { condition.unlock() }
-        let busy = shared.withLock { shared -> Bool in
-            let busy = !shared.answers.isEmpty || shared.wakeRequested || shared.stopping && loopState.inFlight.isEmpty
-            shared.sleeping = !busy
-            return busy
-        }
-        if busy { return }
         let idle = ContinuousClock.now - loopState.lastActivity > .seconds(1) && loopState.inFlight.isEmpty
-        let interval = idle ? configuration.idlePollInterval : configuration.pollInterval
-        _ = condition.wait(until: Date().addingTimeInterval(interval.seconds))
-        shared.withLock { $0.sleeping = false }
+        wakeUp.wait(until: .now + (idle ? configuration.idlePollInterval : configuration.pollInterval))
     }
 
     private func claimAndSend(now: Int64) {
@@ -313,11 +294,8 @@ public final class DeliveryEngine: Sendable {
         metrics.observe("kumapush_webhook_to_apns_seconds", value: Double(max(0, clock.nowMillis() - job.createdAt)) / 1000)
         connection.send(request) { [weak self] result in
             guard let self else { return }
-            let sleeping = self.shared.withLock { shared -> Bool in
-                shared.answers.append(Answer(jobID: job.id, result: result, connection: connection))
-                return shared.sleeping
-            }
-            if sleeping { self.signal() }
+            self.shared.withLock { $0.answers.append(Answer(jobID: job.id, result: result, connection: connection)) }
+            self.wakeUp.signal()
         }
     }
 
