@@ -11,9 +11,14 @@ import Synchronization
 public final class ThreadConfined<Value>: @unchecked Sendable {
     // @unchecked Sendable: `value` is read and written only by the owner thread, which every accessor checks
     // first; `owner` (a pthread_t, 0 while unclaimed) is atomic.
-    private var value: Value
-    private let owner = Atomic<UInt>(0)
-    private let name: StaticString
+    //
+    // The accessors are @inlinable (and so the storage @usableFromInline) so that the caller's module can
+    // specialize them for its own state, and the optimizer can turn a key path to a stored member into a plain
+    // field access, instead of a generic call into this module per access: the delivery loop makes tens of them
+    // per APNs answer.
+    @usableFromInline var value: Value
+    @usableFromInline let owner = Atomic<UInt>(0)
+    @usableFromInline let name: StaticString
 
     /// `name` is what a violation reports, e.g. "delivery loop state".
     public init(_ value: Value, name: StaticString) {
@@ -29,16 +34,19 @@ public final class ThreadConfined<Value>: @unchecked Sendable {
     }
 
     /// Whether the calling thread is the owner.
+    @inlinable
     public var isOwnedByCurrentThread: Bool {
         let current = owner.load(ordering: .relaxed)
         return current != 0 && pthread_equal(current, pthread_self()) != 0
     }
 
     /// Stops the process unless the calling thread is the owner.
+    @inlinable
     public func checkOwner(_ function: StaticString = #function) {
         precondition(isOwnedByCurrentThread, "\(name) touched off its thread (in \(function))")
     }
 
+    @inlinable
     public subscript<Member>(dynamicMember member: WritableKeyPath<Value, Member>) -> Member {
         get {
             checkOwner()
@@ -53,6 +61,7 @@ public final class ThreadConfined<Value>: @unchecked Sendable {
     }
 
     /// Runs `body` with the value (owner thread only).
+    @inlinable
     public func withValue<Result>(_ body: (inout Value) throws -> Result) rethrows -> Result {
         checkOwner()
         return try body(&value)
