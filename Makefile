@@ -2,8 +2,10 @@
 SHELL := /bin/bash
 .DEFAULT_GOAL := help
 PYTEST := .venv/bin/pytest
+SWIFT_FORMAT ?= swift-format
+SWIFT_SOURCES := Sources Tests bench/QueueBench fuzz/Sources Package.swift
 
-.PHONY: help deps venv build release test test-swift test-e2e test-asan chaos run bench fuzz clean
+.PHONY: help deps venv build release lint format test test-swift test-e2e test-asan chaos run bench fuzz clean
 
 help:
 	@echo "make run    install what is missing, build, start the relay (see README)"
@@ -23,9 +25,17 @@ build: deps
 release: deps
 	swift build -c release
 
-# Swift unit and component tests, the end-to-end tests against the real binary, then the transport-fault, delivery
-# and resource end-to-end tests again against an AddressSanitizer build (test-asan).
-test: venv
+# swift-format (shipped with the Swift toolchain) with the committed .swift-format: any finding fails, and every
+# finding it reports is one `make format` fixes (docs/testing.md, "Formatting").
+lint:
+	$(SWIFT_FORMAT) lint --strict --recursive --parallel $(SWIFT_SOURCES)
+
+format:
+	$(SWIFT_FORMAT) format --in-place --recursive --parallel $(SWIFT_SOURCES)
+
+# The format check, Swift unit and component tests, the end-to-end tests against the real binary, then the
+# transport-fault, delivery and resource end-to-end tests again against an AddressSanitizer build (test-asan).
+test: venv lint
 	swift build --build-tests
 	swift test
 	$(PYTEST) -v Tests/e2e

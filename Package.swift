@@ -23,12 +23,14 @@ let package = Package(
         .systemLibrary(name: "CLinux"),
 
         // The spine: exe → Ingest/Deliver → Queue → Common.
-        .target(name: "Common", dependencies: ["COpenSSL"], swiftSettings: strictSettings),
-        .target(name: "Queue", dependencies: ["Common", "CSQLite", "CLibPQ"], swiftSettings: strictSettings),
-        .target(name: "Ingest", dependencies: ["Common", "Queue", "CMicroHTTPD"], swiftSettings: strictSettings),
+        // Two thread helpers every module with a thread of its own uses: ThreadConfined and WakeUp.
+        .target(name: "Threading", swiftSettings: strictSettings),
+        .target(name: "Common", dependencies: ["Threading", "COpenSSL"], swiftSettings: strictSettings),
+        .target(name: "Queue", dependencies: ["Common", "Threading", "CSQLite", "CLibPQ"], swiftSettings: strictSettings),
+        .target(name: "Ingest", dependencies: ["Common", "Queue", "Threading", "CMicroHTTPD"], swiftSettings: strictSettings),
         // Plumbing shared by the APNs client and the simulator: event loop, TLS over memory BIOs, HTTP/2 sessions.
-        .target(name: "HTTP2", dependencies: ["CNGHTTP2", "COpenSSL", "CLinux"], swiftSettings: strictSettings),
-        .target(name: "Deliver", dependencies: ["Common", "Queue", "HTTP2", "COpenSSL"], swiftSettings: strictSettings),
+        .target(name: "HTTP2", dependencies: ["Threading", "CNGHTTP2", "COpenSSL", "CLinux"], swiftSettings: strictSettings),
+        .target(name: "Deliver", dependencies: ["Common", "Queue", "HTTP2", "Threading", "COpenSSL"], swiftSettings: strictSettings),
         // The APNs simulator behind `kumapush-relay apns-sim`, also used in-process by the delivery tests.
         .target(name: "Simulator", dependencies: ["Common", "HTTP2"], swiftSettings: strictSettings),
         .executableTarget(
@@ -46,6 +48,7 @@ let package = Package(
                           swiftSettings: strictSettings),
         .target(name: "TestSupport", dependencies: ["CSQLite", "CLibPQ"], path: "Tests/TestSupport", swiftSettings: strictSettings),
         .testTarget(name: "CommonTests", dependencies: ["Common"], swiftSettings: strictSettings),
+        .testTarget(name: "ThreadingTests", dependencies: ["Threading"], swiftSettings: strictSettings),
         .testTarget(name: "DeliverTests", dependencies: ["Common", "Queue", "HTTP2", "Deliver", "Simulator", "TestSupport"],
                     swiftSettings: strictSettings),
         .testTarget(name: "HTTP2Tests", dependencies: ["HTTP2", "TestSupport"], swiftSettings: strictSettings),

@@ -7,4 +7,9 @@
 /// https://www.sqlite.org/c3ref/c_static.html — delete when Swift imports such casts.
 static inline sqlite3_destructor_type CSQLite_transient(void) { return SQLITE_TRANSIENT; }
 
+/// The extended result codes are macros built with `|` and `<<` (e.g. `SQLITE_CONSTRAINT | (10<<8)`), which Swift
+/// does not import either. https://www.sqlite.org/rescode.html#extrc
+static const int CSQLite_CONSTRAINT_PRIMARYKEY = SQLITE_CONSTRAINT_PRIMARYKEY;
+static const int CSQLite_CONSTRAINT_UNIQUE = SQLITE_CONSTRAINT_UNIQUE;
+
 #endif

@@ -1,5 +1,6 @@
 import Foundation
 import Synchronization
+import Threading
 
 /// The one thread that writes log lines to standard error, or to another descriptor (issue 13).
 ///
@@ -21,13 +22,14 @@ final class StandardErrorWriter: Sendable {
         var lines: [String] = []
         /// The writer thread is writing a batch taken from `lines`.
         var writing = false
-        /// The writer thread waits for lines (wake it only then: a wake-up per line would cost every logging thread).
-        var sleeping = false
     }
 
     private let descriptor: Int32
     private let queue = Mutex(Queue())
-    private let condition = NSCondition()
+    /// Signalled for every line queued; the writer thread sleeps on it while there is nothing to write.
+    private let linesQueued = WakeUp()
+    /// Signalled by the writer thread each time it finds nothing left to write; `flush` sleeps on it.
+    private let drained = WakeUp()
 
     init(descriptor: Int32) {
         if descriptor == STDERR_FILENO { Self.keepStandardErrorOpen() }
@@ -54,50 +56,41 @@ final class StandardErrorWriter: Sendable {
     }
 
     func enqueue(_ line: String) {
-        let (accepted, wake) = queue.withLock { queue -> (Bool, Bool) in
-            guard queue.lines.count < Self.capacity else { return (false, false) }
+        let accepted = queue.withLock { queue -> Bool in
+            guard queue.lines.count < Self.capacity else { return false }
             queue.lines.append(line)
-            return (true, queue.sleeping)
+            return true
         }
         guard accepted else {
             Self.dropped.add(1, ordering: .relaxed)
             return
         }
-        guard wake else { return }
-        // Broadcast, not signal: a `flush` may wait on the same condition, and the writer must not miss this.
-        condition.lock()
-        condition.broadcast()
-        condition.unlock()
+        linesQueued.signal()
     }
 
-    /// Waits until every queued line has been written (or dropped), at most `timeout` seconds.
+    /// Waits until every queued line has been written (or dropped), at most `timeout` seconds. One caller at a
+    /// time (the exit handler).
     func flush(timeout: TimeInterval) {
-        let deadline = Date(timeIntervalSinceNow: timeout)
-        condition.lock()
-        defer { condition.unlock() }
+        let deadline = ContinuousClock.now + .seconds(timeout)
         while queue.withLock({ !$0.lines.isEmpty || $0.writing }) {
-            if !condition.wait(until: deadline) { return }
+            if !drained.wait(until: deadline) { return }
         }
     }
 
     private func run() {
         while true {
-            condition.lock()
-            var batch: [String] = []
-            while true {
-                batch = queue.withLock { queue in
-                    var taken: [String] = []
-                    swap(&taken, &queue.lines)
-                    queue.writing = !taken.isEmpty
-                    queue.sleeping = taken.isEmpty
-                    return taken
-                }
-                if !batch.isEmpty { break }
-                // Nothing to write: tell a flush that waits, then sleep until a line arrives.
-                condition.broadcast()
-                condition.wait()
+            let batch = queue.withLock { queue in
+                var taken: [String] = []
+                swap(&taken, &queue.lines)
+                queue.writing = !taken.isEmpty
+                return taken
             }
-            condition.unlock()
+            if batch.isEmpty {
+                // Nothing to write: tell a flush that waits, then sleep until a line arrives.
+                drained.signal()
+                linesQueued.wait(until: nil)
+                continue
+            }
             var text = ""
             for line in batch {
                 text += line

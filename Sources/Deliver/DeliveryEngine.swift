@@ -3,6 +3,7 @@ import Foundation
 import HTTP2
 import Queue
 import Synchronization
+import Threading
 
 /// The worker pool of one deliver process (SPEC §4): claims due head-of-device jobs sized to the free HTTP/2
 /// stream capacity, sends them over the connection pool, applies each verdict, and records results in batched
@@ -66,13 +67,11 @@ public final class DeliveryEngine: Sendable {
         let connection: HTTP2ClientConnection
     }
 
+    /// What other threads hand the delivery thread, taken as a whole at the top of each round.
     struct Shared: Sendable {
         var answers: [Answer] = []
         var wakeRequested = true
         var stopping = false
-        /// The delivery thread waits on the condition: only then is a signal needed (one futex wake per answer
-        /// was a visible cost at ten thousand answers a second).
-        var sleeping = false
     }
 
     let configuration: Configuration
@@ -86,10 +85,13 @@ public final class DeliveryEngine: Sendable {
     let logger: Logger
     let metrics: MetricsRegistry
     private let shared = Mutex(Shared())
-    private let condition = NSCondition()
+    /// Signalled with every change to `shared`; the delivery thread sleeps on it between rounds.
+    private let wakeUp = WakeUp()
     private let finished = DispatchSemaphore(value: 0)
-    /// Loop-thread state, boxed so the Sendable engine can own it (touched only by the delivery thread).
-    let loopState = UncheckedLoopState()
+    /// Loop-thread state, confined to the delivery thread (claimed when it starts, checked on every access).
+    let loopState = ThreadConfined(DeliveryLoopState(), name: "delivery loop state")
+    /// Set by `shutdown`: how long the loop still waits for pushes in flight.
+    private let graceDeadline = Mutex<ContinuousClock.Instant?>(nil)
     /// Set when the stall detector fired, cleared by the next answer from APNs; `serve`'s `/health` reads it.
     let stalled = Atomic<Bool>(false)
 
@@ -118,49 +120,41 @@ public final class DeliveryEngine: Sendable {
 
     /// New jobs may be waiting (called by ingest in `serve`, and by the connection pool when capacity returns).
     public func wake() {
-        let sleeping = shared.withLock { shared -> Bool in
-            shared.wakeRequested = true
-            return shared.sleeping
-        }
-        if sleeping { signal() }
+        shared.withLock { $0.wakeRequested = true }
+        wakeUp.signal()
     }
 
     /// Stops claiming, waits up to `grace` for pushes in flight, gives back the leases of the rest. Blocks.
     public func shutdown(grace: Duration) {
-        loopState.graceDeadline.withLock { $0 = .now + grace }
+        graceDeadline.withLock { $0 = .now + grace }
         shared.withLock { $0.stopping = true }
-        signal()
+        wakeUp.signal()
         finished.wait()
-    }
-
-    private func signal() {
-        condition.lock()
-        condition.signal()
-        condition.unlock()
     }
 
     // MARK: The loop
 
     private func run() {
         let state = loopState
+        state.claim()
         var lastHousekeeping = ContinuousClock.now - .seconds(3600)
         var lastPurge = ContinuousClock.now - .seconds(3600)
         var lastChange = (try? store.changeCounter()) ?? 0
         while true {
-            let (answers, wakeRequested, stopping) = shared.withLock { shared -> ([Answer], Bool, Bool) in
+            let arrived = shared.withLock { shared -> Shared in
                 defer {
                     shared.answers.removeAll(keepingCapacity: true)
                     shared.wakeRequested = false
                 }
-                return (shared.answers, shared.wakeRequested, shared.stopping)
+                return shared
             }
             var outcomes: [JobOutcome] = []
-            for answer in answers { handle(answer, into: &outcomes) }
+            for answer in arrived.answers { handle(answer, into: &outcomes) }
             dispatchResends()
             if !outcomes.isEmpty || !state.unrecorded.isEmpty && ContinuousClock.now >= state.unrecordedRetryAt { record(outcomes) }
 
-            if stopping {
-                if state.inFlight.isEmpty || ContinuousClock.now >= state.graceDeadline.withLock({ $0 ?? .now }) { break }
+            if arrived.stopping {
+                if state.inFlight.isEmpty || ContinuousClock.now >= graceDeadline.withLock({ $0 ?? .now }) { break }
             } else {
                 let now = clock.nowMillis()
                 if ContinuousClock.now - lastHousekeeping >= .seconds(1) {
@@ -173,8 +167,8 @@ public final class DeliveryEngine: Sendable {
                     state.claimDue = true
                 }
                 let change = (try? store.changeCounter()) ?? lastChange
-                if change != lastChange || wakeRequested || !answers.isEmpty { state.lastActivity = .now }
-                if change != lastChange || wakeRequested {
+                if change != lastChange || arrived.wakeRequested || !arrived.answers.isEmpty { state.lastActivity = .now }
+                if change != lastChange || arrived.wakeRequested {
                     lastChange = change
                     state.claimDue = true
                 }
@@ -199,20 +193,11 @@ public final class DeliveryEngine: Sendable {
         finished.signal()
     }
 
-    /// Sleeps until an answer or a wake-up arrives, or the poll interval passes.
+    /// Sleeps until an answer, a wake-up or the shutdown arrives (at once if one came during this round), or the
+    /// poll interval passes.
     private func waitForWork() {
-        condition.lock()
-        defer { condition.unlock() }
-        let busy = shared.withLock { shared -> Bool in
-            let busy = !shared.answers.isEmpty || shared.wakeRequested || shared.stopping && loopState.inFlight.isEmpty
-            shared.sleeping = !busy
-            return busy
-        }
-        if busy { return }
         let idle = ContinuousClock.now - loopState.lastActivity > .seconds(1) && loopState.inFlight.isEmpty
-        let interval = idle ? configuration.idlePollInterval : configuration.pollInterval
-        _ = condition.wait(until: Date().addingTimeInterval(interval.seconds))
-        shared.withLock { $0.sleeping = false }
+        wakeUp.wait(until: .now + (idle ? configuration.idlePollInterval : configuration.pollInterval))
     }
 
     private func claimAndSend(now: Int64) {
@@ -309,11 +294,8 @@ public final class DeliveryEngine: Sendable {
         metrics.observe("kumapush_webhook_to_apns_seconds", value: Double(max(0, clock.nowMillis() - job.createdAt)) / 1000)
         connection.send(request) { [weak self] result in
             guard let self else { return }
-            let sleeping = self.shared.withLock { shared -> Bool in
-                shared.answers.append(Answer(jobID: job.id, result: result, connection: connection))
-                return shared.sleeping
-            }
-            if sleeping { self.signal() }
+            self.shared.withLock { $0.answers.append(Answer(jobID: job.id, result: result, connection: connection)) }
+            self.wakeUp.signal()
         }
     }
 
@@ -331,99 +313,6 @@ public final class DeliveryEngine: Sendable {
             }
         }
         if !outcomes.isEmpty { record(outcomes) }
-    }
-
-    /// Turns one APNs answer into an outcome (or a resend).
-    private func handle(_ answer: Answer, into outcomes: inout [JobOutcome]) {
-        let state = loopState
-        guard let flight = state.inFlight.removeValue(forKey: answer.jobID) else { return }
-        let job = flight.job
-        let verdict: Verdict
-        switch answer.result {
-        case .success(let response):
-            metrics.observe("kumapush_apns_request_seconds", value: (ContinuousClock.now - flight.started).seconds)
-            verdict = Verdict.forResponse(status: response.status, reason: Verdict.reason(fromBody: response.body))
-        case .failure(.refused):
-            verdict = .resend
-        case .failure(.timedOut):
-            verdict = .retry(reason: "Timeout", outage: true)
-        case .failure(.connectionLost):
-            verdict = .retry(reason: "ConnectionLost", outage: true)
-        case .failure(.reset(let code)):
-            verdict = .retry(reason: "StreamReset\(code)", outage: true)
-        }
-        let now = clock.nowMillis()
-        // The breaker and the stall detector watch the configured environment; the other one's answers say
-        // nothing about its health (and its failures only retry the pushes that went there).
-        let transition = flight.environment == configuration.environment
-            ? recordHealth(verdict, jobID: job.id, now: now) : .none
-        switch transition {
-        case .opened:
-            logger.error("APNs outage: most recent pushes failed; pausing, probing with one push at a time")
-        case .recovered:
-            try? store.recordPause(worker: configuration.worker, reason: nil, now: now)
-            let due = (try? store.makeRetryableDue(now: now)) ?? 0
-            logger.info("APNs answers again: sending the backlog now", ["jobs.due": String(due)])
-            state.claimDue = true
-        case .paused(let reason):
-            recordPause(reason, now: now)
-            logger.error("APNs rejects our credentials or topic: delivery paused, jobs kept. Fix APNS_KEY_ID, APNS_TEAM_ID, APP_BUNDLE_IDENTIFIER or the key, then restart",
-                         ["apns.reason": reason])
-        case .none:
-            break
-        }
-        if switchEnvironment(after: verdict, flight: flight) { return }
-        learnEnvironment(from: verdict, flight: flight)
-        var outcome = Self.outcome(for: verdict, job: job, backoff: configuration.backoff, now: now)
-        switch outcome.kind {
-        case .delivered, .deadLetter, .abandon: outcome.merged = flight.merged
-        case .retry, .removeDevice, .postpone: break
-        }
-        switch verdict {
-        case .resend where flight.resends < 5:
-            state.resendQueue.append(Resend(job: job, resends: flight.resends + 1, environment: flight.environment, switched: flight.switched))
-            return
-        case .refreshProviderToken where flight.resends < 5:
-            tokens.expired(generation: flight.generation)
-            pool(for: flight.environment).recycle(answer.connection)
-            state.resendQueue.append(Resend(job: job, resends: flight.resends + 1, environment: flight.environment, switched: flight.switched))
-            return
-        default:
-            break
-        }
-        if case .retry(let at, _) = outcome.kind {
-            state.nextRetryAt = min(state.nextRetryAt ?? at, at)
-        }
-        // Only pushes APNs accepted count towards DEVICE_BURST (the store counts them as it records the delivery):
-        // failed attempts during an outage put nothing on the phone, and must not turn the backlog into digests.
-        metrics.increment("kumapush_deliveries_total", [("outcome", Self.label(outcome.kind)), ("reason", Self.reason(verdict))])
-        if case .removeDevice = outcome.kind { metrics.increment("kumapush_devices_removed_total") }
-        switch outcome.kind {
-        case .deadLetter(let reason), .abandon(let reason):
-            logger.warning("push dead-lettered", ["job.id": job.publicID, "reason": reason, "device.token": Redact.token(job.deviceToken)])
-        case .delivered, .retry, .removeDevice, .postpone:
-            break
-        }
-        outcomes.append(outcome)
-    }
-
-    /// The queue outcome of a verdict: retries wait with full-jitter backoff, and a job whose next try would fall
-    /// after its JOB_TTL is dead-lettered as `Expired` instead.
-    static func outcome(for verdict: Verdict, job: ClaimedJob, backoff: Backoff, now: Int64) -> JobOutcome {
-        let kind: JobOutcome.Kind
-        switch verdict {
-        case .delivered: kind = .delivered
-        case .removeDevice(let reason): kind = .removeDevice(reason: reason)
-        case .deadLetter(let reason): kind = .deadLetter(reason: reason)
-        case .retry(let reason, _), .pause(let reason):
-            let at = now + max(1, backoff.delayMillis(afterAttempt: job.attempt))
-            kind = at > job.expiresAt ? .abandon(reason: "Expired") : .retry(at: at, error: reason)
-        case .resend, .refreshProviderToken:
-            // Only reached when resending kept failing: treat as a transient failure.
-            let at = now + max(1, backoff.delayMillis(afterAttempt: job.attempt))
-            kind = at > job.expiresAt ? .abandon(reason: "Expired") : .retry(at: at, error: "Refused")
-        }
-        return JobOutcome(jobID: job.id, attempt: job.attempt, kind: kind)
     }
 
     /// At most this many outcomes wait for an unreachable database; beyond it they are dropped (their leases
@@ -480,24 +369,5 @@ public final class DeliveryEngine: Sendable {
         guard !remaining.isEmpty else { return }
         let released = (try? store.release(jobIDs: remaining, worker: configuration.worker, now: clock.nowMillis())) ?? 0
         logger.warning("released leases of pushes still in flight at shutdown", ["count": String(released)])
-    }
-
-    static func label(_ kind: JobOutcome.Kind) -> String {
-        switch kind {
-        case .delivered: return "delivered"
-        case .retry: return "retry"
-        case .deadLetter, .abandon: return "dead_letter"
-        case .removeDevice: return "device_removed"
-        case .postpone: return "postponed"
-        }
-    }
-
-    static func reason(_ verdict: Verdict) -> String {
-        switch verdict {
-        case .delivered: return ""
-        case .removeDevice(let reason), .deadLetter(let reason), .retry(let reason, _), .pause(let reason): return reason
-        case .resend: return "Refused"
-        case .refreshProviderToken: return "ExpiredProviderToken"
-        }
     }
 }

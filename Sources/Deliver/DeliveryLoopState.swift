@@ -1,10 +1,9 @@
 import Foundation
 import Queue
-import Synchronization
 
-/// State only the delivery thread touches. @unchecked Sendable: every field except `graceDeadline` (a Mutex) is
-/// read and written by the delivery thread alone; the engine holds it only to keep it alive.
-final class UncheckedLoopState: @unchecked Sendable {
+/// State only the delivery thread touches: the engine keeps it in a `ThreadConfined` its thread claims, so any
+/// other thread touching it stops the process instead of racing.
+struct DeliveryLoopState {
     var inFlight: [Int64: DeliveryEngine.InFlight] = [:]
     /// Pushes to send again at once (refused streams, a new provider token, the other APNs environment).
     var resendQueue: [DeliveryEngine.Resend] = []
@@ -26,5 +25,4 @@ final class UncheckedLoopState: @unchecked Sendable {
     var nextRetryAt: Int64?
     /// Last time there was anything to do (for the idle poll interval).
     var lastActivity = ContinuousClock.now
-    let graceDeadline = Mutex<ContinuousClock.Instant?>(nil)
 }

@@ -1,12 +1,13 @@
 import Foundation
 import Synchronization
+import Threading
 internal import CLinux
 
 /// One thread running an epoll loop. Every socket, TLS connection and HTTP/2 session is owned by exactly one loop
 /// and touched only on its thread; other threads hand it work with `execute`.
 public final class EventLoop: @unchecked Sendable {
-    // @unchecked Sendable: `handlers`, `timers`, `nextTimerID` and `skipped` are touched only on the loop thread (checked with
-    // `preconditionInLoop` in debug builds); `tasks` is behind a Mutex; the file descriptors are immutable.
+    // @unchecked Sendable: what only the loop thread touches is in `loopThread` (a ThreadConfined, checked on every
+    // access); `tasks` is behind a Mutex; the file descriptors are immutable.
 
     public typealias Task = @Sendable () -> Void
     typealias IOHandler = (UInt32) -> Void
@@ -19,15 +20,19 @@ public final class EventLoop: @unchecked Sendable {
 
     private let epoll: Int32
     private let wakeup: Int32
+    /// What only the loop thread touches; its thread claims it when it starts.
+    struct LoopThreadState {
+        var handlers: [Int32: IOHandler] = [:]
+        /// Ordered by deadline.
+        var timers: [Timer] = []
+        var nextTimerID = 0
+        /// How far tests moved this loop's clock ahead of the real one (`advanceClock`); zero in production.
+        var skipped: Duration = .zero
+    }
+
     private let tasks = Mutex<(queue: [Task], stopping: Bool)>(([], false))
-    private var handlers: [Int32: IOHandler] = [:]
-    private var timers: [Timer] = []
-    private var cancelledTimers: Set<Int> = []
-    private var nextTimerID = 0
-    /// How far tests moved this loop's clock ahead of the real one (`advanceClock`); zero in production.
-    private var skipped: Duration = .zero
+    private let loopThread = ThreadConfined(LoopThreadState(), name: "event loop state")
     private var thread: Thread?
-    private let threadID = Mutex<pthread_t?>(nil)
     private let finished = DispatchSemaphore(value: 0)
 
     public init(name: String) {
@@ -69,40 +74,32 @@ public final class EventLoop: @unchecked Sendable {
         finished.wait()
     }
 
-    public var inLoop: Bool {
-        threadID.withLock { $0.map { pthread_equal($0, pthread_self()) != 0 } ?? false }
-    }
+    public var inLoop: Bool { loopThread.isOwnedByCurrentThread }
 
+    /// Stops the process unless called on the loop thread (for state kept outside `loopThread` that the loop
+    /// thread alone may touch, such as a connection's).
     func preconditionInLoop(_ function: StaticString = #function) {
-        assert(inLoop, "\(function) must run on its event loop")
+        loopThread.checkOwner(function)
     }
 
     // MARK: Loop-thread API
 
     /// The loop's clock: timers and connections measure time with it, so a test can move it (`advanceClock`).
-    var now: ContinuousClock.Instant {
-        preconditionInLoop()
-        return .now + skipped
-    }
+    var now: ContinuousClock.Instant { .now + loopThread.skipped }
 
     /// Moves this loop's clock ahead by `duration` and runs the timers that became due (tests: a simulated day
     /// in a few seconds). Loop thread only.
     package func advanceClock(by duration: Duration) {
-        preconditionInLoop()
-        skipped += duration
+        loopThread.skipped += duration
         runDueTimers()
     }
 
     /// Timers scheduled and not yet run or cancelled.
-    package var pendingTimerCount: Int {
-        preconditionInLoop()
-        return timers.count
-    }
+    package var pendingTimerCount: Int { loopThread.timers.count }
 
     /// Watches `fd` for `events` (EPOLLIN/EPOLLOUT bits); `handler` gets the ready bits.
     func register(_ fd: Int32, events: UInt32, handler: @escaping IOHandler) {
-        preconditionInLoop()
-        handlers[fd] = handler
+        loopThread.handlers[fd] = handler
         var event = epoll_event(events: events, data: epoll_data_t(fd: fd))
         epoll_ctl(epoll, EPOLL_CTL_ADD, fd, &event)
     }
@@ -114,42 +111,45 @@ public final class EventLoop: @unchecked Sendable {
     }
 
     func unregister(_ fd: Int32) {
-        preconditionInLoop()
-        handlers[fd] = nil
+        loopThread.handlers[fd] = nil
         epoll_ctl(epoll, EPOLL_CTL_DEL, fd, nil)
     }
 
     /// Runs `action` on the loop after `delay`. Returns an id for `cancelTimer`.
     @discardableResult
     func schedule(after delay: Duration, _ action: @escaping () -> Void) -> Int {
-        preconditionInLoop()
-        nextTimerID += 1
-        let timer = Timer(deadline: now + delay, id: nextTimerID, action: action)
-        // Deadlines usually arrive in order: append; otherwise binary-search the place.
-        if let last = timers.last, last.deadline > timer.deadline {
-            var low = 0, high = timers.count
-            while low < high {
-                let middle = (low + high) / 2
-                if timers[middle].deadline <= timer.deadline { low = middle + 1 } else { high = middle }
+        let deadline = now + delay
+        return loopThread.withValue { state in
+            state.nextTimerID += 1
+            let timer = Timer(deadline: deadline, id: state.nextTimerID, action: action)
+            // Deadlines usually arrive in order: append; otherwise binary-search the place.
+            if let last = state.timers.last, last.deadline > timer.deadline {
+                var low = 0, high = state.timers.count
+                while low < high {
+                    let middle = (low + high) / 2
+                    if state.timers[middle].deadline <= timer.deadline { low = middle + 1 } else { high = middle }
+                }
+                state.timers.insert(timer, at: low)
+            } else {
+                state.timers.append(timer)
             }
-            timers.insert(timer, at: low)
-        } else {
-            timers.append(timer)
+            return timer.id
         }
-        return timer.id
     }
 
     func cancelTimer(_ id: Int) {
-        preconditionInLoop()
-        if let index = timers.firstIndex(where: { $0.id == id }) { timers.remove(at: index) }
+        loopThread.withValue { state in
+            if let index = state.timers.firstIndex(where: { $0.id == id }) { state.timers.remove(at: index) }
+        }
     }
 
     // MARK: The loop
 
     private func runDueTimers() {
         let now = self.now
-        while let first = timers.first, first.deadline <= now {
-            timers.removeFirst()
+        // The action runs outside the access: it may schedule or cancel timers itself.
+        while let first = loopThread.timers.first, first.deadline <= now {
+            loopThread.timers.removeFirst()
             first.action()
         }
     }
@@ -160,11 +160,11 @@ public final class EventLoop: @unchecked Sendable {
     }
 
     private func run() {
-        threadID.withLock { $0 = pthread_self() }
+        loopThread.claim()
         var events = [epoll_event](repeating: epoll_event(), count: 256)
         while true {
             let timeout: Int32
-            if let first = timers.first {
+            if let first = loopThread.timers.first {
                 let remaining = first.deadline - now
                 timeout = remaining <= .zero ? 0 : Int32(clamping: remaining.components.seconds * 1000 + remaining.components.attoseconds / 1_000_000_000_000_000 + 1)
             } else {
@@ -179,7 +179,7 @@ public final class EventLoop: @unchecked Sendable {
                         _ = read(wakeup, &value, 8)
                         continue
                     }
-                    handlers[fd]?(events[index].events)
+                    loopThread.handlers[fd]?(events[index].events)
                 }
             }
             runDueTimers()
@@ -190,8 +190,10 @@ public final class EventLoop: @unchecked Sendable {
             for task in queue { task() }
             if stopping && tasks.withLock({ $0.queue.isEmpty }) { break }
         }
-        handlers.removeAll()
-        timers.removeAll()
+        loopThread.withValue { state in
+            state.handlers.removeAll()
+            state.timers.removeAll()
+        }
         finished.signal()
     }
 }

@@ -2,6 +2,7 @@ import Common
 import Foundation
 import Queue
 import Synchronization
+import Threading
 
 /// The one thread of an ingest process that writes jobs. Webhook handlers hand it jobs and suspend their
 /// connection; it commits whatever has accumulated in one transaction (group commit) and then calls every
@@ -21,9 +22,6 @@ public final class QueueWriter: Sendable {
         /// Jobs waiting in the store, as last counted plus what was added since (for QUEUE_MAX).
         var depth = 0
         var depthCountedAt: Int64 = 0
-        /// The writer thread is asleep on the condition (signal only then: a futex wake per webhook was a
-        /// measurable share of ingest's time).
-        var sleeping = false
     }
 
     private let store: any JobQueue
@@ -37,11 +35,12 @@ public final class QueueWriter: Sendable {
     private let logger: Logger
     private let metrics: MetricsRegistry
     private let onCommit: @Sendable () -> Void
-    private let condition = NSCondition()
+    /// Signalled when a job is queued or `stop` is called; the writer thread sleeps on it.
+    private let wakeUp = WakeUp()
     private let state = Mutex(State())
     private let finished = DispatchSemaphore(value: 0)
     /// Seconds a depth count may be old.
-    static let recountInterval: TimeInterval = 1
+    static let recountInterval: Duration = .seconds(1)
 
     public init(store: any JobQueue, clock: any WallClock, ttl: Duration, queueMax: Int = .max, deviceCap: Int = .max,
                 maxBatch: Int = 1000, logger: Logger, metrics: MetricsRegistry, onCommit: @escaping @Sendable () -> Void = {}) {
@@ -64,20 +63,16 @@ public final class QueueWriter: Sendable {
 
     /// Queues `job` for the next commit; `completion` runs on the writer thread once it is committed (or failed).
     public func submit(_ job: NewJob, completion: @escaping Completion) {
-        let (accepted, wake) = state.withLock { state -> (Bool, Bool) in
-            guard !state.stopping else { return (false, false) }
+        let accepted = state.withLock { state -> Bool in
+            guard !state.stopping else { return false }
             state.pending.append(Pending(job: job, completion: completion))
-            return (true, state.sleeping)
+            return true
         }
         guard accepted else {
             completion(.failure(StoreError(.unavailable, "shutting down")))
             return
         }
-        if wake {
-            condition.lock()
-            condition.signal()
-            condition.unlock()
-        }
+        wakeUp.signal()
     }
 
     /// Jobs waiting in the queue, counted at most a second ago plus those added since.
@@ -91,29 +86,20 @@ public final class QueueWriter: Sendable {
     /// Commits what is pending, then stops the thread. Blocks until it has.
     public func stop() {
         state.withLock { $0.stopping = true }
-        condition.lock()
-        condition.signal()
-        condition.unlock()
+        wakeUp.signal()
         finished.wait()
     }
 
     private func run() {
         while true {
-            condition.lock()
-            while state.withLock({ state in
-                state.sleeping = state.pending.isEmpty && !state.stopping
-                return state.sleeping
-            }) {
+            while state.withLock({ $0.pending.isEmpty && !$0.stopping }) {
                 if acceptsMore {
-                    condition.wait()
-                } else if !condition.wait(until: Date(timeIntervalSinceNow: Self.recountInterval)) {
+                    wakeUp.wait(until: nil)
+                } else if !wakeUp.wait(until: .now + Self.recountInterval) {
                     // Full and idle: nothing will commit, so only a recount can let webhooks in again.
-                    condition.unlock()
                     refreshDepth()
-                    condition.lock()
                 }
             }
-            condition.unlock()
             let (batch, stop) = state.withLock { state -> ([Pending], Bool) in
                 let count = min(state.pending.count, maxBatch)
                 let batch = Array(state.pending.prefix(count))
@@ -122,7 +108,7 @@ public final class QueueWriter: Sendable {
             }
             if !batch.isEmpty { commit(batch) }
             if stop { break }
-            if clock.nowMillis() - state.withLock({ $0.depthCountedAt }) > Int64(Self.recountInterval * 1000) { refreshDepth() }
+            if clock.nowMillis() - state.withLock({ $0.depthCountedAt }) > Self.recountInterval.wholeMilliseconds { refreshDepth() }
         }
         finished.signal()
     }

@@ -13,25 +13,28 @@ extension SQLiteStore {
     public func registerDevice(token: String, authTokenHash: String, now: Int64,
                                newID: () throws -> String) throws(StoreError) -> Registration {
         // A fresh id collides with an existing one with probability ~n/2^84; retry a few times all the same.
-        var lastError: StoreError?
+        // A token already registered is no conflict (ON CONFLICT updates it), so the only constraint left to fail is
+        // the id's PRIMARY KEY, recognised by its result code.
         for _ in 0..<5 {
             let candidate: String
             do { candidate = try newID() } catch { throw StoreError(.failed, "cannot generate a device id: \(error)") }
-            do {
-                return try write { db in
-                    let rows = try db.statement("""
+            let registration = try write { db -> Registration? in
+                let rows: [Device]
+                do {
+                    rows = try db.statement("""
                         INSERT INTO devices (id, device_token, auth_token_hash, date_added) VALUES (?1, ?2, ?3, ?4)
                         ON CONFLICT (device_token) DO UPDATE SET auth_token_hash = excluded.auth_token_hash, apns_environment = NULL
                         RETURNING \(Self.deviceColumns)
                         """).rows([.text(candidate), .text(token), .text(authTokenHash), .integer(now)], Self.device)
-                    guard let device = rows.first else { throw StoreError(.failed, "register returned no row") }
-                    return Registration(device: device, created: device.id == candidate)
+                } catch let error as SQLiteError where error.isPrimaryKeyViolation {
+                    return nil
                 }
-            } catch where error.message.contains("UNIQUE constraint failed: devices.id") {
-                lastError = error
+                guard let device = rows.first else { throw StoreError(.failed, "register returned no row") }
+                return Registration(device: device, created: device.id == candidate)
             }
+            if let registration { return registration }
         }
-        throw lastError ?? StoreError(.failed, "cannot register")
+        throw StoreError(.failed, "cannot register: five fresh device ids were all taken")
     }
 
     public func device(id: String) throws(StoreError) -> Device? {
@@ -41,10 +44,10 @@ extension SQLiteStore {
     }
 
     public func updateDevice(id: String, token: String?, level: Device.DownNotificationLevel?) throws(StoreError) -> Device? {
-        do {
-            return try write { db in
-                // A new token is a new phone or a reinstall: the old token's delivery error no longer applies.
-                try db.statement("""
+        try write { db in
+            // A new token is a new phone or a reinstall: the old token's delivery error no longer applies.
+            do {
+                return try db.statement("""
                     UPDATE devices SET
                         last_delivery_error = CASE WHEN ?1 IS NOT NULL AND ?1 != device_token THEN '' ELSE last_delivery_error END,
                         apns_environment = CASE WHEN ?1 IS NOT NULL AND ?1 != device_token THEN NULL ELSE apns_environment END,
@@ -53,9 +56,10 @@ extension SQLiteStore {
                     WHERE id = ?3
                     RETURNING \(Self.deviceColumns)
                     """).rows([.optional(token), .optional(level?.rawValue), .text(id)], Self.device).first
+            } catch let error as SQLiteError where error.isUniqueViolation {
+                // The id is not changed, so the one UNIQUE constraint this can break is device_token's.
+                throw StoreError(.tokenConflict, "device token already registered")
             }
-        } catch where error.message.contains("UNIQUE constraint failed: devices.device_token") {
-            throw StoreError(.tokenConflict, "device token already registered")
         }
     }
 

@@ -32,8 +32,8 @@ extension SQLiteStore {
         WHERE id = (SELECT id FROM jobs WHERE device_id = ?1 AND state = 'pending' ORDER BY id LIMIT 1)
         """
 
-    /// The lease guard every completion carries: still running, leased by this worker, at this attempt.
-    private static let leaseGuard = "id = ? AND state = 'running' AND attempted_by = ? AND attempt = ?"
+    /// Every completion's condition: this job (?1), still leased by this worker (?2) at this attempt (?3).
+    private static let leaseGuard = "id = ?1 AND \(LeaseGuard.condition(worker: "?2", attempt: "?3"))"
 
     public func enqueue(_ jobs: some Sequence<NewJob>, now: Int64, ttl: Duration, deviceCap: Int) throws(StoreError) -> [EnqueueResult] {
         let expiresAt = now + ttl.wholeMilliseconds
@@ -139,14 +139,14 @@ extension SQLiteStore {
                     let changed = try db.statement("""
                         UPDATE jobs SET state = 'retryable', scheduled_at = ?4, last_error = ?5,
                                         attempted_by = NULL, lease_expires_at = NULL
-                        WHERE id = ?1 AND state = 'running' AND attempted_by = ?2 AND attempt = ?3
+                        WHERE \(Self.leaseGuard)
                         """).run(guardValues + [.integer(at), .text(error)])
                     applied.append(changed == 1)
                 case .deadLetter(let reason), .abandon(let reason):
                     let finished = try db.statement("""
                         UPDATE jobs SET state = 'discarded', finalized_at = ?4, last_error = ?5,
                                         attempted_by = NULL, lease_expires_at = NULL
-                        WHERE id = ?1 AND state = 'running' AND attempted_by = ?2 AND attempt = ?3
+                        WHERE \(Self.leaseGuard)
                         RETURNING device_id, public_id, reports_outcome
                         """).rows(guardValues + [.integer(now), .text(reason)]) { ($0.text(0), $0.text(1), $0.int(2) == 1) }
                     let kind: ReportedOutcome.Kind = if case .abandon = outcome.kind { .failed } else { .rejected }
@@ -162,7 +162,7 @@ extension SQLiteStore {
                     let changed = try db.statement("""
                         UPDATE jobs SET state = 'available', scheduled_at = ?4, attempt = max(attempt - 1, 0),
                                         attempted_by = NULL, lease_expires_at = NULL
-                        WHERE id = ?1 AND state = 'running' AND attempted_by = ?2 AND attempt = ?3
+                        WHERE \(Self.leaseGuard)
                         """).run(guardValues + [.integer(until)])
                     applied.append(changed == 1)
                 case .removeDevice(let reason):
@@ -265,7 +265,7 @@ extension SQLiteStore {
             let release = try db.statement("""
                 UPDATE jobs SET state = 'available', attempt = max(attempt - 1, 0), scheduled_at = ?1,
                                 attempted_by = NULL, lease_expires_at = NULL
-                WHERE id = ?2 AND state = 'running' AND attempted_by = ?3
+                WHERE id = ?2 AND \(LeaseGuard.condition(worker: "?3", attempt: nil))
                 """)
             var count = 0
             for id in jobIDs { count += try release.run([.integer(now), .integer(id), .text(worker)]) }

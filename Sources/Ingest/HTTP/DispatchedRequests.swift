@@ -1,5 +1,6 @@
 import Foundation
 import Synchronization
+import Threading
 
 /// Requests handed to the handler and not yet completed: the ones shutdown must answer itself.
 ///
@@ -13,7 +14,8 @@ final class DispatchedRequests: Sendable {
     }
 
     private let state = Mutex(State())
-    private let emptied = NSCondition()
+    /// Signalled when the last request completes after `close`.
+    private let emptied = WakeUp()
 
     /// Records a request about to be dispatched; false once the server is stopping.
     func admit(_ context: RequestContext) -> Bool {
@@ -30,12 +32,8 @@ final class DispatchedRequests: Sendable {
             state.requests[ObjectIdentifier(context)] = nil
             return state.closed && state.requests.isEmpty
         }
-        // Only shutdown waits, so only then is the condition worth its lock (this runs for every request). Taking
-        // the lock after the removal means a waiter is either before its check (and sees empty) or in its wait.
-        guard lastAfterClose else { return }
-        emptied.lock()
-        emptied.broadcast()
-        emptied.unlock()
+        // Only shutdown waits, so only then is a signal needed.
+        if lastAfterClose { emptied.signal() }
     }
 
     /// Admits nothing more; returns the requests still in flight.
@@ -48,9 +46,7 @@ final class DispatchedRequests: Sendable {
 
     /// Waits until every admitted request has completed, at most `timeout`. Returns whether they all did.
     func waitUntilEmpty(timeout: Duration) -> Bool {
-        let deadline = Date().addingTimeInterval(timeout.seconds)
-        emptied.lock()
-        defer { emptied.unlock() }
+        let deadline = ContinuousClock.now + timeout
         while !state.withLock({ $0.requests.isEmpty }) {
             if !emptied.wait(until: deadline) { return state.withLock { $0.requests.isEmpty } }
         }

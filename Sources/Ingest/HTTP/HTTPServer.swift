@@ -1,6 +1,7 @@
 import Common
 import Foundation
 import Synchronization
+import Threading
 internal import CMicroHTTPD
 
 /// An HTTP/1.1 server on libmicrohttpd with its internal epoll threads.
@@ -172,26 +173,22 @@ struct DaemonHandle: @unchecked Sendable {
     let pointer: OpaquePointer
 }
 
-/// Counts requests in flight and lets shutdown wait for zero.
+/// Counts requests in flight and lets shutdown (one waiter) wait for zero.
 final class InFlightCounter: Sendable {
-    private let condition = NSCondition()
     private let count = Mutex(0)
+    private let decremented = WakeUp()
 
     func increment() { count.withLock { $0 += 1 } }
 
     func decrement() {
-        condition.lock()
         count.withLock { $0 -= 1 }
-        condition.broadcast()
-        condition.unlock()
+        decremented.signal()
     }
 
     func waitUntilZero(timeout: Duration) -> Bool {
-        let deadline = Date().addingTimeInterval(timeout.seconds)
-        condition.lock()
-        defer { condition.unlock() }
+        let deadline = ContinuousClock.now + timeout
         while count.withLock({ $0 }) > 0 {
-            if !condition.wait(until: deadline) { return count.withLock { $0 } == 0 }
+            if !decremented.wait(until: deadline) { return count.withLock { $0 } == 0 }
         }
         return true
     }

@@ -12,8 +12,8 @@ extension PostgresStore {
         WHERE id = (SELECT id FROM jobs WHERE device_id = $1::text AND state = 'pending' ORDER BY id LIMIT 1)
         """
 
-    /// The lease guard every completion carries: still running, leased by this worker, at this attempt.
-    private static let leaseGuard = "id = $1::bigint AND state = 'running' AND attempted_by = $2::text AND attempt = $3::integer"
+    /// Every completion's condition: this job ($1), still leased by this worker ($2) at this attempt ($3).
+    private static let leaseGuard = "id = $1::bigint AND \(LeaseGuard.condition(worker: "$2::text", attempt: "$3::integer"))"
 
     public func claim(worker: String, limit: Int, now: Int64, lease: Duration) throws(StoreError) -> [ClaimedJob] {
         guard limit > 0 else { return [] }
@@ -128,7 +128,7 @@ extension PostgresStore {
         guard !indexes.isEmpty else { return [] }
         let finished = try db.rows("""
             DELETE FROM jobs USING unnest($1::bigint[], $2::integer[]) AS o (id, attempt)
-            WHERE jobs.id = o.id AND jobs.attempt = o.attempt AND jobs.state = 'running' AND jobs.attempted_by = $3::text
+            WHERE jobs.id = o.id AND \(LeaseGuard.condition(worker: "$3::text", attempt: "o.attempt", table: "jobs"))
             RETURNING jobs.id, jobs.device_id, jobs.public_id, jobs.reports_outcome
             """, [.integerArray(indexes.map { outcomes[$0].jobID }), .integerArray(indexes.map { Int64(outcomes[$0].attempt) }),
                   .text(worker)]) { ($0.int64(0), $0.text(1), $0.text(2), $0.bool(3)) }
@@ -225,7 +225,7 @@ extension PostgresStore {
             try db.run("""
                 UPDATE jobs SET state = 'available', attempt = greatest(attempt - 1, 0), scheduled_at = $1::bigint,
                                 attempted_by = NULL, lease_expires_at = NULL
-                WHERE id = ANY($2::bigint[]) AND state = 'running' AND attempted_by = $3::text
+                WHERE id = ANY($2::bigint[]) AND \(LeaseGuard.condition(worker: "$3::text", attempt: nil))
                 """, [.integer(now), .integerArray(jobIDs), .text(worker)])
         }
         if count > 0 { signalChange() }

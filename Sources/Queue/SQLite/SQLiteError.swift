@@ -13,6 +13,10 @@ struct SQLiteError: Error, CustomStringConvertible {
     }
 
     var isConstraintViolation: Bool { primaryCode == SQLITE_CONSTRAINT }
+    /// A row's PRIMARY KEY is taken (the extended code; `sqlite3_extended_result_codes` is on for every connection).
+    var isPrimaryKeyViolation: Bool { code == CSQLite_CONSTRAINT_PRIMARYKEY }
+    /// A UNIQUE column or index other than the primary key already holds the value.
+    var isUniqueViolation: Bool { code == CSQLite_CONSTRAINT_UNIQUE }
 
     /// Failures of the environment rather than of the statement: the database is locked by someone else for longer
     /// than the busy timeout, the disk is full or failing, or the file is not writable. Callers answer these with

@@ -1,5 +1,6 @@
 import Foundation
 import Synchronization
+import Threading
 
 /// When the write-ahead log is truncated to zero bytes (`PRAGMA wal_checkpoint(TRUNCATE)`).
 ///
@@ -39,7 +40,7 @@ final class WALTruncator: Sendable {
 
     private let policy: WALTruncationPolicy
     private let state = Mutex(State())
-    private let wake = DispatchSemaphore(value: 0)
+    private let wakeUp = WakeUp()
     private let stopped = DispatchSemaphore(value: 0)
 
     /// Starts the thread. `truncate` runs on it and returns whether the WAL was truncated (false: a reader in
@@ -58,13 +59,13 @@ final class WALTruncator: Sendable {
             return state.lastWrite.map { $0 < state.lastTruncation } ?? true
         }
         // Only the first write after a truncation needs to start the countdown; later ones just move it.
-        if first { wake.signal() }
+        if first { wakeUp.signal() }
     }
 
     /// Stops the thread (after a last truncation if one is due). Blocks until it has ended.
     func stop() {
         state.withLock { $0.stopping = true }
-        wake.signal()
+        wakeUp.signal()
         stopped.wait()
     }
 
@@ -86,20 +87,10 @@ final class WALTruncator: Sendable {
                 }
             }
             if stopping { break }
-            if let wait {
-                // Retry a refused truncation no sooner than the idle delay.
-                _ = wake.wait(timeout: .now() + .nanoseconds(Int(max(wait, due ? policy.idleDelay : .zero).nanoseconds)))
-            } else {
-                wake.wait()
-            }
+            // Retry a refused truncation no sooner than the idle delay.
+            wakeUp.wait(until: wait.map { .now + max($0, due ? policy.idleDelay : .zero) })
         }
         stopped.signal()
-    }
-}
-
-extension Duration {
-    var nanoseconds: Int64 {
-        components.seconds * 1_000_000_000 + components.attoseconds / 1_000_000_000
     }
 }
 

@@ -11,7 +11,8 @@ public func fuzzOneInput(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
 }
 
 /// SwiftPM links an executable's entry point as `<Target>_main` (so tests could import it); hand that to
-/// libFuzzer's driver, which then calls `LLVMFuzzerTestOneInput`.
+/// libFuzzer's driver, which then calls `LLVMFuzzerTestOneInput`. Named as libFuzzer names it, hence the exception:
+// swift-format-ignore: AlwaysUseLowerCamelCase
 @_silgen_name("LLVMFuzzerRunDriver")
 func LLVMFuzzerRunDriver(_ argc: UnsafeMutablePointer<CInt>, _ argv: UnsafeMutablePointer<UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?>,
                          _ callback: @convention(c) (UnsafePointer<UInt8>, Int) -> CInt) -> CInt

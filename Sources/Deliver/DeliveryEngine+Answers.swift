@@ -1,0 +1,166 @@
+import Common
+import HTTP2
+import Queue
+
+/// What the delivery loop makes of one APNs answer, in four named steps: the verdict (what APNs said of the push),
+/// the breaker (what the answer says of APNs' health), the disposition (what becomes of the push: resent at once,
+/// or an outcome for the store) and the metrics.
+extension DeliveryEngine {
+    /// One answered push on its way through the steps.
+    struct AnsweredPush {
+        /// The push as it was sent.
+        let flight: InFlight
+        let verdict: Verdict
+        /// The connection that carried it (recycled when its provider token expired).
+        let connection: HTTP2ClientConnection
+        /// When the answer was handled (ms), the time every step uses.
+        let now: Int64
+
+        var job: ClaimedJob { flight.job }
+    }
+
+    /// What becomes of an answered push.
+    enum Disposition {
+        /// Queued to be sent again at once (refused stream, new provider token, the other APNs environment).
+        case resent
+        /// Recorded in the store with the loop's next batch.
+        case recorded(JobOutcome)
+    }
+
+    /// Turns one APNs answer into an outcome (appended to `outcomes`) or a resend.
+    func handle(_ answer: Answer, into outcomes: inout [JobOutcome]) {
+        guard let flight = loopState.inFlight.removeValue(forKey: answer.jobID) else { return }
+        let verdict = verdict(for: answer.result, of: flight)
+        let answered = AnsweredPush(flight: flight, verdict: verdict, connection: answer.connection, now: clock.nowMillis())
+        updateBreaker(with: answered)
+        guard case .recorded(let outcome) = disposition(of: answered) else { return }
+        recordMetrics(of: outcome, for: answered)
+        outcomes.append(outcome)
+    }
+
+    /// Step 1: what APNs said, or what the transport's failure means. Times the request when APNs answered.
+    private func verdict(for result: Result<HTTP2Response, HTTP2Failure>, of flight: InFlight) -> Verdict {
+        switch result {
+        case .success(let response):
+            metrics.observe("kumapush_apns_request_seconds", value: (ContinuousClock.now - flight.started).seconds)
+            return Verdict.forResponse(status: response.status, reason: Verdict.reason(fromBody: response.body))
+        case .failure(.refused):
+            return .resend
+        case .failure(.timedOut):
+            return .retry(reason: "Timeout", outage: true)
+        case .failure(.connectionLost):
+            return .retry(reason: "ConnectionLost", outage: true)
+        case .failure(.reset(let code)):
+            return .retry(reason: "StreamReset\(code)", outage: true)
+        }
+    }
+
+    /// Step 2: the outage breaker and the stall detector, and what the engine does when the breaker changes state.
+    /// They watch the configured environment; the other one's answers say nothing about its health (and its
+    /// failures only retry the pushes that went there).
+    private func updateBreaker(with answered: AnsweredPush) {
+        guard answered.flight.environment == configuration.environment else { return }
+        let now = answered.now
+        switch recordHealth(answered.verdict, jobID: answered.job.id, now: now) {
+        case .opened:
+            logger.error("APNs outage: most recent pushes failed; pausing, probing with one push at a time")
+        case .recovered:
+            try? store.recordPause(worker: configuration.worker, reason: nil, now: now)
+            let due = (try? store.makeRetryableDue(now: now)) ?? 0
+            logger.info("APNs answers again: sending the backlog now", ["jobs.due": String(due)])
+            loopState.claimDue = true
+        case .paused(let reason):
+            recordPause(reason, now: now)
+            logger.error("APNs rejects our credentials or topic: delivery paused, jobs kept. Fix APNS_KEY_ID, APNS_TEAM_ID, APP_BUNDLE_IDENTIFIER or the key, then restart",
+                         ["apns.reason": reason])
+        case .none:
+            break
+        }
+    }
+
+    /// Step 3: the push goes again at once (to the other environment, after a refused stream, with a new provider
+    /// token; at most five times), or it gets its queue outcome.
+    private func disposition(of answered: AnsweredPush) -> Disposition {
+        let (flight, verdict) = (answered.flight, answered.verdict)
+        if switchEnvironment(after: verdict, flight: flight) { return .resent }
+        learnEnvironment(from: verdict, flight: flight)
+        switch verdict {
+        case .resend where flight.resends < 5:
+            resend(flight)
+            return .resent
+        case .refreshProviderToken where flight.resends < 5:
+            tokens.expired(generation: flight.generation)
+            pool(for: flight.environment).recycle(answered.connection)
+            resend(flight)
+            return .resent
+        default:
+            break
+        }
+        var outcome = Self.outcome(for: verdict, job: flight.job, backoff: configuration.backoff, now: answered.now)
+        switch outcome.kind {
+        case .delivered, .deadLetter, .abandon: outcome.merged = flight.merged
+        case .retry(let at, _): loopState.nextRetryAt = min(loopState.nextRetryAt ?? at, at)
+        case .removeDevice, .postpone: break
+        }
+        return .recorded(outcome)
+    }
+
+    private func resend(_ flight: InFlight) {
+        loopState.resendQueue.append(Resend(job: flight.job, resends: flight.resends + 1, environment: flight.environment,
+                                            switched: flight.switched))
+    }
+
+    /// Step 4: the delivery counters, and a warning for a dead letter. Only pushes APNs accepted count towards
+    /// DEVICE_BURST (the store counts them as it records the delivery): failed attempts during an outage put
+    /// nothing on the phone, and must not turn the backlog into digests.
+    private func recordMetrics(of outcome: JobOutcome, for answered: AnsweredPush) {
+        metrics.increment("kumapush_deliveries_total", [("outcome", Self.label(outcome.kind)), ("reason", Self.reason(answered.verdict))])
+        switch outcome.kind {
+        case .removeDevice:
+            metrics.increment("kumapush_devices_removed_total")
+        case .deadLetter(let reason), .abandon(let reason):
+            let job = answered.job
+            logger.warning("push dead-lettered", ["job.id": job.publicID, "reason": reason, "device.token": Redact.token(job.deviceToken)])
+        case .delivered, .retry, .postpone:
+            break
+        }
+    }
+
+    /// The queue outcome of a verdict: retries wait with full-jitter backoff, and a job whose next try would fall
+    /// after its JOB_TTL is dead-lettered as `Expired` instead.
+    static func outcome(for verdict: Verdict, job: ClaimedJob, backoff: Backoff, now: Int64) -> JobOutcome {
+        let kind: JobOutcome.Kind
+        switch verdict {
+        case .delivered: kind = .delivered
+        case .removeDevice(let reason): kind = .removeDevice(reason: reason)
+        case .deadLetter(let reason): kind = .deadLetter(reason: reason)
+        case .retry(let reason, _), .pause(let reason):
+            let at = now + max(1, backoff.delayMillis(afterAttempt: job.attempt))
+            kind = at > job.expiresAt ? .abandon(reason: "Expired") : .retry(at: at, error: reason)
+        case .resend, .refreshProviderToken:
+            // Only reached when resending kept failing: treat as a transient failure.
+            let at = now + max(1, backoff.delayMillis(afterAttempt: job.attempt))
+            kind = at > job.expiresAt ? .abandon(reason: "Expired") : .retry(at: at, error: "Refused")
+        }
+        return JobOutcome(jobID: job.id, attempt: job.attempt, kind: kind)
+    }
+
+    static func label(_ kind: JobOutcome.Kind) -> String {
+        switch kind {
+        case .delivered: return "delivered"
+        case .retry: return "retry"
+        case .deadLetter, .abandon: return "dead_letter"
+        case .removeDevice: return "device_removed"
+        case .postpone: return "postponed"
+        }
+    }
+
+    static func reason(_ verdict: Verdict) -> String {
+        switch verdict {
+        case .delivered: return ""
+        case .removeDevice(let reason), .deadLetter(let reason), .retry(let reason, _), .pause(let reason): return reason
+        case .resend: return "Refused"
+        case .refreshProviderToken: return "ExpiredProviderToken"
+        }
+    }
+}
