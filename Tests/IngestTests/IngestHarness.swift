@@ -15,13 +15,14 @@ final class IngestHarness {
     /// Every log line the service wrote, as text.
     let logLines = LogCapture()
 
-    init(_ environment: [String: String] = [:], wrap: (SQLiteStore) -> any RelayStore = { $0 }) throws {
+    init(_ environment: [String: String] = [:], clock: any WallClock = SystemClock(),
+         wrap: (SQLiteStore) -> any RelayStore = { $0 }) throws {
         var environment = environment
         environment["METRICS_ADDR"] = environment["METRICS_ADDR"] ?? "off"
         let (settings, _) = try Settings.load(environment: environment, arguments: [])
         store = try SQLiteStore(path: directory.path("relay.db"), now: SystemClock().nowMillis())
         let logger = Logger(label: "test", level: .debug, sink: LogSink(format: .text) { [logLines] line in logLines.append(line) })
-        service = IngestService(settings: settings, store: wrap(store), logger: logger)
+        service = IngestService(settings: settings, store: wrap(store), clock: clock, logger: logger)
         var configuration = HTTPServer.Configuration(host: "127.0.0.1", port: 0)
         configuration.threads = 2
         try service.start(apiConfiguration: configuration)
@@ -29,6 +30,13 @@ final class IngestHarness {
     }
 
     deinit { service.shutdown(grace: .seconds(5)) }
+
+    /// A clock that stands still in the middle of a minute: rate-limit windows (whole minutes since 1970, weighted
+    /// across their boundary) then count exactly, however long a loaded machine takes between two requests.
+    struct StoppedClock: WallClock {
+        let millis = SystemClock().nowMillis() / 60_000 * 60_000 + 30_000
+        func nowMillis() -> Int64 { millis }
+    }
 
     static let token = String(repeating: "ab", count: 32)
 

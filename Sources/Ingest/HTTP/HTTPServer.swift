@@ -52,6 +52,8 @@ public final class HTTPServer: Sendable {
     let handler: Handler
     /// The daemon handle. Written once in `init`, cleared once in `stop()`; guarded so `stop` is idempotent.
     private let daemon = Mutex<DaemonHandle?>(nil)
+    /// The listening socket `drain` took back from libmicrohttpd, closed once the daemon has stopped.
+    private let quiescedListener = Mutex<Int32>(-1)
     /// Requests received and not yet completed (for graceful shutdown).
     let inFlight = InFlightCounter()
     /// Requests handed to the handler and not yet completed (answered by `stop()` if need be).
@@ -122,7 +124,14 @@ public final class HTTPServer: Sendable {
         daemon.withLock { daemon in
             guard let daemon else { return }
             let listener = MHD_quiesce_daemon(daemon.pointer)
-            if listener >= 0 { close(listener) }
+            guard listener >= 0 else { return }
+            // New connections are refused from now on (Linux: a listening socket shut down stops listening), so a
+            // load balancer moves on at once. The descriptor itself is closed only after MHD_stop_daemon:
+            // libmicrohttpd's threads may still use it until then (microhttpd.h, MHD_quiesce_daemon). Closed here,
+            // its number could go to the next descriptor the process opens (a PostgreSQL socket, another server's
+            // wake-up channel) while libmicrohttpd still acts on it.
+            shutdown(listener, Int32(SHUT_RDWR))
+            quiescedListener.withLock { $0 = listener }
         }
         return inFlight.waitUntilZero(timeout: grace)
     }
@@ -145,7 +154,10 @@ public final class HTTPServer: Sendable {
             return handle
         }
         guard let handle else { return }
-        if fromDeinit { return MHD_stop_daemon(handle.pointer) }
+        if fromDeinit {
+            MHD_stop_daemon(handle.pointer)
+            return closeQuiescedListener()
+        }
         // MHD_stop_daemon wakes its epoll thread and joins it. Seen once in many runs (right after a quiesce and a
         // resumed suspended connection): the thread missed the wake-up and the join never returned, so SIGTERM hung.
         // The stop runs on a thread of its own that keeps this server alive (MHD calls back with an unretained
@@ -154,6 +166,7 @@ public final class HTTPServer: Sendable {
         let stopped = DispatchSemaphore(value: 0)
         let stopper = Thread { [self] in
             MHD_stop_daemon(handle.pointer)
+            closeQuiescedListener()
             _ = withExtendedLifetime(self) { stopped.signal() }
         }
         stopper.name = "http-stop"
@@ -162,6 +175,14 @@ public final class HTTPServer: Sendable {
     }
 
     static let stopTimeout: Duration = .seconds(10)
+
+    private func closeQuiescedListener() {
+        let listener = quiescedListener.withLock { listener in
+            defer { listener = -1 }
+            return listener
+        }
+        if listener >= 0 { close(listener) }
+    }
 
     /// The libmicrohttpd version, e.g. `0.9.75`.
     public static var libraryVersion: String { String(cString: MHD_get_version()) }
