@@ -63,7 +63,9 @@ RECORD_PUSH = """burst_count = CASE WHEN burst_started_at > :now::bigint - 60000
 WORKER = "('w' || :client_id::text)"
 
 # What both shapes' completions do around their own statements (PostgresStore.finish): find the batch's devices,
-# lock them in id order, record each device's success; at the end, wake deliverers. REFILL keeps the depth.
+# lock them in id order, record each device's success; at the end, wake deliverers. The last INSERT keeps the
+# depth. B needs the device locks as much as A: without them a completion that sees no job left could delete the
+# device_queue row that an enqueue committing beside it found and left alone (ON CONFLICT DO NOTHING).
 COMPLETE_START = """BEGIN;
 SELECT coalesce(array_agg(DISTINCT device_id), '{}') AS devs FROM jobs WHERE id = ANY(:ids::bigint[]) \\gset
 SELECT id FROM devices WHERE id = ANY(:devs::text[]) ORDER BY id FOR NO KEY UPDATE;
