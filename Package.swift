@@ -5,13 +5,13 @@ import PackageDescription
 /// Compiler settings shared by every Swift target: Swift 6 language mode (strict concurrency) is the
 /// package default; `ExistentialAny` makes every protocol-typed value say `any`.
 let strictSettings: [SwiftSetting] = [
-    .enableUpcomingFeature("ExistentialAny"),
+    .enableUpcomingFeature("ExistentialAny")
 ]
 
 let package = Package(
     name: "kumapush-relay",
     products: [
-        .executable(name: "kumapush-relay", targets: ["KumaPushRelay"]),
+        .executable(name: "kumapush-relay", targets: ["KumaPushRelay"])
     ],
     targets: [
         // C libraries from Debian, one system-library module each: module map + shim header, nothing else.
@@ -40,20 +40,23 @@ let package = Package(
         ),
 
         // `make bench` helpers.
-        .executableTarget(name: "QueueBench", dependencies: ["Common", "Queue", "CSQLite"], path: "bench/QueueBench",
-                          swiftSettings: strictSettings),
+        .executableTarget(
+            name: "QueueBench", dependencies: ["Common", "Queue", "CSQLite"], path: "bench/QueueBench",
+            swiftSettings: strictSettings),
 
         // Tests. QueueProbe is a helper process the queue tests start, kill and race against each other.
-        .executableTarget(name: "QueueProbe", dependencies: ["Common", "Queue"], path: "Tests/QueueProbe",
-                          swiftSettings: strictSettings),
+        .executableTarget(
+            name: "QueueProbe", dependencies: ["Common", "Queue"], path: "Tests/QueueProbe",
+            swiftSettings: strictSettings),
         .target(name: "TestSupport", dependencies: ["CSQLite", "CLibPQ"], path: "Tests/TestSupport", swiftSettings: strictSettings),
         .testTarget(name: "CommonTests", dependencies: ["Common"], swiftSettings: strictSettings),
         .testTarget(name: "ThreadingTests", dependencies: ["Threading"], swiftSettings: strictSettings),
-        .testTarget(name: "DeliverTests", dependencies: ["Common", "Queue", "HTTP2", "Deliver", "Simulator", "TestSupport"],
-                    swiftSettings: strictSettings),
+        .testTarget(
+            name: "DeliverTests", dependencies: ["Common", "Queue", "HTTP2", "Deliver", "Simulator", "TestSupport"],
+            swiftSettings: strictSettings),
         .testTarget(name: "HTTP2Tests", dependencies: ["HTTP2", "TestSupport"], swiftSettings: strictSettings),
         .testTarget(name: "IngestTests", dependencies: ["Common", "Queue", "Ingest", "TestSupport"], swiftSettings: strictSettings),
-        .testTarget(name: "QueueTests", dependencies: ["Common", "Queue", "TestSupport"], swiftSettings: strictSettings),
+        .testTarget(name: "QueueTests", dependencies: ["Common", "Queue", "TestSupport"], swiftSettings: strictSettings)
     ],
     swiftLanguageModes: [.v6]
 )
@@ -61,6 +64,8 @@ let package = Package(
 // `make fuzz` only: libFuzzer targets, built with -sanitize=fuzzer into their own build folder (scripts/fuzz.sh).
 // They have no main (libFuzzer brings it), so they exist only when asked for.
 if ProcessInfo.processInfo.environment["KUMAPUSH_FUZZ"] == "1" {
-    package.targets.append(.executableTarget(name: "FuzzTargets", dependencies: ["Common", "Ingest", "Deliver"],
-                                             path: "fuzz/Sources/FuzzTargets", swiftSettings: strictSettings))
+    package.targets.append(
+        .executableTarget(
+            name: "FuzzTargets", dependencies: ["Common", "Ingest", "Deliver"],
+            path: "fuzz/Sources/FuzzTargets", swiftSettings: strictSettings))
 }

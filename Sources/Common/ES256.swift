@@ -1,5 +1,5 @@
-import Foundation
 internal import COpenSSL
+import Foundation
 
 /// ECDSA P-256 with SHA-256 as JWT's ES256 uses it: signatures are the raw 64-byte r‖s (RFC 7518 §3.4), not
 /// OpenSSL's DER. Keys are PEM: Apple's .p8 is a PKCS#8 private key.
@@ -17,11 +17,13 @@ public enum ES256 {
 
         /// Loads a PEM private key (PKCS#8 `BEGIN PRIVATE KEY`, as Apple's .p8, or `BEGIN EC PRIVATE KEY`).
         public init(pem: [UInt8]) throws(KeyError) {
-            guard let loaded = pem.withUnsafeBytes({ raw -> OpaquePointer? in
-                guard let bio = BIO_new_mem_buf(raw.baseAddress, Int32(raw.count)) else { return nil }
-                defer { BIO_free(bio) }
-                return PEM_read_bio_PrivateKey(bio, nil, nil, nil)
-            }) else { throw KeyError(description: "not a PEM private key") }
+            guard
+                let loaded = pem.withUnsafeBytes({ raw -> OpaquePointer? in
+                    guard let bio = BIO_new_mem_buf(raw.baseAddress, Int32(raw.count)) else { return nil }
+                    defer { BIO_free(bio) }
+                    return PEM_read_bio_PrivateKey(bio, nil, nil, nil)
+                })
+            else { throw KeyError(description: "not a PEM private key") }
             guard EVP_PKEY_get_base_id(loaded) == EVP_PKEY_EC, EVP_PKEY_get_bits(loaded) == 256 else {
                 EVP_PKEY_free(loaded)
                 throw KeyError(description: "not a P-256 (ES256) key")

@@ -11,10 +11,11 @@ public enum DeviceID {
 
     /// True for text that could be a device id; anything else is answered without touching the database.
     public static func isWellFormed(_ text: some StringProtocol) -> Bool {
-        text.utf8.count == length && text.utf8.allSatisfy { byte in
-            (byte >= 0x41 && byte <= 0x5a) || (byte >= 0x61 && byte <= 0x7a) || (byte >= 0x30 && byte <= 0x39)
-                || byte == 0x2d || byte == 0x5f
-        }
+        text.utf8.count == length
+            && text.utf8.allSatisfy { byte in
+                (byte >= 0x41 && byte <= 0x5a) || (byte >= 0x61 && byte <= 0x7a) || (byte >= 0x30 && byte <= 0x39)
+                    || byte == 0x2d || byte == 0x5f
+            }
     }
 }
 
@@ -43,7 +44,7 @@ public enum DeviceToken {
     public static func normalized(_ text: String) -> String? {
         let utf8 = text.utf8
         guard (32...512).contains(utf8.count), utf8.count % 2 == 0,
-              utf8.allSatisfy({ ($0 >= 0x30 && $0 <= 0x39) || ($0 >= 0x61 && $0 <= 0x66) || ($0 >= 0x41 && $0 <= 0x46) })
+            utf8.allSatisfy({ ($0 >= 0x30 && $0 <= 0x39) || ($0 >= 0x61 && $0 <= 0x66) || ($0 >= 0x41 && $0 <= 0x46) })
         else { return nil }
         return text.lowercased()
     }
@@ -79,8 +80,8 @@ public enum Base64URL {
 public enum JobID {
     public static func generate() throws(Crypto.RandomnessUnavailable) -> String {
         var bytes = try Crypto.randomBytes(16)
-        bytes[6] = bytes[6] & 0x0f | 0x40   // version 4
-        bytes[8] = bytes[8] & 0x3f | 0x80   // RFC 4122 variant
+        bytes[6] = bytes[6] & 0x0f | 0x40  // version 4
+        bytes[8] = bytes[8] & 0x3f | 0x80  // RFC 4122 variant
         let digits: [UInt8] = Array("0123456789abcdef".utf8)
         var text = [UInt8]()
         text.reserveCapacity(36)

@@ -15,11 +15,11 @@ public enum JSONWebToken {
     public static func verifyProviderToken(_ token: String, key: ES256.PublicKey) -> (keyID: String, teamID: String, issuedAt: Int64)? {
         let parts = token.split(separator: ".", omittingEmptySubsequences: false)
         guard parts.count == 3, let headerBytes = Base64URL.decode(String(parts[0])), let claimBytes = Base64URL.decode(String(parts[1])),
-              let signature = Base64URL.decode(String(parts[2])),
-              key.verify(signature, of: Array("\(parts[0]).\(parts[1])".utf8)),
-              let header = try? JSONParser.parse(headerBytes), let claims = try? JSONParser.parse(claimBytes),
-              header["alg"]?.stringValue == "ES256", let keyID = header["kid"]?.stringValue,
-              let teamID = claims["iss"]?.stringValue, let issuedAt = claims["iat"]?.intValue.map(Int64.init)
+            let signature = Base64URL.decode(String(parts[2])),
+            key.verify(signature, of: Array("\(parts[0]).\(parts[1])".utf8)),
+            let header = try? JSONParser.parse(headerBytes), let claims = try? JSONParser.parse(claimBytes),
+            header["alg"]?.stringValue == "ES256", let keyID = header["kid"]?.stringValue,
+            let teamID = claims["iss"]?.stringValue, let issuedAt = claims["iat"]?.intValue.map(Int64.init)
         else { return nil }
         return (keyID, teamID, issuedAt)
     }

@@ -19,8 +19,8 @@ public struct RateLimitRule: Sendable, Equatable, CustomStringConvertible {
         for part in trimmed.split(separator: ",", omittingEmptySubsequences: false) {
             let pieces = part.split(separator: "/", omittingEmptySubsequences: false)
             guard pieces.count == 2,
-                  let limit = Int(pieces[0].trimmingWhitespace()), limit > 0,
-                  let window = DurationSyntax.parse(String(pieces[1])), window > .zero
+                let limit = Int(pieces[0].trimmingWhitespace()), limit > 0,
+                let window = DurationSyntax.parse(String(pieces[1])), window > .zero
             else { return nil }
             rules.append(RateLimitRule(limit: limit, window: window))
         }

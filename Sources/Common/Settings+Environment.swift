@@ -82,152 +82,217 @@ extension Settings {
             guard IPAddress(text) != nil else { throw invalid("HOST", text, "an IP address such as 0.0.0.0 or ::1") }
             s.host = text.trimmingWhitespace()
         },
-        Variable(name: "BASE_PATH", defaultText: "", summary: "mount every route under this prefix, e.g. /relay") { s, text throws(ConfigurationError) in
+        Variable(name: "BASE_PATH", defaultText: "", summary: "mount every route under this prefix, e.g. /relay") {
+            s, text throws(ConfigurationError) in
             s.basePath = try parseBasePath(text)
         },
-        Variable(name: "HTTP_MAX_CONNECTIONS", defaultText: "10000", summary: "open connections the ingest listener accepts at most") { s, text throws(ConfigurationError) in
+        Variable(name: "HTTP_MAX_CONNECTIONS", defaultText: "10000", summary: "open connections the ingest listener accepts at most") {
+            s, text throws(ConfigurationError) in
             s.httpMaxConnections = try parseInt(text, "HTTP_MAX_CONNECTIONS", 1...1_000_000)
         },
-        Variable(name: "HTTP_IDLE_TIMEOUT", defaultText: "30s", summary: "close a connection that sends nothing for this long") { s, text throws(ConfigurationError) in
+        Variable(name: "HTTP_IDLE_TIMEOUT", defaultText: "30s", summary: "close a connection that sends nothing for this long") {
+            s, text throws(ConfigurationError) in
             let timeout = try parseDuration(text, "HTTP_IDLE_TIMEOUT")
             guard timeout >= .seconds(1) else { throw invalid("HTTP_IDLE_TIMEOUT", text, "at least 1s") }
             s.httpIdleTimeout = timeout
         },
-        Variable(name: "HTTP_MAX_HEADER_BYTES", defaultText: "32768", summary: "largest request line and headers, in bytes") { s, text throws(ConfigurationError) in
+        Variable(name: "HTTP_MAX_HEADER_BYTES", defaultText: "32768", summary: "largest request line and headers, in bytes") {
+            s, text throws(ConfigurationError) in
             s.httpMaxHeaderBytes = try parseInt(text, "HTTP_MAX_HEADER_BYTES", 4096...1_048_576)
         },
-        Variable(name: "HTTP_REQUEST_TIMEOUT", defaultText: "10s", summary: "a request's line, headers and body must all arrive within this") { s, text throws(ConfigurationError) in
+        Variable(name: "HTTP_REQUEST_TIMEOUT", defaultText: "10s", summary: "a request's line, headers and body must all arrive within this") {
+            s, text throws(ConfigurationError) in
             let timeout = try parseDuration(text, "HTTP_REQUEST_TIMEOUT")
             guard timeout >= .seconds(1) else { throw invalid("HTTP_REQUEST_TIMEOUT", text, "at least 1s") }
             s.httpRequestTimeout = timeout
         },
-        Variable(name: "HTTP_MAX_CONNECTIONS_PER_IP", defaultText: "2000", summary: "open connections per client IP (IPv6: per /64); trusted proxies excepted") { s, text throws(ConfigurationError) in
+        Variable(
+            name: "HTTP_MAX_CONNECTIONS_PER_IP", defaultText: "2000",
+            summary: "open connections per client IP (IPv6: per /64); trusted proxies excepted"
+        ) { s, text throws(ConfigurationError) in
             s.httpMaxConnectionsPerIP = try parseInt(text, "HTTP_MAX_CONNECTIONS_PER_IP", 1...1_000_000)
         },
-        Variable(name: "DATABASE_PATH", defaultText: "./data/kumapush.db", summary: "SQLite database (created with its folder)") { s, text throws(ConfigurationError) in
+        Variable(name: "DATABASE_PATH", defaultText: "./data/kumapush.db", summary: "SQLite database (created with its folder)") {
+            s, text throws(ConfigurationError) in
             guard !text.isEmpty else { throw invalid("DATABASE_PATH", text, "a file path") }
             s.databasePath = text
         },
-        Variable(name: "DATABASE_URL", defaultText: "", summary: "use PostgreSQL instead of SQLite: postgres://user:pass@host:port/db?sslmode=… (libpq URI or key=value)") { s, text throws(ConfigurationError) in
-            guard !text.isEmpty else { s.databaseURL = nil; return }
+        Variable(
+            name: "DATABASE_URL", defaultText: "",
+            summary: "use PostgreSQL instead of SQLite: postgres://user:pass@host:port/db?sslmode=… (libpq URI or key=value)"
+        ) { s, text throws(ConfigurationError) in
+            guard !text.isEmpty else {
+                s.databaseURL = nil
+                return
+            }
             // Say which forms work rather than let libpq guess at a typo (a bare host name would be read as a database name).
             guard text.hasPrefix("postgres://") || text.hasPrefix("postgresql://") || text.contains("=") else {
                 // The value is not echoed: it may hold a password.
-                throw ConfigurationError(variable: "DATABASE_URL",
-                                         message: "expected a postgres:// or postgresql:// URI or a key=value connection string")
+                throw ConfigurationError(
+                    variable: "DATABASE_URL",
+                    message: "expected a postgres:// or postgresql:// URI or a key=value connection string")
             }
             s.databaseURL = text
         },
-        Variable(name: "SYNC", defaultText: "normal", summary: "SQLite durability: normal (survives process crashes) or full (also power loss)") { s, text throws(ConfigurationError) in
+        Variable(name: "SYNC", defaultText: "normal", summary: "SQLite durability: normal (survives process crashes) or full (also power loss)") {
+            s, text throws(ConfigurationError) in
             s.sync = try parseEnum(text, "SYNC")
         },
-        Variable(name: "WAL_TRUNCATE_INTERVAL", defaultText: "1m", summary: "truncate SQLite's write-ahead log (it keeps deleted content) when writes pause and at least this often") { s, text throws(ConfigurationError) in
+        Variable(
+            name: "WAL_TRUNCATE_INTERVAL", defaultText: "1m",
+            summary: "truncate SQLite's write-ahead log (it keeps deleted content) when writes pause and at least this often"
+        ) { s, text throws(ConfigurationError) in
             s.walTruncateInterval = try parseDuration(text, "WAL_TRUNCATE_INTERVAL")
         },
-        Variable(name: "APNS_AUTH_KEY_PATH", defaultText: "", summary: "APNs signing key (.p8); required for deliver/serve") { s, text throws(ConfigurationError) in
+        Variable(name: "APNS_AUTH_KEY_PATH", defaultText: "", summary: "APNs signing key (.p8); required for deliver/serve") {
+            s, text throws(ConfigurationError) in
             s.apnsAuthKeyPath = text.isEmpty ? nil : text
         },
-        Variable(name: "APNS_KEY_ID", defaultText: "", summary: "key id of the .p8 key; required for deliver/serve") { s, text throws(ConfigurationError) in
+        Variable(name: "APNS_KEY_ID", defaultText: "", summary: "key id of the .p8 key; required for deliver/serve") {
+            s, text throws(ConfigurationError) in
             s.apnsKeyID = text.isEmpty ? nil : text
         },
-        Variable(name: "APNS_TEAM_ID", defaultText: "", summary: "Apple developer team id; required for deliver/serve") { s, text throws(ConfigurationError) in
+        Variable(name: "APNS_TEAM_ID", defaultText: "", summary: "Apple developer team id; required for deliver/serve") {
+            s, text throws(ConfigurationError) in
             s.apnsTeamID = text.isEmpty ? nil : text
         },
-        Variable(name: "APP_BUNDLE_IDENTIFIER", defaultText: "", summary: "the app's bundle id, sent as apns-topic; required for deliver/serve") { s, text throws(ConfigurationError) in
+        Variable(name: "APP_BUNDLE_IDENTIFIER", defaultText: "", summary: "the app's bundle id, sent as apns-topic; required for deliver/serve") {
+            s, text throws(ConfigurationError) in
             s.appBundleIdentifier = text.isEmpty ? nil : text
         },
         Variable(name: "ENV", defaultText: "", summary: "`development` selects the APNs sandbox") { s, text throws(ConfigurationError) in
             if text.trimmingWhitespace() == "development" { s.apnsEnvironment = .sandbox }
         },
-        Variable(name: "APNS_ENVIRONMENT", defaultText: "production", summary: "production or sandbox (wins over ENV)") { s, text throws(ConfigurationError) in
+        Variable(name: "APNS_ENVIRONMENT", defaultText: "production", summary: "production or sandbox (wins over ENV)") {
+            s, text throws(ConfigurationError) in
             s.apnsEnvironment = try parseEnum(text, "APNS_ENVIRONMENT")
         },
-        Variable(name: "APNS_URL", defaultText: "", summary: "APNs base URL override, e.g. https://127.0.0.1:8443 (simulator)") { s, text throws(ConfigurationError) in
+        Variable(name: "APNS_URL", defaultText: "", summary: "APNs base URL override, e.g. https://127.0.0.1:8443 (simulator)") {
+            s, text throws(ConfigurationError) in
             s.apnsURL = try parseAPNsURL(text)
         },
-        Variable(name: "APNS_SANDBOX_URL", defaultText: "", summary: "the other APNs environment's base URL, tried once on BadDeviceToken; default Apple's other host unless APNS_URL is set") { s, text throws(ConfigurationError) in
+        Variable(
+            name: "APNS_SANDBOX_URL", defaultText: "",
+            summary: "the other APNs environment's base URL, tried once on BadDeviceToken; default Apple's other host unless APNS_URL is set"
+        ) { s, text throws(ConfigurationError) in
             s.apnsSandboxURL = try parseAPNsURL(text, "APNS_SANDBOX_URL")
         },
-        Variable(name: "APNS_CA_FILE", defaultText: "", summary: "extra PEM CA trusted for APNs (tests, simulator)") { s, text throws(ConfigurationError) in
+        Variable(name: "APNS_CA_FILE", defaultText: "", summary: "extra PEM CA trusted for APNs (tests, simulator)") {
+            s, text throws(ConfigurationError) in
             s.apnsCAFile = text.isEmpty ? nil : text
         },
-        Variable(name: "APNS_CONNECTIONS", defaultText: "2", summary: "persistent HTTP/2 connections per deliver process") { s, text throws(ConfigurationError) in
+        Variable(name: "APNS_CONNECTIONS", defaultText: "2", summary: "persistent HTTP/2 connections per deliver process") {
+            s, text throws(ConfigurationError) in
             s.apnsConnections = try parseInt(text, "APNS_CONNECTIONS", 1...64)
         },
-        Variable(name: "APNS_REQUEST_TIMEOUT", defaultText: "30s", summary: "how long a push waits for APNs' answer before it is retried; below LEASE_TIMEOUT") { s, text throws(ConfigurationError) in
+        Variable(
+            name: "APNS_REQUEST_TIMEOUT", defaultText: "30s",
+            summary: "how long a push waits for APNs' answer before it is retried; below LEASE_TIMEOUT"
+        ) { s, text throws(ConfigurationError) in
             s.apnsRequestTimeout = try parseDuration(text, "APNS_REQUEST_TIMEOUT")
         },
-        Variable(name: "DELIVER_CONCURRENCY", defaultText: "1000", summary: "pushes in flight per deliver process") { s, text throws(ConfigurationError) in
+        Variable(name: "DELIVER_CONCURRENCY", defaultText: "1000", summary: "pushes in flight per deliver process") {
+            s, text throws(ConfigurationError) in
             s.deliverConcurrency = try parseInt(text, "DELIVER_CONCURRENCY", 1...100_000)
         },
-        Variable(name: "JOB_TTL", defaultText: "24h", summary: "how long a job may wait for APNs before it is dead-lettered") { s, text throws(ConfigurationError) in
+        Variable(name: "JOB_TTL", defaultText: "24h", summary: "how long a job may wait for APNs before it is dead-lettered") {
+            s, text throws(ConfigurationError) in
             s.jobTTL = try parseDuration(text, "JOB_TTL")
         },
-        Variable(name: "RETRY_BASE", defaultText: "1s", summary: "first retry delay (exponential backoff, full jitter)") { s, text throws(ConfigurationError) in
+        Variable(name: "RETRY_BASE", defaultText: "1s", summary: "first retry delay (exponential backoff, full jitter)") {
+            s, text throws(ConfigurationError) in
             s.retryBase = try parseDuration(text, "RETRY_BASE")
         },
         Variable(name: "RETRY_MAX", defaultText: "5m", summary: "longest retry delay") { s, text throws(ConfigurationError) in
             s.retryMax = try parseDuration(text, "RETRY_MAX")
         },
-        Variable(name: "LEASE_TIMEOUT", defaultText: "60s", summary: "after this a crashed worker's jobs are claimable again; must be longer than APNS_REQUEST_TIMEOUT") { s, text throws(ConfigurationError) in
+        Variable(
+            name: "LEASE_TIMEOUT", defaultText: "60s",
+            summary: "after this a crashed worker's jobs are claimable again; must be longer than APNS_REQUEST_TIMEOUT"
+        ) { s, text throws(ConfigurationError) in
             s.leaseTimeout = try parseDuration(text, "LEASE_TIMEOUT")
         },
-        Variable(name: "DEAD_LETTER_RETENTION", defaultText: "7d", summary: "how long dead letters are kept for `replay`") { s, text throws(ConfigurationError) in
+        Variable(name: "DEAD_LETTER_RETENTION", defaultText: "7d", summary: "how long dead letters are kept for `replay`") {
+            s, text throws(ConfigurationError) in
             s.deadLetterRetention = try parseDuration(text, "DEAD_LETTER_RETENTION")
         },
-        Variable(name: "TOMBSTONE_RETENTION", defaultText: "30d", summary: "how long a device removed by APNs answers 410") { s, text throws(ConfigurationError) in
+        Variable(name: "TOMBSTONE_RETENTION", defaultText: "30d", summary: "how long a device removed by APNs answers 410") {
+            s, text throws(ConfigurationError) in
             s.tombstoneRetention = try parseDuration(text, "TOMBSTONE_RETENTION")
         },
-        Variable(name: "QUEUE_MAX", defaultText: "1000000", summary: "waiting jobs above which webhooks get 503") { s, text throws(ConfigurationError) in
+        Variable(name: "QUEUE_MAX", defaultText: "1000000", summary: "waiting jobs above which webhooks get 503") {
+            s, text throws(ConfigurationError) in
             s.queueMax = try parseInt(text, "QUEUE_MAX", 1...Int(Int32.max))
         },
-        Variable(name: "TEST_WAIT", defaultText: "5s", summary: "how long a Test-button webhook waits for APNs' answer") { s, text throws(ConfigurationError) in
+        Variable(name: "TEST_WAIT", defaultText: "5s", summary: "how long a Test-button webhook waits for APNs' answer") {
+            s, text throws(ConfigurationError) in
             s.testWait = try parseDuration(text, "TEST_WAIT", allowZero: true)
         },
-        Variable(name: "LATE_NOTICE", defaultText: "2m", summary: "a push sent later than this after its webhook says so") { s, text throws(ConfigurationError) in
+        Variable(name: "LATE_NOTICE", defaultText: "2m", summary: "a push sent later than this after its webhook says so") {
+            s, text throws(ConfigurationError) in
             s.lateNotice = try parseDuration(text, "LATE_NOTICE")
         },
-        Variable(name: "SHUTDOWN_GRACE", defaultText: "10s", summary: "how long SIGTERM waits for pushes in flight") { s, text throws(ConfigurationError) in
+        Variable(name: "SHUTDOWN_GRACE", defaultText: "10s", summary: "how long SIGTERM waits for pushes in flight") {
+            s, text throws(ConfigurationError) in
             s.shutdownGrace = try parseDuration(text, "SHUTDOWN_GRACE", allowZero: true)
         },
-        Variable(name: "RATE_LIMIT_REGISTER", defaultText: "5/1m,30/1h", summary: "POST /devices per client IP; `off` disables") { s, text throws(ConfigurationError) in
+        Variable(name: "RATE_LIMIT_REGISTER", defaultText: "5/1m,30/1h", summary: "POST /devices per client IP; `off` disables") {
+            s, text throws(ConfigurationError) in
             s.rateLimitRegister = try parseRules(text, "RATE_LIMIT_REGISTER")
         },
-        Variable(name: "RATE_LIMIT_WEBHOOK", defaultText: "off", summary: "webhooks per client IP and device; `off` disables") { s, text throws(ConfigurationError) in
+        Variable(name: "RATE_LIMIT_WEBHOOK", defaultText: "off", summary: "webhooks per client IP and device; `off` disables") {
+            s, text throws(ConfigurationError) in
             s.rateLimitWebhook = try parseRules(text, "RATE_LIMIT_WEBHOOK")
         },
-        Variable(name: "RATE_LIMIT_WEBHOOK_FAILED", defaultText: "10/1m", summary: "failed webhooks (400/404/410) per client IP; past it unknown device ids get 429; `off` disables") { s, text throws(ConfigurationError) in
+        Variable(
+            name: "RATE_LIMIT_WEBHOOK_FAILED", defaultText: "10/1m",
+            summary: "failed webhooks (400/404/410) per client IP; past it unknown device ids get 429; `off` disables"
+        ) { s, text throws(ConfigurationError) in
             s.rateLimitWebhookFailed = try parseRules(text, "RATE_LIMIT_WEBHOOK_FAILED")
         },
-        Variable(name: "RATE_LIMIT_WEBHOOK_IP", defaultText: "6000/1m", summary: "webhooks per client IP (IPv6: per /64) over all devices; `off` disables") { s, text throws(ConfigurationError) in
+        Variable(
+            name: "RATE_LIMIT_WEBHOOK_IP", defaultText: "6000/1m", summary: "webhooks per client IP (IPv6: per /64) over all devices; `off` disables"
+        ) { s, text throws(ConfigurationError) in
             s.rateLimitWebhookIP = try parseRules(text, "RATE_LIMIT_WEBHOOK_IP")
         },
-        Variable(name: "DEVICE_BURST", defaultText: "10", summary: "pushes per device per minute before alerts merge into digests; `off` disables") { s, text throws(ConfigurationError) in
+        Variable(name: "DEVICE_BURST", defaultText: "10", summary: "pushes per device per minute before alerts merge into digests; `off` disables") {
+            s, text throws(ConfigurationError) in
             s.deviceBurst = text.trimmingWhitespace().lowercased() == "off" ? nil : try parseInt(text, "DEVICE_BURST", 1...10_000)
         },
-        Variable(name: "DEVICE_QUEUE_MAX", defaultText: "1000", summary: "live jobs per device; beyond it alerts merge into the waiting digest (202 merged)") { s, text throws(ConfigurationError) in
+        Variable(
+            name: "DEVICE_QUEUE_MAX", defaultText: "1000",
+            summary: "live jobs per device; beyond it alerts merge into the waiting digest (202 merged)"
+        ) { s, text throws(ConfigurationError) in
             s.deviceQueueMax = try parseInt(text, "DEVICE_QUEUE_MAX", 2...1_000_000)
         },
-        Variable(name: "DEAD_LETTER_MAX", defaultText: "100000", summary: "dead letters kept at most; past it the oldest are purged first") { s, text throws(ConfigurationError) in
+        Variable(name: "DEAD_LETTER_MAX", defaultText: "100000", summary: "dead letters kept at most; past it the oldest are purged first") {
+            s, text throws(ConfigurationError) in
             s.deadLetterMax = try parseInt(text, "DEAD_LETTER_MAX", 1...Int(Int32.max))
         },
-        Variable(name: "STALL_TIMEOUT", defaultText: "30s", summary: "a deliverer with due jobs that sent nothing this long resets its breaker and connections") { s, text throws(ConfigurationError) in
+        Variable(
+            name: "STALL_TIMEOUT", defaultText: "30s",
+            summary: "a deliverer with due jobs that sent nothing this long resets its breaker and connections"
+        ) { s, text throws(ConfigurationError) in
             s.stallTimeout = try parseDuration(text, "STALL_TIMEOUT")
         },
-        Variable(name: "BEHIND_PROXY", defaultText: "false", summary: "take the client IP from PROXY_HEADER when the peer is a trusted proxy") { s, text throws(ConfigurationError) in
+        Variable(name: "BEHIND_PROXY", defaultText: "false", summary: "take the client IP from PROXY_HEADER when the peer is a trusted proxy") {
+            s, text throws(ConfigurationError) in
             s.behindProxy = try parseBool(text, "BEHIND_PROXY")
         },
-        Variable(name: "PROXY_HEADER", defaultText: "X-Forwarded-For", summary: "header holding the client address chain") { s, text throws(ConfigurationError) in
+        Variable(name: "PROXY_HEADER", defaultText: "X-Forwarded-For", summary: "header holding the client address chain") {
+            s, text throws(ConfigurationError) in
             let name = text.trimmingWhitespace()
             guard !name.isEmpty, name.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || $0 == "-") }) else {
                 throw invalid("PROXY_HEADER", text, "a header name such as X-Forwarded-For")
             }
             s.proxyHeader = name
         },
-        Variable(name: "TRUSTED_PROXIES", defaultText: "", summary: "comma-separated CIDRs trusted besides 127.0.0.1 and ::1") { s, text throws(ConfigurationError) in
+        Variable(name: "TRUSTED_PROXIES", defaultText: "", summary: "comma-separated CIDRs trusted besides 127.0.0.1 and ::1") {
+            s, text throws(ConfigurationError) in
             s.trustedProxies = try parseNetworks(text)
         },
-        Variable(name: "METRICS_ADDR", defaultText: "127.0.0.1:9464", summary: "Prometheus listener; `off` disables") { s, text throws(ConfigurationError) in
+        Variable(name: "METRICS_ADDR", defaultText: "127.0.0.1:9464", summary: "Prometheus listener; `off` disables") {
+            s, text throws(ConfigurationError) in
             if text.trimmingWhitespace().lowercased() == "off" {
                 s.metricsAddress = nil
             } else if let address = ListenAddress(text) {
@@ -244,7 +309,7 @@ extension Settings {
         },
         Variable(name: "LOG_FORMAT", defaultText: "text", summary: "text or json lines on stderr") { s, text throws(ConfigurationError) in
             s.logFormat = try parseEnum(text, "LOG_FORMAT")
-        },
+        }
     ]
 }
 
@@ -314,7 +379,9 @@ private func parseBasePath(_ text: String) throws(ConfigurationError) -> String 
     var path = text.trimmingWhitespace()
     while path.hasSuffix("/") { path.removeLast() }
     if path.isEmpty { return "" }
-    let allowed = path.unicodeScalars.allSatisfy { $0.isASCII && ($0.properties.isAlphabetic || ("0"..."9").contains($0) || "/-._~".unicodeScalars.contains($0)) }
+    let allowed = path.unicodeScalars.allSatisfy {
+        $0.isASCII && ($0.properties.isAlphabetic || ("0"..."9").contains($0) || "/-._~".unicodeScalars.contains($0))
+    }
     guard path.hasPrefix("/"), allowed, !path.contains("//") else {
         throw invalid("BASE_PATH", text, "a path such as /relay")
     }

@@ -70,8 +70,10 @@ public struct Settings: Sendable, Equatable {
     public var deadLetterMax = 100_000
 
     // Abuse limits
-    public var rateLimitRegister = [RateLimitRule(limit: 5, window: .seconds(60)),
-                                    RateLimitRule(limit: 30, window: .seconds(3600))]
+    public var rateLimitRegister = [
+        RateLimitRule(limit: 5, window: .seconds(60)),
+        RateLimitRule(limit: 30, window: .seconds(3600))
+    ]
     /// Per client IP and device; off by default, because a large Uptime Kuma's incident sends one alert per monitor
     /// at once and never retries (SPEC §2.4): digests and the per-IP limit protect the relay instead.
     public var rateLimitWebhook: [RateLimitRule] = []
@@ -127,7 +129,7 @@ public struct Settings: Sendable, Equatable {
     public func validateForDelivery() throws(ConfigurationError) {
         let required: [(String, String?)] = [
             ("APNS_AUTH_KEY_PATH", apnsAuthKeyPath), ("APNS_KEY_ID", apnsKeyID),
-            ("APNS_TEAM_ID", apnsTeamID), ("APP_BUNDLE_IDENTIFIER", appBundleIdentifier),
+            ("APNS_TEAM_ID", apnsTeamID), ("APP_BUNDLE_IDENTIFIER", appBundleIdentifier)
         ]
         for (name, value) in required where (value ?? "").isEmpty {
             throw ConfigurationError(variable: name, message: "is required to deliver pushes")

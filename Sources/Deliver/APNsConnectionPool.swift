@@ -24,8 +24,10 @@ public final class APNsConnectionPool: Sendable {
     private let reconnects = DispatchQueue(label: "apns.reconnect")
     private let backoff = Backoff(base: .seconds(1), cap: .seconds(60))
 
-    public init(configuration: HTTP2ClientConnection.Configuration, connections: Int, tls: TLSContext, logger: Logger,
-                onChange: @escaping @Sendable () -> Void) {
+    public init(
+        configuration: HTTP2ClientConnection.Configuration, connections: Int, tls: TLSContext, logger: Logger,
+        onChange: @escaping @Sendable () -> Void
+    ) {
         self.configuration = configuration
         self.tls = tls
         self.logger = logger
@@ -48,7 +50,9 @@ public final class APNsConnectionPool: Sendable {
 
     /// Streams free across all connections.
     public var freeStreams: Int { slots.withLock { $0.compactMap(\.connection).map(\.currentStatus.freeStreams).reduce(0, +) } }
-    public var readyConnections: Int { slots.withLock { $0.compactMap(\.connection).filter { $0.currentStatus.isReady && !$0.currentStatus.isClosed }.count } }
+    public var readyConnections: Int {
+        slots.withLock { $0.compactMap(\.connection).filter { $0.currentStatus.isReady && !$0.currentStatus.isClosed }.count }
+    }
     /// True while no connection is up and the last attempts failed.
     public var allDown: Bool { slots.withLock { slots in slots.allSatisfy { $0.failures > 0 } } }
 

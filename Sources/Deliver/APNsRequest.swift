@@ -18,8 +18,9 @@ public struct APNsRequestFactory: Sendable {
     /// The push for one job, worded now.
     public func push(for job: ClaimedJob, now: Int64) throws(InvalidPayload) -> PushMessage {
         guard let event = AlertEvent(jobPayload: job.payload) else { throw InvalidPayload() }
-        var push = builder.notification(for: event, timeSensitiveDown: job.downNotificationLevel == .timeSensitive,
-                                        acceptedAt: job.createdAt, now: now)
+        var push = builder.notification(
+            for: event, timeSensitiveDown: job.downNotificationLevel == .timeSensitive,
+            acceptedAt: job.createdAt, now: now)
         push.badge = job.badge
         return push
     }
@@ -36,8 +37,9 @@ public struct APNsRequestFactory: Sendable {
             uncounted = uncounted + waiting.folded.uncounted
         }
         var push = DigestBuilder(lateNotice: builder.lateNotice)
-            .digest(events, uncounted: uncounted, timeSensitiveDown: job.downNotificationLevel == .timeSensitive,
-                    firstAcceptedAt: job.createdAt, now: now)
+            .digest(
+                events, uncounted: uncounted, timeSensitiveDown: job.downNotificationLevel == .timeSensitive,
+                firstAcceptedAt: job.createdAt, now: now)
         // The badge of its last alert: the count after everything the digest reports.
         push.badge = pending.last?.badge ?? job.badge
         return push
@@ -58,7 +60,7 @@ public struct APNsRequestFactory: Sendable {
                 // Fixed per job across retries, so APNs and the phone see one notification, not several.
                 ("apns-id", job.publicID),
                 ("apns-collapse-id", job.publicID),
-                ("content-type", "application/json"),
+                ("content-type", "application/json")
             ],
             body: APNsPayload.encode(push),
             // Unique per request: kept out of the HPACK table, as Apple asks for :path (which never is indexed).

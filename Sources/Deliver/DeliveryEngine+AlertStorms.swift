@@ -8,7 +8,8 @@ extension DeliveryEngine {
     /// this job waits for the alerts still arriving and they leave together.
     func digestWindowEnd(for job: ClaimedJob, now: Int64) -> Int64? {
         guard let burst = configuration.deviceBurst, !job.reportsOutcome, job.recentPushes >= burst,
-              let last = job.lastPushAt else { return nil }
+            let last = job.lastPushAt
+        else { return nil }
         let end = last + configuration.digestWindow.wholeMilliseconds
         return now < end ? end : nil
     }
@@ -21,7 +22,8 @@ extension DeliveryEngine {
         // Counted in the database by every deliverer (a process of its own would see only its share).
         let recent = job.recentPushes
         guard recent > 0, let pending = try? store.pendingJobs(deviceID: job.deviceID, limit: configuration.maximumMerged),
-              recent + pending.count + 1 > burst else { return [] }
+            recent + pending.count + 1 > burst
+        else { return [] }
         return Array(pending.prefix { !$0.reportsOutcome })
     }
 }

@@ -71,8 +71,9 @@ extension DeliveryEngine {
             loopState.claimDue = true
         case .paused(let reason):
             recordPause(reason, now: now)
-            logger.error("APNs rejects our credentials or topic: delivery paused, jobs kept. Fix APNS_KEY_ID, APNS_TEAM_ID, APP_BUNDLE_IDENTIFIER or the key, then restart",
-                         ["apns.reason": reason])
+            logger.error(
+                "APNs rejects our credentials or topic: delivery paused, jobs kept. Fix APNS_KEY_ID, APNS_TEAM_ID, APP_BUNDLE_IDENTIFIER or the key, then restart",
+                ["apns.reason": reason])
         case .none:
             break
         }
@@ -106,8 +107,10 @@ extension DeliveryEngine {
     }
 
     private func resend(_ flight: InFlight) {
-        loopState.resendQueue.append(Resend(job: flight.job, resends: flight.resends + 1, environment: flight.environment,
-                                            switched: flight.switched))
+        loopState.resendQueue.append(
+            Resend(
+                job: flight.job, resends: flight.resends + 1, environment: flight.environment,
+                switched: flight.switched))
     }
 
     /// Step 4: the delivery counters, and a warning for a dead letter. Only pushes APNs accepted count towards

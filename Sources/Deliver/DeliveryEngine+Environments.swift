@@ -32,8 +32,11 @@ extension DeliveryEngine {
         do {
             try store.setEnvironment(deviceID: flight.job.deviceID, token: flight.job.deviceToken, environment: flight.environment)
             metrics.increment("kumapush_apns_environment_learned_total", [("environment", flight.environment.rawValue)])
-            logger.info("device token belongs to the other APNs environment: remembered", [
-                "device.token": Redact.token(flight.job.deviceToken), "apns.environment": flight.environment.rawValue])
+            logger.info(
+                "device token belongs to the other APNs environment: remembered",
+                [
+                    "device.token": Redact.token(flight.job.deviceToken), "apns.environment": flight.environment.rawValue
+                ])
         } catch {
             // Not fatal: the next push goes the long way round again and tries once more.
             logger.warning("cannot remember a device's APNs environment", ["error": error.description])

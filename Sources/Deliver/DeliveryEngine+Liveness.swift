@@ -10,7 +10,8 @@ extension DeliveryEngine {
     func settleProbe() {
         let state = loopState
         guard let probe = state.breaker.probe, state.inFlight[probe.jobID] == nil,
-              !state.resendQueue.contains(where: { $0.job.id == probe.jobID }) else { return }
+            !state.resendQueue.contains(where: { $0.job.id == probe.jobID })
+        else { return }
         state.breaker.probeEnded(jobID: probe.jobID)
         state.claimDue = true
     }
@@ -42,8 +43,9 @@ extension DeliveryEngine {
         guard ContinuousClock.now - state.lastSentAt >= timeout, !state.breaker.isPaused else { return }
         if let failed = state.lastFailureAt, ContinuousClock.now - failed < timeout { return }
         guard (try? store.hasDueJobs(now: now)) == true else { return }
-        logger.error("delivery stalled: jobs are due, APNs is not known to be failing, and nothing was sent for STALL_TIMEOUT; resetting the outage breaker and the APNs connections",
-                     ["stall_timeout": String(describing: timeout)])
+        logger.error(
+            "delivery stalled: jobs are due, APNs is not known to be failing, and nothing was sent for STALL_TIMEOUT; resetting the outage breaker and the APNs connections",
+            ["stall_timeout": String(describing: timeout)])
         metrics.increment("relay_delivery_stalls_total")
         stalled.store(true, ordering: .relaxed)
         state.breaker.reset()

@@ -18,7 +18,8 @@ extension DeliveryEngine {
     /// Keeps the record fresh while the pause lasts (readers ignore records older than 30 s: a dead process's).
     func refreshPause(now: Int64) {
         guard case .paused(let reason, _) = loopState.breaker.state,
-              now - loopState.pauseRecordedAt >= Self.pauseRefreshInterval else { return }
+            now - loopState.pauseRecordedAt >= Self.pauseRefreshInterval
+        else { return }
         recordPause(reason, now: now)
     }
 }

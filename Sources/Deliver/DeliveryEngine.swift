@@ -95,8 +95,10 @@ public final class DeliveryEngine: Sendable {
     /// Set when the stall detector fired, cleared by the next answer from APNs; `serve`'s `/health` reads it.
     let stalled = Atomic<Bool>(false)
 
-    public init(configuration: Configuration, store: any RelayStore, pool: APNsConnectionPool, other: OtherAPNsEnvironment? = nil,
-                tokens: ProviderTokenSource, factory: APNsRequestFactory, clock: any WallClock, logger: Logger, metrics: MetricsRegistry) {
+    public init(
+        configuration: Configuration, store: any RelayStore, pool: APNsConnectionPool, other: OtherAPNsEnvironment? = nil,
+        tokens: ProviderTokenSource, factory: APNsRequestFactory, clock: any WallClock, logger: Logger, metrics: MetricsRegistry
+    ) {
         self.configuration = configuration
         self.store = store
         self.pool = pool
@@ -261,7 +263,8 @@ public final class DeliveryEngine: Sendable {
         let merged = resends == 0 ? stormBacklog(of: job, now: now) : []
         let push: PushMessage
         do {
-            push = merged.isEmpty && job.folded.isEmpty
+            push =
+                merged.isEmpty && job.folded.isEmpty
                 ? try factory.push(for: job, now: now) : try factory.digest(for: job, merging: merged, now: now)
         } catch {
             outcomes.append(JobOutcome(jobID: job.id, attempt: job.attempt, kind: .abandon(reason: "InvalidPayload")))
@@ -274,8 +277,10 @@ public final class DeliveryEngine: Sendable {
         } catch {
             // Our signing failed, not the push: it waits and is tried again, never dead-lettered for it.
             logger.error("cannot sign a provider token", ["error": String(describing: error)])
-            outcomes.append(Self.outcome(for: .retry(reason: "ProviderTokenUnavailable", outage: false), job: job,
-                                         backoff: configuration.backoff, now: now))
+            outcomes.append(
+                Self.outcome(
+                    for: .retry(reason: "ProviderTokenUnavailable", outage: false), job: job,
+                    backoff: configuration.backoff, now: now))
             return
         }
         if !merged.isEmpty || !job.folded.isEmpty {
@@ -288,8 +293,9 @@ public final class DeliveryEngine: Sendable {
             state.resendQueue.append(attempt)
             return
         }
-        state.inFlight[job.id] = InFlight(job: job, generation: generation, resends: resends, environment: environment,
-                                          switched: attempt.switched, started: .now, merged: merged.map(\.asMerged))
+        state.inFlight[job.id] = InFlight(
+            job: job, generation: generation, resends: resends, environment: environment,
+            switched: attempt.switched, started: .now, merged: merged.map(\.asMerged))
         state.lastSentAt = .now
         metrics.observe("kumapush_webhook_to_apns_seconds", value: Double(max(0, clock.nowMillis() - job.createdAt)) / 1000)
         connection.send(request) { [weak self] result in
@@ -330,10 +336,11 @@ public final class DeliveryEngine: Sendable {
             }
             // A finished head lets the device's next job become due: look again at once.
             state.claimDue = true
-        } catch where error.code == .unavailable && batch.count <= Self.maximumUnrecorded {
+        } catch  where error.code == .unavailable && batch.count <= Self.maximumUnrecorded {
             if state.unrecorded.isEmpty {
-                logger.error("recording delivery results failed: kept until the database answers",
-                             ["error": error.description, "count": String(batch.count)])
+                logger.error(
+                    "recording delivery results failed: kept until the database answers",
+                    ["error": error.description, "count": String(batch.count)])
             }
             state.unrecorded = batch
             state.unrecordedRetryAt = .now + .milliseconds(200)

@@ -11,16 +11,21 @@ enum DeliveryMetrics {
         metrics.describe("kumapush_provider_token_refreshes_total", .counter, "Provider tokens (JWT) made.")
         metrics.describe("kumapush_digests_total", .counter, "Digest pushes sent for alert storms.")
         metrics.describe("kumapush_alerts_merged_total", .counter, "Alerts carried by digest pushes.")
-        metrics.describe("kumapush_apns_environment_switches_total", .counter,
-                         "Pushes refused as BadDeviceToken resent once to the other APNs environment, by the environment tried.")
-        metrics.describe("kumapush_apns_environment_learned_total", .counter,
-                         "Devices whose token the other APNs environment accepted, remembered from then on.")
+        metrics.describe(
+            "kumapush_apns_environment_switches_total", .counter,
+            "Pushes refused as BadDeviceToken resent once to the other APNs environment, by the environment tried.")
+        metrics.describe(
+            "kumapush_apns_environment_learned_total", .counter,
+            "Devices whose token the other APNs environment accepted, remembered from then on.")
         metrics.describe("kumapush_dead_letters_purged_total", .counter, "Dead letters purged over DEAD_LETTER_MAX (oldest first).")
-        metrics.describe("relay_delivery_stalls_total", .counter,
-                         "Times the deliverer found due jobs, no known APNs failure and nothing sent for STALL_TIMEOUT, and reset itself.")
+        metrics.describe(
+            "relay_delivery_stalls_total", .counter,
+            "Times the deliverer found due jobs, no known APNs failure and nothing sent for STALL_TIMEOUT, and reset itself.")
         metrics.collect {
-            [(name: "kumapush_apns_connections", labels: [], value: Double(pool.connectionCount)),
-             (name: "kumapush_provider_token_refreshes_total", labels: [], value: Double(tokens.refreshes.load(ordering: .relaxed)))]
+            [
+                (name: "kumapush_apns_connections", labels: [], value: Double(pool.connectionCount)),
+                (name: "kumapush_provider_token_refreshes_total", labels: [], value: Double(tokens.refreshes.load(ordering: .relaxed)))
+            ]
         }
     }
 }

@@ -11,8 +11,10 @@ public final class OtherAPNsEnvironment: Sendable {
     private let state = Mutex<(pool: APNsConnectionPool?, lastUsed: ContinuousClock.Instant)>((nil, .now))
 
     /// - Parameter open: makes and starts the pool for this environment.
-    public init(environment: Settings.APNsEnvironment, idleTimeout: Duration = .seconds(300),
-                open: @escaping @Sendable () -> APNsConnectionPool) {
+    public init(
+        environment: Settings.APNsEnvironment, idleTimeout: Duration = .seconds(300),
+        open: @escaping @Sendable () -> APNsConnectionPool
+    ) {
         self.environment = environment
         self.idleTimeout = idleTimeout
         self.open = open

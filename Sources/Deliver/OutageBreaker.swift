@@ -33,7 +33,7 @@ public struct OutageBreaker: Sendable {
 
     public private(set) var state = State.closed
     public private(set) var probe: Probe?
-    private var recent: [Bool] = []   // true = outage-class failure
+    private var recent: [Bool] = []  // true = outage-class failure
     let windowSize: Int
     let minimumSamples: Int
     let threshold: Double
@@ -43,9 +43,11 @@ public struct OutageBreaker: Sendable {
 
     /// - Parameter probeTimeout: a probe with no word from APNs for this long is taken as lost (a little over the
     ///   APNs request timeout, which answers every request that was written).
-    public init(windowSize: Int = 20, minimumSamples: Int = 8, threshold: Double = 0.75,
-                probeBackoff: Backoff = Backoff(base: .milliseconds(500), cap: .seconds(5)), pauseProbeInterval: Duration = .seconds(60),
-                probeTimeout: Duration = .seconds(35)) {
+    public init(
+        windowSize: Int = 20, minimumSamples: Int = 8, threshold: Double = 0.75,
+        probeBackoff: Backoff = Backoff(base: .milliseconds(500), cap: .seconds(5)), pauseProbeInterval: Duration = .seconds(60),
+        probeTimeout: Duration = .seconds(35)
+    ) {
         self.windowSize = windowSize
         self.minimumSamples = minimumSamples
         self.threshold = threshold

@@ -12,7 +12,7 @@ public final class ProviderTokenSource: Sendable {
 
     struct Current: Sendable {
         var token: String
-        var issuedAt: Int64   // ms
+        var issuedAt: Int64  // ms
         var generation: Int
     }
 
@@ -37,9 +37,11 @@ public final class ProviderTokenSource: Sendable {
         try settings.validateForDelivery()
         let path = settings.apnsAuthKeyPath ?? ""
         if let attributes = try? FileManager.default.attributesOfItem(atPath: path),
-           let permissions = (attributes[.posixPermissions] as? NSNumber)?.intValue, permissions & 0o004 != 0 {
-            logger?.warning("the APNs signing key is world-readable: chmod 600 it, owner root, and hand it to the delivering unit with LoadCredential= (docs/operations.md)",
-                            ["path": path, "mode": String(permissions, radix: 8)])
+            let permissions = (attributes[.posixPermissions] as? NSNumber)?.intValue, permissions & 0o004 != 0
+        {
+            logger?.warning(
+                "the APNs signing key is world-readable: chmod 600 it, owner root, and hand it to the delivering unit with LoadCredential= (docs/operations.md)",
+                ["path": path, "mode": String(permissions, radix: 8)])
         }
         guard let pem = FileManager.default.contents(atPath: path) else {
             throw ConfigurationError(variable: "APNS_AUTH_KEY_PATH", message: "cannot read \(path)")
@@ -69,7 +71,8 @@ public final class ProviderTokenSource: Sendable {
     public func expired(generation: Int) {
         let now = clock.nowMillis()
         guard let current = current.withLock({ $0 }), current.generation == generation,
-              now - current.issuedAt >= Self.minimumForcedInterval.wholeMilliseconds else { return }
+            now - current.issuedAt >= Self.minimumForcedInterval.wholeMilliseconds
+        else { return }
         _ = try? renew(now: now, replacing: generation)
     }
 

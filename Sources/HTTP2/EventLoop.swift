@@ -1,7 +1,7 @@
+internal import CLinux
 import Foundation
 import Synchronization
 import Threading
-internal import CLinux
 
 /// One thread running an epoll loop. Every socket, TLS connection and HTTP/2 session is owned by exactly one loop
 /// and touched only on its thread; other threads hand it work with `execute`.
@@ -124,7 +124,8 @@ public final class EventLoop: @unchecked Sendable {
             let timer = Timer(deadline: deadline, id: state.nextTimerID, action: action)
             // Deadlines usually arrive in order: append; otherwise binary-search the place.
             if let last = state.timers.last, last.deadline > timer.deadline {
-                var low = 0, high = state.timers.count
+                var low = 0
+                var high = state.timers.count
                 while low < high {
                     let middle = (low + high) / 2
                     if state.timers[middle].deadline <= timer.deadline { low = middle + 1 } else { high = middle }
@@ -166,7 +167,9 @@ public final class EventLoop: @unchecked Sendable {
             let timeout: Int32
             if let first = loopThread.timers.first {
                 let remaining = first.deadline - now
-                timeout = remaining <= .zero ? 0 : Int32(clamping: remaining.components.seconds * 1000 + remaining.components.attoseconds / 1_000_000_000_000_000 + 1)
+                timeout =
+                    remaining <= .zero
+                    ? 0 : Int32(clamping: remaining.components.seconds * 1000 + remaining.components.attoseconds / 1_000_000_000_000_000 + 1)
             } else {
                 timeout = -1
             }

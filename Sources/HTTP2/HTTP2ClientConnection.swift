@@ -129,8 +129,9 @@ public final class HTTP2ClientConnection: Sendable {
             loop.advanceClock(by: duration)
             let connection = core.withLock { $0 }
             probe.withLock {
-                $0 = TimerProbe(held: connection?.timersHeld ?? 0, onLoop: loop.pendingTimerCount,
-                                pingOutstanding: connection?.pingOutstanding ?? false)
+                $0 = TimerProbe(
+                    held: connection?.timersHeld ?? 0, onLoop: loop.pendingTimerCount,
+                    pingOutstanding: connection?.pingOutstanding ?? false)
             }
             done.signal()
         }
@@ -282,10 +283,12 @@ final class ClientCore: HTTP2Transport, HTTP2SessionDelegate, @unchecked Sendabl
         while !waiting.isEmpty, streams.count < session.peerMaxConcurrentStreams {
             let next = waiting.removeFirst()
             let (request, completion) = (next.request, next.completion)
-            var headers = [HTTP2Header(name: ":method", value: request.method),
-                           HTTP2Header(name: ":scheme", value: "https"),
-                           HTTP2Header(name: ":authority", value: owner.configuration.authority),
-                           HTTP2Header(name: ":path", value: request.path, sensitive: true)]
+            var headers = [
+                HTTP2Header(name: ":method", value: request.method),
+                HTTP2Header(name: ":scheme", value: "https"),
+                HTTP2Header(name: ":authority", value: owner.configuration.authority),
+                HTTP2Header(name: ":path", value: request.path, sensitive: true)
+            ]
             for (name, value) in request.headers {
                 headers.append(HTTP2Header(name: name.lowercased(), value: value, sensitive: request.sensitiveHeaders.contains(name.lowercased())))
             }

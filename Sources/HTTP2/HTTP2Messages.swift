@@ -7,8 +7,10 @@ public struct HTTP2Request: Sendable {
     /// Header names never added to the HPACK dynamic table (besides `:path`, which never is).
     public var sensitiveHeaders: Set<String>
 
-    public init(method: String = "POST", path: String, headers: [(String, String)] = [], body: [UInt8] = [],
-                sensitiveHeaders: Set<String> = []) {
+    public init(
+        method: String = "POST", path: String, headers: [(String, String)] = [], body: [UInt8] = [],
+        sensitiveHeaders: Set<String> = []
+    ) {
         self.method = method
         self.path = path
         self.headers = headers

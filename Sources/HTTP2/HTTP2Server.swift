@@ -1,6 +1,6 @@
+internal import CLinux
 import Foundation
 import Synchronization
-internal import CLinux
 
 /// An HTTP/2 server over TLS on event loops: the engine of the APNs simulator and of the test servers.
 /// It answers through a responder that can also misbehave on purpose (delay, reset, GOAWAY, drop, silence).
@@ -26,8 +26,10 @@ public final class HTTP2Server: Sendable {
     private let nextLoop = Atomic<Int>(0)
     let streamLimit: Atomic<UInt32>
 
-    public init(host: String, port: UInt16, tls: TLSContext, loops: [EventLoop], maxConcurrentStreams: UInt32 = 1000,
-                handler: @escaping Handler) throws {
+    public init(
+        host: String, port: UInt16, tls: TLSContext, loops: [EventLoop], maxConcurrentStreams: UInt32 = 1000,
+        handler: @escaping Handler
+    ) throws {
         precondition(!loops.isEmpty)
         self.tls = tls
         self.loops = loops

@@ -1,5 +1,5 @@
-import Foundation
 internal import CNGHTTP2
+import Foundation
 
 /// What an HTTP/2 session reports while it parses the peer's bytes. Called synchronously from inside
 /// `HTTP2Session.receive`, on the session's event loop.
@@ -48,7 +48,9 @@ final class HTTP2Session {
     init(role: Role, delegate: any HTTP2SessionDelegate, maxConcurrentStreams: UInt32 = 1000) throws {
         self.delegate = delegate
         var callbacks: OpaquePointer?
-        guard nghttp2_session_callbacks_new(&callbacks) == 0, let callbacks else { throw Failure(code: NGHTTP2_ERR_NOMEM.rawValue, context: "callbacks") }
+        guard nghttp2_session_callbacks_new(&callbacks) == 0, let callbacks else {
+            throw Failure(code: NGHTTP2_ERR_NOMEM.rawValue, context: "callbacks")
+        }
         defer { nghttp2_session_callbacks_del(callbacks) }
         nghttp2_session_callbacks_set_on_begin_headers_callback(callbacks, onBeginHeaders)
         nghttp2_session_callbacks_set_on_header_callback(callbacks, onHeader)
@@ -67,7 +69,8 @@ final class HTTP2Session {
         // The session holds `self` unretained: `self` owns the session and deletes it in deinit, and callbacks run
         // only inside this object's own calls into nghttp2.
         let userData = Unmanaged.passUnretained(self).toOpaque()
-        let result = role == .client
+        let result =
+            role == .client
             ? nghttp2_session_client_new2(&session, callbacks, userData, options)
             : nghttp2_session_server_new2(&session, callbacks, userData, options)
         guard result == 0, let session else { throw Failure(code: result, context: "session") }
@@ -76,7 +79,7 @@ final class HTTP2Session {
         var settings = [
             nghttp2_settings_entry(settings_id: Int32(NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS.rawValue), value: maxConcurrentStreams),
             nghttp2_settings_entry(settings_id: Int32(NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE.rawValue), value: 1 << 20),
-            nghttp2_settings_entry(settings_id: Int32(NGHTTP2_SETTINGS_ENABLE_PUSH.rawValue), value: 0),
+            nghttp2_settings_entry(settings_id: Int32(NGHTTP2_SETTINGS_ENABLE_PUSH.rawValue), value: 0)
         ]
         if role == .server { settings.removeLast() }
         let submitted = nghttp2_submit_settings(session, UInt8(NGHTTP2_FLAG_NONE.rawValue), settings, settings.count)
@@ -185,9 +188,10 @@ final class HTTP2Session {
             return pointer
         }
         let nva = headers.indices.map { index in
-            nghttp2_nv(name: copy(names[index]), value: copy(values[index]), namelen: names[index].count,
-                       valuelen: values[index].count,
-                       flags: UInt8(headers[index].sensitive ? NGHTTP2_NV_FLAG_NO_INDEX.rawValue : NGHTTP2_NV_FLAG_NONE.rawValue))
+            nghttp2_nv(
+                name: copy(names[index]), value: copy(values[index]), namelen: names[index].count,
+                valuelen: values[index].count,
+                flags: UInt8(headers[index].sensitive ? NGHTTP2_NV_FLAG_NO_INDEX.rawValue : NGHTTP2_NV_FLAG_NONE.rawValue))
         }
         return try nva.withUnsafeBufferPointer { try body($0) }
     }

@@ -1,5 +1,5 @@
-import Foundation
 internal import CLinux
+import Foundation
 
 /// Moves bytes between a non-blocking socket, a TLS session and an HTTP/2 session, on one event loop.
 /// Subclasses (client and server connections) react to the handshake and to the end of the connection.

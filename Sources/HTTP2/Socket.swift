@@ -1,5 +1,5 @@
-import Foundation
 internal import CLinux
+import Foundation
 
 /// Thin non-blocking socket helpers. Errors are errno values turned into text at the call site.
 enum Socket {
@@ -54,11 +54,15 @@ enum Socket {
         if isV6 {
             v6.sin6_family = sa_family_t(AF_INET6)
             v6.sin6_port = port.bigEndian
-            bound = withUnsafePointer(to: &v6) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in6>.size)) } }
+            bound = withUnsafePointer(to: &v6) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in6>.size)) }
+            }
         } else {
             v4.sin_family = sa_family_t(AF_INET)
             v4.sin_port = port.bigEndian
-            bound = withUnsafePointer(to: &v4) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
+            bound = withUnsafePointer(to: &v4) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+            }
         }
         guard bound == 0, Glibc.listen(fd, 1024) == 0 else {
             let code = errno
@@ -69,8 +73,9 @@ enum Socket {
         var length = socklen_t(MemoryLayout<sockaddr_storage>.size)
         _ = withUnsafeMutablePointer(to: &storage) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) } }
         let actual = withUnsafePointer(to: &storage) { pointer -> UInt16 in
-            isV6 ? pointer.withMemoryRebound(to: sockaddr_in6.self, capacity: 1) { UInt16(bigEndian: $0.pointee.sin6_port) }
-                 : pointer.withMemoryRebound(to: sockaddr_in.self, capacity: 1) { UInt16(bigEndian: $0.pointee.sin_port) }
+            isV6
+                ? pointer.withMemoryRebound(to: sockaddr_in6.self, capacity: 1) { UInt16(bigEndian: $0.pointee.sin6_port) }
+                : pointer.withMemoryRebound(to: sockaddr_in.self, capacity: 1) { UInt16(bigEndian: $0.pointee.sin_port) }
         }
         return (fd, actual)
     }

@@ -1,5 +1,5 @@
-import Foundation
 internal import COpenSSL
+import Foundation
 
 /// One TLS session over memory BIOs: ciphertext goes in with `feed` and comes out with `drainCiphertext`;
 /// plaintext goes in with `write` and comes out with `read`. No sockets here, so it can be driven by any loop.
@@ -8,8 +8,8 @@ final class TLSConnection {
     enum HandshakeState { case inProgress, done }
 
     private let ssl: OpaquePointer
-    private let incoming: OpaquePointer   // BIO the peer's ciphertext is written into
-    private let outgoing: OpaquePointer   // BIO our ciphertext is read from
+    private let incoming: OpaquePointer  // BIO the peer's ciphertext is written into
+    private let outgoing: OpaquePointer  // BIO our ciphertext is read from
 
     /// A client connection to `host`: SNI for names (not for IP literals, RFC 6066 §3), and the certificate must
     /// match the name or IP address.
@@ -79,7 +79,10 @@ final class TLSConnection {
         return String(decoding: UnsafeBufferPointer(start: data, count: Int(length)), as: UTF8.self)
     }
 
-    enum ReadResult { case bytes(Int), wantMore, closed }
+    enum ReadResult {
+        case bytes(Int)
+        case wantMore, closed
+    }
 
     /// Decrypts into `buffer`.
     func read(into buffer: UnsafeMutableRawBufferPointer) throws -> ReadResult {

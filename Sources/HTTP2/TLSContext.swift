@@ -1,5 +1,5 @@
-import Foundation
 internal import COpenSSL
+import Foundation
 
 /// An OpenSSL `SSL_CTX`: the settings shared by every connection of one side. Owns the handle; freed in `deinit`.
 public final class TLSContext: @unchecked Sendable {
@@ -48,18 +48,21 @@ public final class TLSContext: @unchecked Sendable {
 }
 
 /// ALPN selection on the server: `h2` or nothing (then the handshake fails with no_application_protocol).
-private let selectH2: @convention(c) (OpaquePointer?, UnsafeMutablePointer<UnsafePointer<UInt8>?>?, UnsafeMutablePointer<UInt8>?,
-                                      UnsafePointer<UInt8>?, UInt32, UnsafeMutableRawPointer?) -> Int32 = { _, out, outLength, offered, offeredLength, _ in
-    guard let out, let outLength, let offered else { return SSL_TLSEXT_ERR_ALERT_FATAL }
-    var index = 0
-    while index < Int(offeredLength) {
-        let length = Int(offered[index])
-        if length == 2, index + 2 < Int(offeredLength), offered[index + 1] == UInt8(ascii: "h"), offered[index + 2] == UInt8(ascii: "2") {
-            out.pointee = offered + index + 1
-            outLength.pointee = 2
-            return SSL_TLSEXT_ERR_OK
+private let selectH2:
+    @convention(c) (
+        OpaquePointer?, UnsafeMutablePointer<UnsafePointer<UInt8>?>?, UnsafeMutablePointer<UInt8>?,
+        UnsafePointer<UInt8>?, UInt32, UnsafeMutableRawPointer?
+    ) -> Int32 = { _, out, outLength, offered, offeredLength, _ in
+        guard let out, let outLength, let offered else { return SSL_TLSEXT_ERR_ALERT_FATAL }
+        var index = 0
+        while index < Int(offeredLength) {
+            let length = Int(offered[index])
+            if length == 2, index + 2 < Int(offeredLength), offered[index + 1] == UInt8(ascii: "h"), offered[index + 2] == UInt8(ascii: "2") {
+                out.pointee = offered + index + 1
+                outLength.pointee = 2
+                return SSL_TLSEXT_ERR_OK
+            }
+            index += length + 1
         }
-        index += length + 1
+        return SSL_TLSEXT_ERR_ALERT_FATAL
     }
-    return SSL_TLSEXT_ERR_ALERT_FATAL
-}

@@ -22,8 +22,10 @@ public enum FuzzEntryPoints {
             let types = ["application/json", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x", "text/plain"]
             let type = types[Int(bytes.first ?? 0) % types.count]
             let body = Array(bytes.dropFirst())
-            _ = WebhookParser.parse(HTTPRequest(method: "POST", path: "/wh/x", headers: ["content-type": type], body: body,
-                                                formFields: [("data", body)]))
+            _ = WebhookParser.parse(
+                HTTPRequest(
+                    method: "POST", path: "/wh/x", headers: ["content-type": type], body: body,
+                    formFields: [("data", body)]))
             _ = WebhookParser.parse(HTTPRequest(method: "GET", path: "/wh/x", rawQuery: String(decoding: body, as: UTF8.self)))
         case "query":
             _ = QueryString.parse(String(decoding: bytes, as: UTF8.self))

@@ -24,24 +24,29 @@ public final class IngestService: Sendable {
     /// - Parameters:
     ///   - onCommit: called after each group commit (in `serve`, wakes the deliverer at once).
     ///   - deliveryHealthy: in `serve`, the deliverer's own liveness verdict, reported by `/health`.
-    public init(settings: Settings, store: any RelayStore, clock: any WallClock = SystemClock(), logger: Logger,
-                metrics: MetricsRegistry = MetricsRegistry(), onCommit: @escaping @Sendable () -> Void = {},
-                deliveryHealthy: @escaping @Sendable () -> Bool = { true }) {
+    public init(
+        settings: Settings, store: any RelayStore, clock: any WallClock = SystemClock(), logger: Logger,
+        metrics: MetricsRegistry = MetricsRegistry(), onCommit: @escaping @Sendable () -> Void = {},
+        deliveryHealthy: @escaping @Sendable () -> Bool = { true }
+    ) {
         self.deliveryHealthy = deliveryHealthy
         self.settings = settings
         self.store = store
         self.clock = clock
         self.logger = logger
         self.metrics = metrics
-        writer = QueueWriter(store: store, clock: clock, ttl: settings.jobTTL, queueMax: settings.queueMax,
-                             deviceCap: settings.deviceQueueMax, logger: logger, metrics: metrics, onCommit: onCommit)
-        deviceAPI = DeviceAPI(store: store, clock: clock, registerLimiter: SlidingWindowLimiter(rules: settings.rateLimitRegister),
-                              logger: logger)
-        webhook = WebhookEndpoint(store: store, writer: writer, clock: clock, queueMax: settings.queueMax, testWait: settings.testWait,
-                                  failedLimiter: SlidingWindowLimiter(rules: settings.rateLimitWebhookFailed),
-                                  webhookLimiter: SlidingWindowLimiter(rules: settings.rateLimitWebhook),
-                                  clientLimiter: SlidingWindowLimiter(rules: settings.rateLimitWebhookIP),
-                                  testWaiter: TestOutcomeWaiter(store: store, clock: clock), logger: logger)
+        writer = QueueWriter(
+            store: store, clock: clock, ttl: settings.jobTTL, queueMax: settings.queueMax,
+            deviceCap: settings.deviceQueueMax, logger: logger, metrics: metrics, onCommit: onCommit)
+        deviceAPI = DeviceAPI(
+            store: store, clock: clock, registerLimiter: SlidingWindowLimiter(rules: settings.rateLimitRegister),
+            logger: logger)
+        webhook = WebhookEndpoint(
+            store: store, writer: writer, clock: clock, queueMax: settings.queueMax, testWait: settings.testWait,
+            failedLimiter: SlidingWindowLimiter(rules: settings.rateLimitWebhookFailed),
+            webhookLimiter: SlidingWindowLimiter(rules: settings.rateLimitWebhook),
+            clientLimiter: SlidingWindowLimiter(rules: settings.rateLimitWebhookIP),
+            testWaiter: TestOutcomeWaiter(store: store, clock: clock), logger: logger)
         resolver = ClientAddressResolver(settings: settings)
         Self.describeMetrics(metrics, store: store)
     }
@@ -59,14 +64,18 @@ public final class IngestService: Sendable {
         let api = try HTTPServer(configuration) { [self] request, responder in handle(request, responder: responder) }
         let metricsServer = try settings.metricsAddress.map { try MetricsServer.start(on: $0, metrics: metrics) }
         servers.withLock { $0 = (api, metricsServer) }
-        metrics.describe("kumapush_http_connections_cut_total", .counter,
-                         "Connections closed because a request did not arrive within HTTP_REQUEST_TIMEOUT.")
-        metrics.describe("kumapush_http_connections_refused_total", .counter,
-                         "Connections refused because their client had HTTP_MAX_CONNECTIONS_PER_IP open.")
+        metrics.describe(
+            "kumapush_http_connections_cut_total", .counter,
+            "Connections closed because a request did not arrive within HTTP_REQUEST_TIMEOUT.")
+        metrics.describe(
+            "kumapush_http_connections_refused_total", .counter,
+            "Connections refused because their client had HTTP_MAX_CONNECTIONS_PER_IP open.")
         metrics.collect { [weak api] in
             guard let api else { return [] }
-            return [(name: "kumapush_http_connections_cut_total", labels: [], value: Double(api.connectionsCut)),
-                    (name: "kumapush_http_connections_refused_total", labels: [], value: Double(api.connectionsRefused))]
+            return [
+                (name: "kumapush_http_connections_cut_total", labels: [], value: Double(api.connectionsCut)),
+                (name: "kumapush_http_connections_refused_total", labels: [], value: Double(api.connectionsRefused))
+            ]
         }
     }
 
@@ -89,13 +98,15 @@ public final class IngestService: Sendable {
             return respond(.error(404, "not found"), route: "unmatched", request, responder)
         }
         guard route.allowedMethods.contains(request.method) else {
-            return respond(.error(405, "method not allowed", headers: [("Allow", route.allowedMethods.joined(separator: ", "))]),
-                           route: route.pattern, request, responder)
+            return respond(
+                .error(405, "method not allowed", headers: [("Allow", route.allowedMethods.joined(separator: ", "))]),
+                route: route.pattern, request, responder)
         }
         let client = resolver.client(for: request)
-        let instrumented = InstrumentedResponder(inner: responder, route: route.pattern, method: MethodLabel.of(request.method),
-                                                 client: client.address,
-                                                 started: .now, logger: logger, metrics: metrics, logRequest: route != .health)
+        let instrumented = InstrumentedResponder(
+            inner: responder, route: route.pattern, method: MethodLabel.of(request.method),
+            client: client.address,
+            started: .now, logger: logger, metrics: metrics, logRequest: route != .health)
         switch route {
         case .health:
             blockingWork.async { [store, deliveryHealthy] in
@@ -123,20 +134,25 @@ public final class IngestService: Sendable {
     }
 
     private func respond(_ response: HTTPResponse, route: String, _ request: HTTPRequest, _ responder: any HTTPResponder) {
-        InstrumentedResponder(inner: responder, route: route, method: MethodLabel.of(request.method),
-                              client: resolver.clientAddress(for: request),
-                              started: .now, logger: logger, metrics: metrics, logRequest: true).respond(response)
+        InstrumentedResponder(
+            inner: responder, route: route, method: MethodLabel.of(request.method),
+            client: resolver.clientAddress(for: request),
+            started: .now, logger: logger, metrics: metrics, logRequest: true
+        ).respond(response)
     }
 
     static func describeMetrics(_ metrics: MetricsRegistry, store: any RelayStore) {
         metrics.describe("kumapush_http_requests_total", .counter, "HTTP requests answered, by route pattern, method and status.")
-        metrics.describe("kumapush_http_request_duration_seconds", .histogram, "Time from request received to answer.",
-                         buckets: latencyBuckets)
+        metrics.describe(
+            "kumapush_http_request_duration_seconds", .histogram, "Time from request received to answer.",
+            buckets: latencyBuckets)
         metrics.describe("kumapush_queue_jobs", .gauge, "Jobs in the queue by state (discarded = dead letters).")
         metrics.describe("kumapush_devices", .gauge, "Registered devices.")
         metrics.collect {
             guard let stats = try? store.stats() else { return [] }
-            var samples = JobState.allCases.map { (name: "kumapush_queue_jobs", labels: [("state", $0.rawValue)], value: Double(stats.jobsByState[$0] ?? 0)) }
+            var samples = JobState.allCases.map {
+                (name: "kumapush_queue_jobs", labels: [("state", $0.rawValue)], value: Double(stats.jobsByState[$0] ?? 0))
+            }
             samples.append((name: "kumapush_devices", labels: [], value: Double(stats.devices)))
             return samples
         }

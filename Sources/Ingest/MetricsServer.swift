@@ -7,8 +7,10 @@ public enum MetricsServer {
         configuration.threads = 1
         return try HTTPServer(configuration) { request, responder in
             guard request.path == "/metrics" else { return responder.respond(.error(404, "not found")) }
-            responder.respond(HTTPResponse(status: 200, headers: [("Content-Type", "text/plain; version=0.0.4")],
-                                           body: Array(metrics.exposition().utf8)))
+            responder.respond(
+                HTTPResponse(
+                    status: 200, headers: [("Content-Type", "text/plain; version=0.0.4")],
+                    body: Array(metrics.exposition().utf8)))
         }
     }
 }

@@ -42,8 +42,10 @@ public final class QueueWriter: Sendable {
     /// Seconds a depth count may be old.
     static let recountInterval: Duration = .seconds(1)
 
-    public init(store: any JobQueue, clock: any WallClock, ttl: Duration, queueMax: Int = .max, deviceCap: Int = .max,
-                maxBatch: Int = 1000, logger: Logger, metrics: MetricsRegistry, onCommit: @escaping @Sendable () -> Void = {}) {
+    public init(
+        store: any JobQueue, clock: any WallClock, ttl: Duration, queueMax: Int = .max, deviceCap: Int = .max,
+        maxBatch: Int = 1000, logger: Logger, metrics: MetricsRegistry, onCommit: @escaping @Sendable () -> Void = {}
+    ) {
         self.deviceCap = deviceCap
         self.onCommit = onCommit
         self.queueMax = queueMax
@@ -53,8 +55,9 @@ public final class QueueWriter: Sendable {
         self.maxBatch = maxBatch
         self.logger = logger
         self.metrics = metrics
-        metrics.describe("kumapush_enqueue_batch_size", .histogram, "Jobs committed per group commit.",
-                         buckets: [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000])
+        metrics.describe(
+            "kumapush_enqueue_batch_size", .histogram, "Jobs committed per group commit.",
+            buckets: [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000])
         refreshDepth()
         let thread = Thread { [self] in run() }
         thread.name = "queue-writer"

@@ -62,10 +62,12 @@ enum APNsSimCommand: Command {
             let recorder = try record.map { try PushRecorder(path: $0) }
             recorderToFlush = recorder
             let printer: (@Sendable (APNsSimulator.Received) -> Void)? = quiet ? nil : printPush
-            simulator = try APNsSimulator(configuration, onPush: { push in
-                recorder?.record(push)
-                printer?(push)
-            })
+            simulator = try APNsSimulator(
+                configuration,
+                onPush: { push in
+                    recorder?.record(push)
+                    printer?(push)
+                })
         } catch {
             throw StartupError(description: "cannot start the simulator: \(error)", exitCode: ExitCode.usage)
         }

@@ -26,9 +26,11 @@ enum ExitCode {
 
 enum CommandLineTool {
     static var commands: [any Command.Type] {
-        [ServeCommand.self, IngestCommand.self, DeliverCommand.self, ReplayCommand.self, StatsCommand.self,
-         APNsSimCommand.self, HealthcheckCommand.self, ImportDevicesCommand.self, MigrateStoreCommand.self,
-         VersionCommand.self]
+        [
+            ServeCommand.self, IngestCommand.self, DeliverCommand.self, ReplayCommand.self, StatsCommand.self,
+            APNsSimCommand.self, HealthcheckCommand.self, ImportDevicesCommand.self, MigrateStoreCommand.self,
+            VersionCommand.self
+        ]
     }
 
     static func run(arguments: [String], environment: [String: String]) -> Int32 {

@@ -28,17 +28,23 @@ final class DeliveryRuntime: Sendable {
         connection.requestTimeout = settings.apnsRequestTimeout
         // The pool needs to wake the engine, and the engine needs the pool: a late-bound reference breaks the knot.
         let waker = Waker()
-        pool = APNsConnectionPool(configuration: connection, connections: settings.apnsConnections, tls: tls,
-                                  logger: logger.child(label: "apns"), onChange: { waker.wake() })
+        pool = APNsConnectionPool(
+            configuration: connection, connections: settings.apnsConnections, tls: tls,
+            logger: logger.child(label: "apns"), onChange: { waker.wake() })
         let other = try Self.otherEnvironment(settings: settings, tls: tls, logger: logger, waker: waker)
         let worker = "\(ProcessInfo.processInfo.hostName)-\(getpid())-\(Base64URL.encode((try? Crypto.randomBytes(4)) ?? [0]))"
         self.other = other
-        engine = DeliveryEngine(configuration: .init(settings: settings, worker: worker), store: store, pool: pool, other: other, tokens: tokens,
-                                factory: APNsRequestFactory(topic: settings.appBundleIdentifier ?? "", lateNotice: settings.lateNotice),
-                                clock: clock, logger: logger, metrics: metrics)
+        engine = DeliveryEngine(
+            configuration: .init(settings: settings, worker: worker), store: store, pool: pool, other: other, tokens: tokens,
+            factory: APNsRequestFactory(topic: settings.appBundleIdentifier ?? "", lateNotice: settings.lateNotice),
+            clock: clock, logger: logger, metrics: metrics)
         waker.target.withLock { $0 = engine }
-        logger.info("delivering", ["apns.url": settings.apnsBaseURL, "apns.connections": String(settings.apnsConnections),
-                                   "worker": worker])
+        logger.info(
+            "delivering",
+            [
+                "apns.url": settings.apnsBaseURL, "apns.connections": String(settings.apnsConnections),
+                "worker": worker
+            ])
     }
 
     func start() {
@@ -62,8 +68,9 @@ final class DeliveryRuntime: Sendable {
         connection.requestTimeout = .seconds(30)
         let environment = settings.otherAPNsEnvironment
         return OtherAPNsEnvironment(environment: environment) { [connection] in
-            let pool = APNsConnectionPool(configuration: connection, connections: 1, tls: tls,
-                                          logger: logger.child(label: "apns-\(environment.rawValue)"), onChange: { waker.wake() })
+            let pool = APNsConnectionPool(
+                configuration: connection, connections: 1, tls: tls,
+                logger: logger.child(label: "apns-\(environment.rawValue)"), onChange: { waker.wake() })
             pool.start()
             return pool
         }

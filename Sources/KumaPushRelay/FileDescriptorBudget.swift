@@ -16,8 +16,11 @@ enum FileDescriptorBudget {
         var limit = rlimit()
         guard getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) == 0, limit.rlim_cur < needed else { return }
         guard limit.rlim_max >= needed else {
-            throw ConfigurationError(variable: "HTTP_MAX_CONNECTIONS",
-                                     message: "\(settings.httpMaxConnections) connections need \(needed) open files, but RLIMIT_NOFILE allows \(limit.rlim_max): raise LimitNOFILE= (systemd) or ulimit -n, or lower HTTP_MAX_CONNECTIONS")
+            throw ConfigurationError(
+                variable: "HTTP_MAX_CONNECTIONS",
+                message:
+                    "\(settings.httpMaxConnections) connections need \(needed) open files, but RLIMIT_NOFILE allows \(limit.rlim_max): raise LimitNOFILE= (systemd) or ulimit -n, or lower HTTP_MAX_CONNECTIONS"
+            )
         }
         limit.rlim_cur = needed
         guard setrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) == 0 else {

@@ -37,7 +37,8 @@ enum ImportDevicesCommand: Command {
         default: throw UsageError("--format takes csv or json")
         }
         let store = try openStore(settings)
-        var imported = 0, present = 0
+        var imported = 0
+        var present = 0
         var invalid: [String] = []
         for (index, row) in rows.enumerated() {
             switch DeviceExport.device(from: row) {
@@ -53,8 +54,9 @@ enum ImportDevicesCommand: Command {
                 }
             }
         }
-        print("\(dryRun ? "would import" : "imported") \(imported) device\(imported == 1 ? "" : "s"), "
-              + "\(present) already present, \(invalid.count) invalid")
+        print(
+            "\(dryRun ? "would import" : "imported") \(imported) device\(imported == 1 ? "" : "s"), "
+                + "\(present) already present, \(invalid.count) invalid")
         for problem in invalid.prefix(20) { printError(problem) }
         return invalid.isEmpty ? ExitCode.ok : ExitCode.runtimeError
     }
@@ -70,8 +72,10 @@ enum DeviceExport {
         let level = Device.DownNotificationLevel(rawValue: row["down_notification_level"] ?? "normal") ?? .normal
         guard let added = timestamp(row["date_added"]) else { return .failure(Malformed(description: "bad date_added")) }
         let last = row["last_successful_notification"].flatMap { $0.isEmpty ? nil : timestamp($0) }
-        return .success(Device(id: id, token: token, authTokenHash: (row["auth_token_hash"] ?? "").lowercased(), dateAdded: added,
-                               lastSuccessfulNotification: last, downNotificationLevel: level))
+        return .success(
+            Device(
+                id: id, token: token, authTokenHash: (row["auth_token_hash"] ?? "").lowercased(), dateAdded: added,
+                lastSuccessfulNotification: last, downNotificationLevel: level))
     }
 
     /// PostgreSQL's timestamptz text (`2026-09-20 12:00:00.123456+00`) or ISO 8601 (`2026-09-20T12:00:00+00:00`).

@@ -25,9 +25,13 @@ enum IngestCommand: Command {
         } catch {
             throw StartupError(description: "cannot start ingest: \(error) (PORT/HOST or METRICS_ADDR)", exitCode: ExitCode.runtimeError)
         }
-        logger.info("ingest listening", ["http.port": String(service.port), "base_path": settings.basePath,
-                                         "metrics": settings.metricsAddress?.description ?? "off",
-                                         "database": settings.databaseLabel])
+        logger.info(
+            "ingest listening",
+            [
+                "http.port": String(service.port), "base_path": settings.basePath,
+                "metrics": settings.metricsAddress?.description ?? "off",
+                "database": settings.databaseLabel
+            ])
         let signal = TerminationSignals.wait()
         logger.info("shutting down", ["signal": signal])
         service.shutdown(grace: settings.shutdownGrace)

@@ -43,7 +43,8 @@ enum MigrateStoreCommand: Command {
             target = try PostgresStore(url: to, now: now)
         } catch {
             // The URL may hold a password: it is not repeated.
-            throw StartupError(description: "cannot open --to: \(error.message)", exitCode: error.code == .unavailable ? ExitCode.runtimeError : ExitCode.usage)
+            throw StartupError(
+                description: "cannot open --to: \(error.message)", exitCode: error.code == .unavailable ? ExitCode.runtimeError : ExitCode.usage)
         }
         let counts = try source.transferCounts()
         let progress = ProgressBar(total: counts.devices + counts.jobs, label: "migrating")
@@ -62,7 +63,8 @@ enum MigrateStoreCommand: Command {
 
         // Jobs go in id order, each page one transaction: everything up to the highest id here is already moved.
         var lastJob = try target.highestJobID()
-        var jobsMoved = 0, jobsSeen = 0
+        var jobsMoved = 0
+        var jobsSeen = 0
         done = counts.devices + (try source.countJobs(through: lastJob))
         while case let page = try source.exportJobs(after: lastJob, limit: pageSize), let last = page.last {
             jobsMoved += try target.importJobs(page)
@@ -74,8 +76,9 @@ enum MigrateStoreCommand: Command {
         try target.finishImport()
         progress.finish()
         let skipped = jobsSeen - jobsMoved
-        print("moved \(devicesMoved) devices (\(counts.devices - devicesMoved) already there), \(tombstonesMoved) tombstones, "
-              + "\(jobsMoved) jobs" + (skipped > 0 ? "; skipped \(skipped) jobs (already there, or their device was not moved)" : ""))
+        print(
+            "moved \(devicesMoved) devices (\(counts.devices - devicesMoved) already there), \(tombstonesMoved) tombstones, "
+                + "\(jobsMoved) jobs" + (skipped > 0 ? "; skipped \(skipped) jobs (already there, or their device was not moved)" : ""))
         return ExitCode.ok
     }
 }

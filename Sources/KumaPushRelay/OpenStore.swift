@@ -8,11 +8,13 @@ func openStore(_ settings: Settings, clock: some WallClock = SystemClock()) thro
         if let url = settings.databaseURL {
             return try PostgresStore(url: url, now: clock.nowMillis())
         }
-        return try SQLiteStore(path: settings.databasePath,
-                               options: .init(synchronousFull: settings.sync == .full,
-                                              monitorRetention: settings.tombstoneRetention,
-                                              walTruncateInterval: settings.walTruncateInterval),
-                               now: clock.nowMillis())
+        return try SQLiteStore(
+            path: settings.databasePath,
+            options: .init(
+                synchronousFull: settings.sync == .full,
+                monitorRetention: settings.tombstoneRetention,
+                walTruncateInterval: settings.walTruncateInterval),
+            now: clock.nowMillis())
     } catch {
         throw StartupError.openingDatabase(settings, error)
     }

@@ -23,8 +23,9 @@ enum ServeCommand: Command {
         let delivery = try DeliveryRuntime(settings: settings, store: store, logger: logger.child(label: "deliver"), metrics: metrics)
         var withoutMetrics = settings
         withoutMetrics.metricsAddress = nil
-        let ingest = IngestService(settings: withoutMetrics, store: store, logger: logger.child(label: "ingest"), metrics: metrics,
-                                   onCommit: { delivery.engine.wake() }, deliveryHealthy: { delivery.engine.isHealthy })
+        let ingest = IngestService(
+            settings: withoutMetrics, store: store, logger: logger.child(label: "ingest"), metrics: metrics,
+            onCommit: { delivery.engine.wake() }, deliveryHealthy: { delivery.engine.isHealthy })
         do {
             try ingest.start()
         } catch {
@@ -32,8 +33,12 @@ enum ServeCommand: Command {
         }
         let metricsServer = try startMetrics(settings, metrics)
         delivery.start()
-        logger.info("relay listening", ["http.port": String(ingest.port), "base_path": settings.basePath,
-                                        "metrics": settings.metricsAddress?.description ?? "off", "database": settings.databaseLabel])
+        logger.info(
+            "relay listening",
+            [
+                "http.port": String(ingest.port), "base_path": settings.basePath,
+                "metrics": settings.metricsAddress?.description ?? "off", "database": settings.databaseLabel
+            ])
         let signal = TerminationSignals.wait()
         logger.info("shutting down", ["signal": signal])
         ingest.shutdown(grace: settings.shutdownGrace)

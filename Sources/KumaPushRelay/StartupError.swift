@@ -16,8 +16,9 @@ extension StartupError {
         case .notADatabase, .newerSchema:
             return StartupError(description: "configuration error: \(variable): \(error.message)", exitCode: ExitCode.usage)
         default:
-            return StartupError(description: "cannot open the database at \(variable): \(error.message)",
-                                exitCode: ExitCode.runtimeError)
+            return StartupError(
+                description: "cannot open the database at \(variable): \(error.message)",
+                exitCode: ExitCode.runtimeError)
         }
     }
 }

@@ -13,7 +13,8 @@ enum VersionCommand: Command {
 
     static func run(settings: Settings, arguments: [String]) throws -> Int32 {
         try OptionParser(arguments).finish()
-        print("""
+        print(
+            """
             kumapush-relay \(relayVersion) (database schema \(SQLiteStore.schemaVersion))
               SQLite        \(SQLiteStore.libraryVersion)
               libpq         \(PostgresStore.libraryVersion)

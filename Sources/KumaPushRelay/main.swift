@@ -1,6 +1,7 @@
 import Foundation
 
 // kumapush-relay: argument parsing and subcommands only. Everything else lives in the library modules.
-let status = CommandLineTool.run(arguments: Array(CommandLine.arguments.dropFirst()),
-                                 environment: ProcessInfo.processInfo.environment)
+let status = CommandLineTool.run(
+    arguments: Array(CommandLine.arguments.dropFirst()),
+    environment: ProcessInfo.processInfo.environment)
 exit(status)

@@ -17,8 +17,10 @@ public struct Device: Sendable, Equatable {
     public var lastDeliveryError: String
     public var downNotificationLevel: DownNotificationLevel
 
-    public init(id: String, token: String, authTokenHash: String, dateAdded: Int64, lastSuccessfulNotification: Int64? = nil,
-                lastDeliveryError: String = "", downNotificationLevel: DownNotificationLevel = .normal) {
+    public init(
+        id: String, token: String, authTokenHash: String, dateAdded: Int64, lastSuccessfulNotification: Int64? = nil,
+        lastDeliveryError: String = "", downNotificationLevel: DownNotificationLevel = .normal
+    ) {
         self.id = id
         self.token = token
         self.authTokenHash = authTokenHash

@@ -179,8 +179,10 @@ public struct PendingJob: Sendable, Equatable {
     /// The device's down monitors as of this alert: a digest carries the badge of its last alert.
     public var badge: Int?
 
-    public init(id: Int64, payload: [UInt8], createdAt: Int64, reportsOutcome: Bool = false, folded: FoldedAlerts = FoldedAlerts(),
-                badge: Int? = nil) {
+    public init(
+        id: Int64, payload: [UInt8], createdAt: Int64, reportsOutcome: Bool = false, folded: FoldedAlerts = FoldedAlerts(),
+        badge: Int? = nil
+    ) {
         self.id = id
         self.payload = payload
         self.createdAt = createdAt

@@ -10,8 +10,10 @@ import Common
 public protocol DeviceStore: Sendable {
     /// Registers `token` (already lower-cased and validated): creates a device with an id from `newID`, or, if the
     /// token is known, keeps its id and replaces its auth token hash (the old auth token stops working).
-    func registerDevice(token: String, authTokenHash: String, now: Int64,
-                        newID: () throws -> String) throws(StoreError) -> Registration
+    func registerDevice(
+        token: String, authTokenHash: String, now: Int64,
+        newID: () throws -> String
+    ) throws(StoreError) -> Registration
     func device(id: String) throws(StoreError) -> Device?
     /// Changes the token and/or level. nil when there is no such device; `StoreError.tokenConflict` when another
     /// device has the token.

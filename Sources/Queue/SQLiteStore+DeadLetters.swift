@@ -5,9 +5,18 @@ extension SQLiteStore {
     private static func conditions(_ filter: DeadLetterFilter) -> (String, [SQLiteValue]) {
         var terms = ["state = 'discarded'"]
         var values: [SQLiteValue] = []
-        if let reason = filter.reason { terms.append("last_error = ?"); values.append(.text(reason)) }
-        if let device = filter.deviceID { terms.append("device_id = ?"); values.append(.text(device)) }
-        if let since = filter.since { terms.append("finalized_at >= ?"); values.append(.integer(since)) }
+        if let reason = filter.reason {
+            terms.append("last_error = ?")
+            values.append(.text(reason))
+        }
+        if let device = filter.deviceID {
+            terms.append("device_id = ?")
+            values.append(.text(device))
+        }
+        if let since = filter.since {
+            terms.append("finalized_at >= ?")
+            values.append(.integer(since))
+        }
         return (terms.joined(separator: " AND "), values)
     }
 
@@ -26,7 +35,8 @@ extension SQLiteStore {
             // One row at a time: whether a replayed job becomes its device's head depends on the rows before it.
             // It is stored again under a new id, so it queues behind every job its device already has (ids are
             // acceptance order; keeping the old id put replayed jobs ahead of newer ones).
-            let requeue = try db.statement("""
+            let requeue = try db.statement(
+                """
                 INSERT INTO jobs (public_id, device_id, state, payload, created_at, scheduled_at, expires_at,
                                   reports_outcome, folded, folded_count)
                 SELECT public_id, device_id,
@@ -48,11 +58,13 @@ extension SQLiteStore {
 
     public func purgeDeadLetters(keeping: Int) throws(StoreError) -> Int {
         try write { db in
-            try db.statement("""
+            try db.statement(
+                """
                 DELETE FROM jobs WHERE id IN (
                     SELECT id FROM jobs WHERE state = 'discarded' ORDER BY finalized_at, id
                     LIMIT max(0, (SELECT count(*) FROM jobs WHERE state = 'discarded') - ?1))
-                """).run([.integer(Int64(keeping))])
+                """
+            ).run([.integer(Int64(keeping))])
         }
     }
 

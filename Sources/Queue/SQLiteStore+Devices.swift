@@ -5,13 +5,16 @@ extension SQLiteStore {
         "id, device_token, auth_token_hash, date_added, last_successful_notification, last_delivery_error, down_notification_level"
 
     private static func device(_ row: SQLiteRow) -> Device {
-        Device(id: row.text(0), token: row.text(1), authTokenHash: row.text(2), dateAdded: row.int64(3),
-               lastSuccessfulNotification: row.optionalInt64(4), lastDeliveryError: row.text(5),
-               downNotificationLevel: Device.DownNotificationLevel(rawValue: row.text(6)) ?? .normal)
+        Device(
+            id: row.text(0), token: row.text(1), authTokenHash: row.text(2), dateAdded: row.int64(3),
+            lastSuccessfulNotification: row.optionalInt64(4), lastDeliveryError: row.text(5),
+            downNotificationLevel: Device.DownNotificationLevel(rawValue: row.text(6)) ?? .normal)
     }
 
-    public func registerDevice(token: String, authTokenHash: String, now: Int64,
-                               newID: () throws -> String) throws(StoreError) -> Registration {
+    public func registerDevice(
+        token: String, authTokenHash: String, now: Int64,
+        newID: () throws -> String
+    ) throws(StoreError) -> Registration {
         // A fresh id collides with an existing one with probability ~n/2^84; retry a few times all the same.
         // A token already registered is no conflict (ON CONFLICT updates it), so the only constraint left to fail is
         // the id's PRIMARY KEY, recognised by its result code.
@@ -21,11 +24,13 @@ extension SQLiteStore {
             let registration = try write { db -> Registration? in
                 let rows: [Device]
                 do {
-                    rows = try db.statement("""
+                    rows = try db.statement(
+                        """
                         INSERT INTO devices (id, device_token, auth_token_hash, date_added) VALUES (?1, ?2, ?3, ?4)
                         ON CONFLICT (device_token) DO UPDATE SET auth_token_hash = excluded.auth_token_hash, apns_environment = NULL
                         RETURNING \(Self.deviceColumns)
-                        """).rows([.text(candidate), .text(token), .text(authTokenHash), .integer(now)], Self.device)
+                        """
+                    ).rows([.text(candidate), .text(token), .text(authTokenHash), .integer(now)], Self.device)
                 } catch let error as SQLiteError where error.isPrimaryKeyViolation {
                     return nil
                 }
@@ -47,7 +52,8 @@ extension SQLiteStore {
         try write { db in
             // A new token is a new phone or a reinstall: the old token's delivery error no longer applies.
             do {
-                return try db.statement("""
+                return try db.statement(
+                    """
                     UPDATE devices SET
                         last_delivery_error = CASE WHEN ?1 IS NOT NULL AND ?1 != device_token THEN '' ELSE last_delivery_error END,
                         apns_environment = CASE WHEN ?1 IS NOT NULL AND ?1 != device_token THEN NULL ELSE apns_environment END,
@@ -55,7 +61,8 @@ extension SQLiteStore {
                         down_notification_level = coalesce(?2, down_notification_level)
                     WHERE id = ?3
                     RETURNING \(Self.deviceColumns)
-                    """).rows([.optional(token), .optional(level?.rawValue), .text(id)], Self.device).first
+                    """
+                ).rows([.optional(token), .optional(level?.rawValue), .text(id)], Self.device).first
             } catch let error as SQLiteError where error.isUniqueViolation {
                 // The id is not changed, so the one UNIQUE constraint this can break is device_token's.
                 throw StoreError(.tokenConflict, "device token already registered")
@@ -78,12 +85,16 @@ extension SQLiteStore {
 
     public func importDevice(_ device: Device) throws(StoreError) -> Bool {
         try write { db in
-            try db.statement("""
+            try db.statement(
+                """
                 INSERT OR IGNORE INTO devices (id, device_token, auth_token_hash, date_added, last_successful_notification,
                                                down_notification_level)
                 VALUES (?, ?, ?, ?, ?, ?)
-                """).run([.text(device.id), .text(device.token), .text(device.authTokenHash), .integer(device.dateAdded),
-                          .optional(device.lastSuccessfulNotification), .text(device.downNotificationLevel.rawValue)]) == 1
+                """
+            ).run([
+                .text(device.id), .text(device.token), .text(device.authTokenHash), .integer(device.dateAdded),
+                .optional(device.lastSuccessfulNotification), .text(device.downNotificationLevel.rawValue)
+            ]) == 1
         }
     }
 

@@ -5,8 +5,9 @@ extension SQLiteStore {
     public func transferCounts() throws(StoreError) -> StoreTransfer.Counts {
         try read { db in
             func count(_ table: String) throws -> Int { try db.statement("SELECT count(*) FROM \(table)").rows { $0.int(0) }.first ?? 0 }
-            return StoreTransfer.Counts(devices: try count("devices"), tombstones: try count("tombstones"),
-                                        monitorStates: try count("monitor_states"), jobs: try count("jobs"))
+            return StoreTransfer.Counts(
+                devices: try count("devices"), tombstones: try count("tombstones"),
+                monitorStates: try count("monitor_states"), jobs: try count("jobs"))
         }
     }
 
@@ -18,15 +19,18 @@ extension SQLiteStore {
     /// Up to `limit` devices with an id above `after`, in id order.
     public func exportDevices(after: String, limit: Int) throws(StoreError) -> [StoreTransfer.DeviceRow] {
         try read { db in
-            try db.statement("""
+            try db.statement(
+                """
                 SELECT id, device_token, auth_token_hash, date_added, last_successful_notification, last_delivery_error,
                        down_notification_level, apns_environment
                 FROM devices WHERE id > ? ORDER BY id LIMIT ?
-                """).rows([.text(after), .integer(Int64(limit))]) {
+                """
+            ).rows([.text(after), .integer(Int64(limit))]) {
                 StoreTransfer.DeviceRow(
-                    device: Device(id: $0.text(0), token: $0.text(1), authTokenHash: $0.text(2), dateAdded: $0.int64(3),
-                                   lastSuccessfulNotification: $0.optionalInt64(4), lastDeliveryError: $0.text(5),
-                                   downNotificationLevel: Device.DownNotificationLevel(rawValue: $0.text(6)) ?? .normal),
+                    device: Device(
+                        id: $0.text(0), token: $0.text(1), authTokenHash: $0.text(2), dateAdded: $0.int64(3),
+                        lastSuccessfulNotification: $0.optionalInt64(4), lastDeliveryError: $0.text(5),
+                        downNotificationLevel: Device.DownNotificationLevel(rawValue: $0.text(6)) ?? .normal),
                     apnsEnvironment: $0.optionalText(7))
             }
         }
@@ -51,17 +55,20 @@ extension SQLiteStore {
     /// Up to `limit` jobs (queued, leased and dead letters) with an id above `after`, in id order.
     public func exportJobs(after: Int64, limit: Int) throws(StoreError) -> [StoreTransfer.JobRow] {
         try read { db in
-            try db.statement("""
+            try db.statement(
+                """
                 SELECT id, public_id, device_id, state, payload, attempt, created_at, scheduled_at, expires_at, last_error,
                        finalized_at, reports_outcome, folded, folded_count, badge
                 FROM jobs WHERE id > ? ORDER BY id LIMIT ?
-                """).rows([.integer(after), .integer(Int64(limit))]) {
-                StoreTransfer.JobRow(id: $0.int64(0), publicID: $0.text(1), deviceID: $0.text(2),
-                                     state: JobState(rawValue: $0.text(3)) ?? .pending, payload: $0.blob(4), attempt: $0.int(5),
-                                     createdAt: $0.int64(6), scheduledAt: $0.int64(7), expiresAt: $0.int64(8),
-                                     lastError: $0.text(9), finalizedAt: $0.optionalInt64(10), reportsOutcome: $0.int(11) == 1,
-                                     folded: $0.isNull(12) ? nil : $0.blob(12), foldedCount: $0.int(13),
-                                     badge: $0.isNull(14) ? nil : $0.int(14))
+                """
+            ).rows([.integer(after), .integer(Int64(limit))]) {
+                StoreTransfer.JobRow(
+                    id: $0.int64(0), publicID: $0.text(1), deviceID: $0.text(2),
+                    state: JobState(rawValue: $0.text(3)) ?? .pending, payload: $0.blob(4), attempt: $0.int(5),
+                    createdAt: $0.int64(6), scheduledAt: $0.int64(7), expiresAt: $0.int64(8),
+                    lastError: $0.text(9), finalizedAt: $0.optionalInt64(10), reportsOutcome: $0.int(11) == 1,
+                    folded: $0.isNull(12) ? nil : $0.blob(12), foldedCount: $0.int(13),
+                    badge: $0.isNull(14) ? nil : $0.int(14))
             }
         }
     }

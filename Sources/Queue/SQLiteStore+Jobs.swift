@@ -50,8 +50,10 @@ extension SQLiteStore {
                     results.append(.merged)
                     continue
                 }
-                let changed = try insert.run([.text(job.publicID), .blob(job.payload), .integer(now), .integer(expiresAt),
-                                              .text(job.deviceID), .integer(job.reportsOutcome ? 1 : 0), .integer(badgeSince)])
+                let changed = try insert.run([
+                    .text(job.publicID), .blob(job.payload), .integer(now), .integer(expiresAt),
+                    .text(job.deviceID), .integer(job.reportsOutcome ? 1 : 0), .integer(badgeSince)
+                ])
                 results.append(changed == 1 ? .queued : .deviceGone)
             }
             return results
@@ -64,10 +66,12 @@ extension SQLiteStore {
     private static func fold(_ job: NewJob, deviceCap: Int, badgeSince: Int64, _ db: SQLiteConnection) throws -> Bool {
         let live = try db.statement("SELECT live_jobs FROM devices WHERE id = ?").rows([.text(job.deviceID)]) { $0.int(0) }.first ?? 0
         guard live >= deviceCap, let event = AlertEvent(jobPayload: job.payload) else { return false }
-        let tail = try db.statement("""
+        let tail = try db.statement(
+            """
             SELECT id, folded FROM jobs WHERE device_id = ? AND state = 'pending' AND reports_outcome = 0
             ORDER BY id DESC LIMIT 1
-            """).rows([.text(job.deviceID)]) { ($0.int64(0), $0.isNull(1) ? [] : $0.blob(1)) }.first
+            """
+        ).rows([.text(job.deviceID)]) { ($0.int64(0), $0.isNull(1) ? [] : $0.blob(1)) }.first
         guard let (tailID, stored) = tail else { return false }
         var folded = FoldedAlerts(encoded: stored)
         folded.add(event)
@@ -80,17 +84,22 @@ extension SQLiteStore {
     public func claim(worker: String, limit: Int, now: Int64, lease: Duration) throws(StoreError) -> [ClaimedJob] {
         guard limit > 0 else { return [] }
         return try write { db in
-            let leased = try db.statement("""
+            let leased = try db.statement(
+                """
                 UPDATE jobs SET state = 'running', attempt = attempt + 1, attempted_at = ?1, attempted_by = ?2,
                                 lease_expires_at = ?3
                 WHERE id IN (SELECT id FROM jobs WHERE state IN ('available', 'retryable') AND scheduled_at <= ?1
                              ORDER BY scheduled_at LIMIT ?4)
                 RETURNING id, public_id, device_id, payload, attempt, created_at, expires_at, reports_outcome, folded, badge
-                """).rows([.integer(now), .text(worker), .integer(now + lease.wholeMilliseconds), .integer(Int64(limit))]) {
-                ($0.int64(0), $0.text(1), $0.text(2), $0.blob(3), $0.int(4), $0.int64(5), $0.int64(6), $0.int(7) == 1,
-                 $0.isNull(8) ? FoldedAlerts() : FoldedAlerts(encoded: $0.blob(8)), $0.isNull(9) ? nil : $0.int(9))
+                """
+            ).rows([.integer(now), .text(worker), .integer(now + lease.wholeMilliseconds), .integer(Int64(limit))]) {
+                (
+                    $0.int64(0), $0.text(1), $0.text(2), $0.blob(3), $0.int(4), $0.int64(5), $0.int64(6), $0.int(7) == 1,
+                    $0.isNull(8) ? FoldedAlerts() : FoldedAlerts(encoded: $0.blob(8)), $0.isNull(9) ? nil : $0.int(9)
+                )
             }
-            let lookup = try db.statement("""
+            let lookup = try db.statement(
+                """
                 SELECT device_token, down_notification_level, apns_environment, \(DeviceBurst.recentPushes(now: "?2")),
                        last_successful_notification
                 FROM devices d WHERE id = ?1
@@ -99,15 +108,24 @@ extension SQLiteStore {
             claimed.reserveCapacity(leased.count)
             for (id, publicID, deviceID, payload, attempt, createdAt, expiresAt, reportsOutcome, folded, badge) in leased {
                 // The foreign key guarantees the device exists while its job does.
-                guard let (token, level, environment, recentPushes, lastPushAt) = try lookup.rows([.text(deviceID), .integer(now)], {
-                    ($0.text(0), $0.text(1), $0.isNull(2) ? nil : Settings.APNsEnvironment(rawValue: $0.text(2)), $0.int(3),
-                     $0.optionalInt64(4))
-                }).first else { continue }
-                claimed.append(ClaimedJob(id: id, publicID: publicID, deviceID: deviceID, deviceToken: token,
-                                          downNotificationLevel: Device.DownNotificationLevel(rawValue: level) ?? .normal,
-                                          payload: payload, attempt: attempt, createdAt: createdAt, expiresAt: expiresAt,
-                                          reportsOutcome: reportsOutcome, folded: folded, badge: badge, environment: environment,
-                                          recentPushes: recentPushes, lastPushAt: lastPushAt))
+                guard
+                    let (token, level, environment, recentPushes, lastPushAt) = try lookup.rows(
+                        [.text(deviceID), .integer(now)],
+                        {
+                            (
+                                $0.text(0), $0.text(1), $0.isNull(2) ? nil : Settings.APNsEnvironment(rawValue: $0.text(2)), $0.int(3),
+                                $0.optionalInt64(4)
+                            )
+                        }
+                    ).first
+                else { continue }
+                claimed.append(
+                    ClaimedJob(
+                        id: id, publicID: publicID, deviceID: deviceID, deviceToken: token,
+                        downNotificationLevel: Device.DownNotificationLevel(rawValue: level) ?? .normal,
+                        payload: payload, attempt: attempt, createdAt: createdAt, expiresAt: expiresAt,
+                        reportsOutcome: reportsOutcome, folded: folded, badge: badge, environment: environment,
+                        recentPushes: recentPushes, lastPushAt: lastPushAt))
             }
             // Acceptance order, which is what callers log and send in.
             return claimed.sorted { $0.id < $1.id }
@@ -136,19 +154,23 @@ extension SQLiteStore {
                     }
                     applied.append(!devices.isEmpty)
                 case .retry(let at, let error):
-                    let changed = try db.statement("""
+                    let changed = try db.statement(
+                        """
                         UPDATE jobs SET state = 'retryable', scheduled_at = ?4, last_error = ?5,
                                         attempted_by = NULL, lease_expires_at = NULL
                         WHERE \(Self.leaseGuard)
-                        """).run(guardValues + [.integer(at), .text(error)])
+                        """
+                    ).run(guardValues + [.integer(at), .text(error)])
                     applied.append(changed == 1)
                 case .deadLetter(let reason), .abandon(let reason):
-                    let finished = try db.statement("""
+                    let finished = try db.statement(
+                        """
                         UPDATE jobs SET state = 'discarded', finalized_at = ?4, last_error = ?5,
                                         attempted_by = NULL, lease_expires_at = NULL
                         WHERE \(Self.leaseGuard)
                         RETURNING device_id, public_id, reports_outcome
-                        """).rows(guardValues + [.integer(now), .text(reason)]) { ($0.text(0), $0.text(1), $0.int(2) == 1) }
+                        """
+                    ).rows(guardValues + [.integer(now), .text(reason)]) { ($0.text(0), $0.text(1), $0.int(2) == 1) }
                     let kind: ReportedOutcome.Kind = if case .abandon = outcome.kind { .failed } else { .rejected }
                     try Self.report(finished, kind, reason, now: now, db)
                     let devices = finished.map(\.0)
@@ -159,11 +181,13 @@ extension SQLiteStore {
                     }
                     applied.append(!devices.isEmpty)
                 case .postpone(let until):
-                    let changed = try db.statement("""
+                    let changed = try db.statement(
+                        """
                         UPDATE jobs SET state = 'available', scheduled_at = ?4, attempt = max(attempt - 1, 0),
                                         attempted_by = NULL, lease_expires_at = NULL
                         WHERE \(Self.leaseGuard)
-                        """).run(guardValues + [.integer(until)])
+                        """
+                    ).run(guardValues + [.integer(until)])
                     applied.append(changed == 1)
                 case .removeDevice(let reason):
                     let finished = try db.statement("SELECT device_id, public_id, reports_outcome FROM jobs WHERE \(Self.leaseGuard)")
@@ -179,7 +203,8 @@ extension SQLiteStore {
                 }
             }
             // A device's last success is the same `now` for every job of the batch: one update per device.
-            let success = try db.statement("""
+            let success = try db.statement(
+                """
                 UPDATE devices SET last_successful_notification = ?1, last_delivery_error = '', \(DeviceBurst.recordPush(now: "?1"))
                 WHERE id = ?2
                 """)
@@ -190,13 +215,16 @@ extension SQLiteStore {
 
     public func pendingJobs(deviceID: String, limit: Int) throws(StoreError) -> [PendingJob] {
         try read { db in
-            try db.statement("""
+            try db.statement(
+                """
                 SELECT id, payload, created_at, reports_outcome, folded, badge FROM jobs WHERE device_id = ? AND state = 'pending'
                 ORDER BY id LIMIT ?
-                """).rows([.text(deviceID), .integer(Int64(limit))]) {
-                PendingJob(id: $0.int64(0), payload: $0.blob(1), createdAt: $0.int64(2), reportsOutcome: $0.int(3) == 1,
-                           folded: $0.isNull(4) ? FoldedAlerts() : FoldedAlerts(encoded: $0.blob(4)),
-                           badge: $0.isNull(5) ? nil : $0.int(5))
+                """
+            ).rows([.text(deviceID), .integer(Int64(limit))]) {
+                PendingJob(
+                    id: $0.int64(0), payload: $0.blob(1), createdAt: $0.int64(2), reportsOutcome: $0.int(3) == 1,
+                    folded: $0.isNull(4) ? FoldedAlerts() : FoldedAlerts(encoded: $0.blob(4)),
+                    badge: $0.isNull(5) ? nil : $0.int(5))
             }
         }
     }
@@ -205,13 +233,16 @@ extension SQLiteStore {
     /// dead-lettered with its reason when it was rejected. Only jobs still pending on that device, holding the
     /// folded alerts the digest carried, are touched: one that gained folded alerts meanwhile stays, and goes out
     /// again with them (at least once: never lost, at worst one alert shown twice).
-    private static func settleMerged(_ merged: [MergedJob], device: String, deadLetterReason: String?, now: Int64,
-                                     _ db: SQLiteConnection) throws {
+    private static func settleMerged(
+        _ merged: [MergedJob], device: String, deadLetterReason: String?, now: Int64,
+        _ db: SQLiteConnection
+    ) throws {
         guard !merged.isEmpty else { return }
         let fence = "id = ? AND device_id = ? AND state = 'pending' AND folded_count = ?"
-        let settle = try db.statement(deadLetterReason == nil
-            ? "DELETE FROM jobs WHERE \(fence)"
-            : "UPDATE jobs SET state = 'discarded', finalized_at = \(now), last_error = ? WHERE \(fence)")
+        let settle = try db.statement(
+            deadLetterReason == nil
+                ? "DELETE FROM jobs WHERE \(fence)"
+                : "UPDATE jobs SET state = 'discarded', finalized_at = \(now), last_error = ? WHERE \(fence)")
         let reason: [SQLiteValue] = deadLetterReason.map { [.text($0)] } ?? []
         for job in merged {
             try settle.run(reason + [.integer(job.id), .text(device), .integer(Int64(job.foldedCount))])
@@ -219,8 +250,10 @@ extension SQLiteStore {
     }
 
     /// Records the outcome of the finished jobs that report one.
-    private static func report(_ jobs: [(String, String, Bool)], _ kind: ReportedOutcome.Kind, _ reason: String, now: Int64,
-                               _ db: SQLiteConnection) throws {
+    private static func report(
+        _ jobs: [(String, String, Bool)], _ kind: ReportedOutcome.Kind, _ reason: String, now: Int64,
+        _ db: SQLiteConnection
+    ) throws {
         for (_, publicID, reports) in jobs where reports {
             try db.statement("INSERT OR REPLACE INTO job_outcomes (public_id, outcome, reason, finished_at) VALUES (?, ?, ?, ?)")
                 .run([.text(publicID), .text(kind.rawValue), .text(reason), .integer(now)])
@@ -262,7 +295,8 @@ extension SQLiteStore {
 
     public func release(jobIDs: [Int64], worker: String, now: Int64) throws(StoreError) -> Int {
         try write { db in
-            let release = try db.statement("""
+            let release = try db.statement(
+                """
                 UPDATE jobs SET state = 'available', attempt = max(attempt - 1, 0), scheduled_at = ?1,
                                 attempted_by = NULL, lease_expires_at = NULL
                 WHERE id = ?2 AND \(LeaseGuard.condition(worker: "?3", attempt: nil))
@@ -275,11 +309,13 @@ extension SQLiteStore {
 
     public func rescueExpiredLeases(now: Int64) throws(StoreError) -> Int {
         try write { db in
-            try db.statement("""
+            try db.statement(
+                """
                 UPDATE jobs SET state = 'retryable', scheduled_at = ?1, last_error = 'lease expired',
                                 attempted_by = NULL, lease_expires_at = NULL
                 WHERE state = 'running' AND lease_expires_at <= ?1
-                """).run([.integer(now)])
+                """
+            ).run([.integer(now)])
         }
     }
 
@@ -291,9 +327,11 @@ extension SQLiteStore {
 
     public func hasDueJobs(now: Int64) throws(StoreError) -> Bool {
         try read { db in
-            try db.statement("""
+            try db.statement(
+                """
                 SELECT EXISTS (SELECT 1 FROM jobs WHERE state IN ('available', 'retryable') AND scheduled_at <= ?)
-                """).rows([.integer(now)]) { $0.int(0) == 1 }.first ?? false
+                """
+            ).rows([.integer(now)]) { $0.int(0) == 1 }.first ?? false
         }
     }
 

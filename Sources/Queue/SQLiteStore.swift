@@ -20,8 +20,10 @@ public final class SQLiteStore: Sendable {
         /// The longest written (and deleted) content may stay in the `-wal` file; nil never truncates it.
         public var walTruncateInterval: Duration? = .seconds(60)
 
-        public init(synchronousFull: Bool = false, busyTimeout: Duration = .seconds(5),
-                    monitorRetention: Duration = .seconds(30 * 86_400), walTruncateInterval: Duration? = .seconds(60)) {
+        public init(
+            synchronousFull: Bool = false, busyTimeout: Duration = .seconds(5),
+            monitorRetention: Duration = .seconds(30 * 86_400), walTruncateInterval: Duration? = .seconds(60)
+        ) {
             self.synchronousFull = synchronousFull
             self.busyTimeout = busyTimeout
             self.monitorRetention = monitorRetention
@@ -43,17 +45,23 @@ public final class SQLiteStore: Sendable {
     public init(path: String, options: Options = Options(), now: Int64) throws(StoreError) {
         self.options = options
         do {
-            let opened = try SQLiteConnection(path: path, options: .init(
-                busyTimeoutMillis: Int32(clamping: options.busyTimeout.wholeMilliseconds),
-                synchronousFull: options.synchronousFull))
+            let opened = try SQLiteConnection(
+                path: path,
+                options: .init(
+                    busyTimeoutMillis: Int32(clamping: options.busyTimeout.wholeMilliseconds),
+                    synchronousFull: options.synchronousFull))
             try Migrations.apply(on: opened, now: now)
             // Reads are point lookups and the occasional stats scan: a small cache keeps the process small.
-            let readConnection = try SQLiteConnection(path: path, options: .init(
-                busyTimeoutMillis: Int32(clamping: options.busyTimeout.wholeMilliseconds),
-                synchronousFull: options.synchronousFull, cacheKiB: 4096))
-            let statsConnection = try SQLiteConnection(path: path, options: .init(
-                busyTimeoutMillis: Int32(clamping: options.busyTimeout.wholeMilliseconds),
-                synchronousFull: options.synchronousFull, cacheKiB: 4096))
+            let readConnection = try SQLiteConnection(
+                path: path,
+                options: .init(
+                    busyTimeoutMillis: Int32(clamping: options.busyTimeout.wholeMilliseconds),
+                    synchronousFull: options.synchronousFull, cacheKiB: 4096))
+            let statsConnection = try SQLiteConnection(
+                path: path,
+                options: .init(
+                    busyTimeoutMillis: Int32(clamping: options.busyTimeout.wholeMilliseconds),
+                    synchronousFull: options.synchronousFull, cacheKiB: 4096))
             writer = Mutex(opened)
             reader = Mutex(readConnection)
             statsReader = Mutex(statsConnection)
@@ -134,13 +142,16 @@ public final class SQLiteStore: Sendable {
             }
             var byReason: [String: Int] = [:]
             for (reason, count) in try db.statement(
-                "SELECT last_error, count(*) FROM jobs WHERE state = 'discarded' GROUP BY last_error").rows([], { ($0.text(0), $0.int(1)) }) {
+                "SELECT last_error, count(*) FROM jobs WHERE state = 'discarded' GROUP BY last_error"
+            ).rows([], { ($0.text(0), $0.int(1)) }) {
                 byReason[reason] = count
             }
-            let oldest = try db.statement("SELECT min(created_at) FROM jobs WHERE state != 'discarded'")
+            let oldest =
+                try db.statement("SELECT min(created_at) FROM jobs WHERE state != 'discarded'")
                 .rows { $0.optionalInt64(0) }.first ?? nil
-            return QueueStats(devices: devices, tombstones: tombstones, jobsByState: byState,
-                              deadLettersByReason: byReason, oldestJobCreatedAt: oldest)
+            return QueueStats(
+                devices: devices, tombstones: tombstones, jobsByState: byState,
+                deadLettersByReason: byReason, oldestJobCreatedAt: oldest)
         }
         return try withStatsConnection(scan)
     }

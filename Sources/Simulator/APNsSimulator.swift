@@ -63,8 +63,10 @@ public final class APNsSimulator: Sendable {
         loops = (0..<max(1, configuration.threads)).map { EventLoop(name: "apns-sim-\($0)") }
         server = Mutex(nil)
         let tls = try TLSContext.server(certificateChainFile: configuration.certificateFile, privateKeyFile: configuration.privateKeyFile)
-        let started = try HTTP2Server(host: configuration.host, port: configuration.port, tls: tls, loops: loops,
-                                      maxConcurrentStreams: configuration.maxConcurrentStreams) { [weak self] request, responder in
+        let started = try HTTP2Server(
+            host: configuration.host, port: configuration.port, tls: tls, loops: loops,
+            maxConcurrentStreams: configuration.maxConcurrentStreams
+        ) { [weak self] request, responder in
             self?.handle(request, responder)
         }
         server.withLock { $0 = started }
@@ -174,7 +176,9 @@ public final class APNsSimulator: Sendable {
         guard issuedAt * 1000 > now - 3_600_000, issuedAt >= faults.expireTokensIssuedBefore else { return (403, "ExpiredProviderToken") }
         guard let topic = request.headers["apns-topic"], !topic.isEmpty else { return (400, "MissingTopic") }
         if let expected = configuration.topic, topic != expected { return (400, "BadTopic") }
-        if let type = request.headers["apns-push-type"], !["alert", "background", "voip", "complication", "fileprovider", "mdm", "liveactivity"].contains(type) {
+        if let type = request.headers["apns-push-type"],
+            !["alert", "background", "voip", "complication", "fileprovider", "mdm", "liveactivity"].contains(type)
+        {
             return (400, "InvalidPushType")
         }
         if let priority = request.headers["apns-priority"], !["1", "5", "10"].contains(priority) { return (400, "BadPriority") }

@@ -35,8 +35,9 @@ public final class WakeUp: Sendable {
         while !signalled.exchange(false, ordering: .sequentiallyConsistent) {
             if let deadline {
                 let remaining = deadline - .now
-                let date = Date(timeIntervalSinceNow: Double(remaining.components.seconds)
-                                + Double(remaining.components.attoseconds) / 1e18)
+                let date = Date(
+                    timeIntervalSinceNow: Double(remaining.components.seconds)
+                        + Double(remaining.components.attoseconds) / 1e18)
                 if !condition.wait(until: date) { return signalled.exchange(false, ordering: .sequentiallyConsistent) }
             } else {
                 condition.wait()

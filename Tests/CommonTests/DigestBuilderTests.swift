@@ -43,15 +43,17 @@ import Testing
     }
 
     @Test func testsAndGenericPushesAreListedByTheirText() {
-        let digest = builder.digest([.test("My Webhook Alert (1) Testing"), AlertEvent(kind: .generic, title: "Backup done", message: "ok")],
-                                    timeSensitiveDown: false, firstAcceptedAt: 0, now: 0)
+        let digest = builder.digest(
+            [.test("My Webhook Alert (1) Testing"), AlertEvent(kind: .generic, title: "Backup done", message: "ok")],
+            timeSensitiveDown: false, firstAcceptedAt: 0, now: 0)
         #expect(digest.title == "2 alerts")
         #expect(digest.body == "My Webhook Alert (1) Testing · Backup done")
     }
 
     @Test func aLateDigestSaysWhenItsFirstAlertHappened() {
-        let digest = builder.digest([down(1, "A"), down(2, "B")], timeSensitiveDown: false, firstAcceptedAt: 1_789_905_780_000,
-                                    now: 1_789_905_780_000 + 300_000)
+        let digest = builder.digest(
+            [down(1, "A"), down(2, "B")], timeSensitiveDown: false, firstAcceptedAt: 1_789_905_780_000,
+            now: 1_789_905_780_000 + 300_000)
         #expect(digest.fullBody.hasSuffix(" · delayed, event at 12:03 UTC"))
     }
 
@@ -69,8 +71,9 @@ import Testing
     }
 
     @Test func foldedAlertsKeptOnlyAsCountsAreInTheTitleAndTheRest() {
-        let digest = builder.digest([down(1, "DB"), up(2, "Web")], uncounted: StatusTally(down: 1_200, up: 3),
-                                    timeSensitiveDown: true, firstAcceptedAt: 0, now: 0)
+        let digest = builder.digest(
+            [down(1, "DB"), up(2, "Web")], uncounted: StatusTally(down: 1_200, up: 3),
+            timeSensitiveDown: true, firstAcceptedAt: 0, now: 0)
         #expect(digest.title == "1,205 alerts: 1,201 down, 4 up", "alerts kept only as counts may repeat a monitor")
         #expect(digest.body == "DB is down · Web is up … and 1,203 more")
         #expect(digest.interruptionLevel == .timeSensitive)

@@ -2,8 +2,11 @@ import Common
 import Testing
 
 @Suite struct DurationSyntaxTests {
-    @Test(arguments: [("500ms", 500), ("1s", 1000), ("90s", 90_000), ("5m", 300_000), ("24h", 86_400_000),
-                      ("7d", 604_800_000), ("0", 0), (" 2m ", 120_000)] as [(String, Int64)])
+    @Test(
+        arguments: [
+            ("500ms", 500), ("1s", 1000), ("90s", 90_000), ("5m", 300_000), ("24h", 86_400_000),
+            ("7d", 604_800_000), ("0", 0), (" 2m ", 120_000)
+        ] as [(String, Int64)])
     func parsesEachUnit(text: String, millis: Int64) {
         #expect(DurationSyntax.parse(text)?.wholeMilliseconds == millis)
     }

@@ -1,5 +1,5 @@
-import Foundation
 import Common
+import Foundation
 import Testing
 
 @Suite struct IdentifierTests {
@@ -68,8 +68,10 @@ import Testing
     }
 
     @Test func base64URLMatchesRFC4648Vectors() {
-        let vectors: [(String, String)] = [("", ""), ("f", "Zg"), ("fo", "Zm8"), ("foo", "Zm9v"), ("foob", "Zm9vYg"),
-                                           ("fooba", "Zm9vYmE"), ("foobar", "Zm9vYmFy")]
+        let vectors: [(String, String)] = [
+            ("", ""), ("f", "Zg"), ("fo", "Zm8"), ("foo", "Zm9v"), ("foob", "Zm9vYg"),
+            ("fooba", "Zm9vYmE"), ("foobar", "Zm9vYmFy")
+        ]
         for (input, output) in vectors { #expect(Base64URL.encode(Array(input.utf8)) == output) }
         #expect(Base64URL.encode([0xfb, 0xff]) == "-_8")
     }
@@ -79,8 +81,10 @@ import Testing
         #expect(DeviceToken.normalized(upper) == String(repeating: "ab", count: 32))
         #expect(DeviceToken.normalized(String(repeating: "a", count: 32)) != nil)
         #expect(DeviceToken.normalized(String(repeating: "a", count: 512)) != nil)
-        for bad in [String(repeating: "a", count: 30), String(repeating: "a", count: 33), String(repeating: "a", count: 514),
-                    String(repeating: "g", count: 32), String(repeating: "a", count: 31) + " ", ""] {
+        for bad in [
+            String(repeating: "a", count: 30), String(repeating: "a", count: 33), String(repeating: "a", count: 514),
+            String(repeating: "g", count: 32), String(repeating: "a", count: 31) + " ", ""
+        ] {
             #expect(DeviceToken.normalized(bad) == nil)
         }
     }

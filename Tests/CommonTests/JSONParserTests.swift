@@ -22,9 +22,11 @@ import Testing
         #expect(try parse(#"{"a":1,"a":2}"#)["a"]?.intValue == 2)
     }
 
-    @Test(arguments: ["", " ", "{", "}", "[1,]", "{\"a\":1,}", "{\"a\"1}", "{a:1}", "01", "-", "1.", ".5", "1e", "+1", "tru",
-                      "nul", "\"abc", "\"\\x\"", "\"\\u12\"", "\"\\ud800\"", "\"\\udc00\"", "\"a\u{1}b\"", "[1 2]", "{} {}",
-                      "NaN", "Infinity", "'a'", "[", "\"\\ud83d\\u0041\""])
+    @Test(arguments: [
+        "", " ", "{", "}", "[1,]", "{\"a\":1,}", "{\"a\"1}", "{a:1}", "01", "-", "1.", ".5", "1e", "+1", "tru",
+        "nul", "\"abc", "\"\\x\"", "\"\\u12\"", "\"\\ud800\"", "\"\\udc00\"", "\"a\u{1}b\"", "[1 2]", "{} {}",
+        "NaN", "Infinity", "'a'", "[", "\"\\ud83d\\u0041\""
+    ])
     func rejectsInvalidDocuments(text: String) {
         #expect(throws: JSONParser.SyntaxError.self) { _ = try parse(text) }
     }

@@ -7,7 +7,7 @@ import Testing
     /// Issue 12 item 5: a monitor with no id groups by its name, and a very long name made the uncut thread-id
     /// alone push the payload past 4096 bytes (APNs answers PayloadTooLarge and the alert was dead-lettered).
     @Test func aVeryLongMonitorNameStillFitsAndGroupsByACutThreadID() throws {
-        let name = String(repeating: "Ω", count: 3000)   // 6,000 bytes
+        let name = String(repeating: "Ω", count: 3000)  // 6,000 bytes
         let event = AlertEvent(kind: .monitor, status: .down, monitorName: name, message: "Connection refused")
         let push = builder.notification(for: event, timeSensitiveDown: false, acceptedAt: 0, now: 0)
         let payload = APNsPayload.encode(push)

@@ -41,7 +41,8 @@ import Testing
             "WAL_TRUNCATE_INTERVAL": "5s",
             "APNS_AUTH_KEY_PATH": "/k.p8", "APNS_KEY_ID": "KEY123", "APNS_TEAM_ID": "TEAM45", "APP_BUNDLE_IDENTIFIER": "com.x.y",
             "ENV": "development", "APNS_URL": "https://127.0.0.1:8443/", "APNS_CA_FILE": "/ca.pem",
-            "APNS_CONNECTIONS": "4", "APNS_REQUEST_TIMEOUT": "10s", "DELIVER_CONCURRENCY": "50", "JOB_TTL": "2h", "RETRY_BASE": "500ms", "RETRY_MAX": "1m",
+            "APNS_CONNECTIONS": "4", "APNS_REQUEST_TIMEOUT": "10s", "DELIVER_CONCURRENCY": "50", "JOB_TTL": "2h", "RETRY_BASE": "500ms",
+            "RETRY_MAX": "1m",
             "LEASE_TIMEOUT": "30s", "DEAD_LETTER_RETENTION": "1d", "TOMBSTONE_RETENTION": "2d", "QUEUE_MAX": "99",
             "TEST_WAIT": "0", "LATE_NOTICE": "5m", "SHUTDOWN_GRACE": "3s", "RATE_LIMIT_REGISTER": "off",
             "RATE_LIMIT_WEBHOOK": "100/10s,1000/1h", "RATE_LIMIT_WEBHOOK_FAILED": "3/1m", "RATE_LIMIT_WEBHOOK_IP": "50/1s", "DEVICE_BURST": "off",
@@ -50,7 +51,7 @@ import Testing
             "HTTP_MAX_CONNECTIONS": "50", "HTTP_IDLE_TIMEOUT": "5s", "HTTP_MAX_HEADER_BYTES": "8192",
             "HTTP_REQUEST_TIMEOUT": "3s", "HTTP_MAX_CONNECTIONS_PER_IP": "7",
             "DEVICE_QUEUE_MAX": "50", "STALL_TIMEOUT": "2m", "APNS_SANDBOX_URL": "https://127.0.0.1:8444/",
-            "DEAD_LETTER_MAX": "500",
+            "DEAD_LETTER_MAX": "500"
         ]
         // The test itself must not go stale: it names every variable there is.
         #expect(Set(environment.keys).union(["APNS_ENVIRONMENT"]) == Set(Settings.variables.map(\.name)))
@@ -127,7 +128,7 @@ import Testing
         "LOG_LEVEL": "loud", "LOG_FORMAT": "xml",
         "HTTP_MAX_CONNECTIONS": "0", "HTTP_IDLE_TIMEOUT": "500ms", "HTTP_MAX_HEADER_BYTES": "12",
         "HTTP_REQUEST_TIMEOUT": "200ms", "HTTP_MAX_CONNECTIONS_PER_IP": "0",
-        "DEVICE_QUEUE_MAX": "1", "STALL_TIMEOUT": "0s", "APNS_SANDBOX_URL": "http://127.0.0.1:8444", "DEAD_LETTER_MAX": "0",
+        "DEVICE_QUEUE_MAX": "1", "STALL_TIMEOUT": "0s", "APNS_SANDBOX_URL": "http://127.0.0.1:8444", "DEAD_LETTER_MAX": "0"
     ]
     static let freeText: Set = ["APNS_AUTH_KEY_PATH", "APNS_KEY_ID", "APNS_TEAM_ID", "APP_BUNDLE_IDENTIFIER", "ENV", "APNS_CA_FILE"]
 
@@ -172,8 +173,10 @@ import Testing
 
     /// Issue 12: a lease shorter than the APNs request timeout hands a push still in flight to another worker.
     @Test func aLeaseNotLongerThanTheAPNsRequestTimeoutStopsStartUpNamingBoth() throws {
-        for environment in [["LEASE_TIMEOUT": "20s"], ["LEASE_TIMEOUT": "30s"], ["APNS_REQUEST_TIMEOUT": "2m"],
-                            ["LEASE_TIMEOUT": "2s", "APNS_REQUEST_TIMEOUT": "5s"]] {
+        for environment in [
+            ["LEASE_TIMEOUT": "20s"], ["LEASE_TIMEOUT": "30s"], ["APNS_REQUEST_TIMEOUT": "2m"],
+            ["LEASE_TIMEOUT": "2s", "APNS_REQUEST_TIMEOUT": "5s"]
+        ] {
             let error = #expect(throws: ConfigurationError.self) { _ = try Settings.load(environment: environment, arguments: []) }
             #expect(error?.variable == "LEASE_TIMEOUT")
             #expect(error?.message.contains("APNS_REQUEST_TIMEOUT") == true)
@@ -186,9 +189,10 @@ import Testing
         let (partial, _) = try Settings.load(environment: ["APNS_AUTH_KEY_PATH": "/k.p8", "APNS_KEY_ID": "K"], arguments: [])
         let error = #expect(throws: ConfigurationError.self) { try partial.validateForDelivery() }
         #expect(error?.variable == "APNS_TEAM_ID")
-        let (full, _) = try Settings.load(environment: [
-            "APNS_AUTH_KEY_PATH": "/k.p8", "APNS_KEY_ID": "K", "APNS_TEAM_ID": "T", "APP_BUNDLE_IDENTIFIER": "b",
-        ], arguments: [])
+        let (full, _) = try Settings.load(
+            environment: [
+                "APNS_AUTH_KEY_PATH": "/k.p8", "APNS_KEY_ID": "K", "APNS_TEAM_ID": "T", "APP_BUNDLE_IDENTIFIER": "b"
+            ], arguments: [])
         try full.validateForDelivery()
     }
 
@@ -219,11 +223,12 @@ import Testing
         let example = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
             .deletingLastPathComponent().appendingPathComponent("deploy/kumapush.env.example")
         let text = try String(contentsOf: example, encoding: .utf8)
-        let named = Set(text.split(separator: "\n").compactMap { line -> String? in
-            let trimmed = line.hasPrefix("#") ? line.dropFirst() : line[...]
-            guard let equals = trimmed.firstIndex(of: "="), trimmed[..<equals].allSatisfy({ $0.isUppercase || $0 == "_" }) else { return nil }
-            return String(trimmed[..<equals])
-        })
+        let named = Set(
+            text.split(separator: "\n").compactMap { line -> String? in
+                let trimmed = line.hasPrefix("#") ? line.dropFirst() : line[...]
+                guard let equals = trimmed.firstIndex(of: "="), trimmed[..<equals].allSatisfy({ $0.isUppercase || $0 == "_" }) else { return nil }
+                return String(trimmed[..<equals])
+            })
         #expect(named == Set(Settings.variables.map(\.name)))
     }
 }

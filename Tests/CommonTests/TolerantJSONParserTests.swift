@@ -22,14 +22,16 @@ import Testing
     }
 
     @Test func backslashesThatEscapeNothingAreText() {
-        #expect(parse("{\"body\":\"C:\\shop\\status \\x \\u12 \\ud83d alone\"}")?["body"]?.stringValue
-            == "C:\\shop\\status \\x \\u12 \\ud83d alone")
+        #expect(
+            parse("{\"body\":\"C:\\shop\\status \\x \\u12 \\ud83d alone\"}")?["body"]?.stringValue
+                == "C:\\shop\\status \\x \\u12 \\ud83d alone")
         #expect(parse("{\"body\":\"tab\\there \\\"q\\\" \\ud83d\\udd34\"}")?["body"]?.stringValue == "tab\there \"q\" 🔴")
     }
 
     @Test func aMessageEndingInABackslashBeforeTheTemplatesQuote() {
-        #expect(parse("{\"title\":\"Backup\",\"body\":\"missing: D:\\\"}")
-            == .object([("title", .string("Backup")), ("body", .string("missing: D:\\"))]))
+        #expect(
+            parse("{\"title\":\"Backup\",\"body\":\"missing: D:\\\"}")
+                == .object([("title", .string("Backup")), ("body", .string("missing: D:\\"))]))
         // Where the document parses with `\"` as an escaped quote, that reading wins.
         #expect(parse("{\"body\":\"say \\\"hi\\\"\n\"}")?["body"]?.stringValue == "say \"hi\"\n")
     }
@@ -47,8 +49,10 @@ import Testing
     }
 
     /// Ambiguity is not guessed at: the caller falls back to the text itself.
-    @Test(arguments: ["", "{", "{\"title\": nope}", "{\"a\":\"b\" \"c\":1}", "{\"a\":\"unterminated}", "[1,]", "{} {}",
-                      "{\"a\":01}", "plain text"])
+    @Test(arguments: [
+        "", "{", "{\"title\": nope}", "{\"a\":\"b\" \"c\":1}", "{\"a\":\"unterminated}", "[1,]", "{} {}",
+        "{\"a\":01}", "plain text"
+    ])
     func whatIsNotJSONEvenTolerantlyIsNil(text: String) {
         #expect(parse(text) == nil)
     }

@@ -1,6 +1,6 @@
 import Common
-import Foundation
 import Deliver
+import Foundation
 import Queue
 import Simulator
 import TestSupport
@@ -71,8 +71,9 @@ import Testing
     @Test func configurationFaultsAndRelaySideFailuresAreReportedForTheTestButton() throws {
         let h = try DeliveryHarness()
         let device = try h.device(1)
-        let late = NewJob(deviceID: device.id, publicID: UUID().uuidString.lowercased(), payload: AlertEvent.test("late").jobPayload,
-                          reportsOutcome: true)
+        let late = NewJob(
+            deviceID: device.id, publicID: UUID().uuidString.lowercased(), payload: AlertEvent.test("late").jobPayload,
+            reportsOutcome: true)
         _ = try h.store.enqueue([late], now: h.clock.nowMillis() - 10_000, ttl: .seconds(1))
         h.engine.wake()
         #expect(h.waitUntil { (try? h.store.reportedOutcome(publicID: late.publicID)) == ReportedOutcome(kind: .failed, reason: "Expired") })
@@ -203,9 +204,12 @@ import Testing
         defer { h.stop() }
         let stormy = try h.device(1)
         let calm = try h.device(2)
-        let events = (0..<60).map { (index: Int) in AlertEvent(kind: .monitor, status: .down, monitorID: index, monitorName: "M\(index)", message: "down") }
-        _ = try h.store.enqueue(events.map { NewJob(deviceID: stormy.id, publicID: UUID().uuidString.lowercased(), payload: $0.jobPayload) },
-                                now: h.clock.nowMillis(), ttl: .seconds(3600))
+        let events = (0..<60).map { (index: Int) in
+            AlertEvent(kind: .monitor, status: .down, monitorID: index, monitorName: "M\(index)", message: "down")
+        }
+        _ = try h.store.enqueue(
+            events.map { NewJob(deviceID: stormy.id, publicID: UUID().uuidString.lowercased(), payload: $0.jobPayload) },
+            now: h.clock.nowMillis(), ttl: .seconds(3600))
         try h.enqueue(calm.id, ["a", "b", "c"])
         #expect(h.waitUntil { (try? h.store.liveJobCount()) == 0 })
         let pushes = h.simulator.received.filter { $0.token == stormy.token && $0.status == 200 }
@@ -235,12 +239,15 @@ import Testing
             let h = try DeliveryHarness(deviceBurst: burst)
             defer { h.stop() }
             let device = try h.device(1)
-            h.simulator.faults.withLock { $0.unavailableUntil = Int64.max }   // hold everything until all 300 are in
-            let events = (0..<300).map { AlertEvent(kind: .monitor, status: $0 % 4 == 0 ? .up : .down, monitorID: $0, monitorName: "M\($0)", message: "m") }
+            h.simulator.faults.withLock { $0.unavailableUntil = Int64.max }  // hold everything until all 300 are in
+            let events = (0..<300).map {
+                AlertEvent(kind: .monitor, status: $0 % 4 == 0 ? .up : .down, monitorID: $0, monitorName: "M\($0)", message: "m")
+            }
             var results: [EnqueueResult] = []
             for event in events {
-                results += try h.store.enqueue([NewJob(deviceID: device.id, publicID: UUID().uuidString.lowercased(), payload: event.jobPayload)],
-                                               now: h.clock.nowMillis(), ttl: .seconds(3600), deviceCap: 50)
+                results += try h.store.enqueue(
+                    [NewJob(deviceID: device.id, publicID: UUID().uuidString.lowercased(), payload: event.jobPayload)],
+                    now: h.clock.nowMillis(), ttl: .seconds(3600), deviceCap: 50)
                 #expect(try h.store.liveJobCount() <= 50)
             }
             #expect(results.filter { $0 == .merged }.count == 250)

@@ -1,6 +1,6 @@
 import Common
-import Foundation
 import Deliver
+import Foundation
 import HTTP2
 import Queue
 import Simulator
@@ -30,11 +30,14 @@ final class DeliveryHarness {
     let metrics = MetricsRegistry()
     static let topic = "com.example.kumapush"
 
-    init(streams: UInt32 = 1000, connections: Int = 2, requestTimeout: Duration = .seconds(5), ttl: Duration = .seconds(3600),
-         deviceBurst: Int? = nil, stallTimeout: Duration = .seconds(30), withSandbox: Bool = false) throws {
+    init(
+        streams: UInt32 = 1000, connections: Int = 2, requestTimeout: Duration = .seconds(5), ttl: Duration = .seconds(3600),
+        deviceBurst: Int? = nil, stallTimeout: Duration = .seconds(30), withSandbox: Bool = false
+    ) throws {
         store = try SQLiteStore(path: directory.path("relay.db"), now: SystemClock().nowMillis())
-        var simConfig = APNsSimulator.Configuration(certificateFile: TLSFixtures.path("server.pem"), privateKeyFile: TLSFixtures.path("server.key"),
-                                                    tokenKeyFile: TLSFixtures.signingPublicKey)
+        var simConfig = APNsSimulator.Configuration(
+            certificateFile: TLSFixtures.path("server.pem"), privateKeyFile: TLSFixtures.path("server.key"),
+            tokenKeyFile: TLSFixtures.signingPublicKey)
         simConfig.port = 0
         simConfig.topic = Self.topic
         simConfig.maxConcurrentStreams = streams
@@ -46,8 +49,9 @@ final class DeliveryHarness {
         connection.requestTimeout = requestTimeout
         let logger = Logger(label: "test", level: .error)
         let waker = Waker()
-        pool = APNsConnectionPool(configuration: connection, connections: connections,
-                                  tls: try TLSContext.client(extraCAFile: TLSFixtures.caFile), logger: logger, onChange: { waker.wake() })
+        pool = APNsConnectionPool(
+            configuration: connection, connections: connections,
+            tls: try TLSContext.client(extraCAFile: TLSFixtures.caFile), logger: logger, onChange: { waker.wake() })
         var settings = Settings()
         settings.retryBase = .milliseconds(10)
         settings.retryMax = .milliseconds(200)
@@ -62,15 +66,17 @@ final class DeliveryHarness {
             var sandboxConnection = connection
             sandboxConnection.port = sandbox.port
             return OtherAPNsEnvironment(environment: .sandbox) { [sandboxConnection] in
-                let pool = APNsConnectionPool(configuration: sandboxConnection, connections: 1, tls: tls, logger: logger,
-                                              onChange: { waker.wake() })
+                let pool = APNsConnectionPool(
+                    configuration: sandboxConnection, connections: 1, tls: tls, logger: logger,
+                    onChange: { waker.wake() })
                 pool.start()
                 return pool
             }
         }
-        engine = DeliveryEngine(configuration: configuration, store: store, pool: pool, other: other, tokens: tokens,
-                                factory: APNsRequestFactory(topic: Self.topic, lateNotice: .seconds(120)),
-                                clock: clock, logger: logger, metrics: metrics)
+        engine = DeliveryEngine(
+            configuration: configuration, store: store, pool: pool, other: other, tokens: tokens,
+            factory: APNsRequestFactory(topic: Self.topic, lateNotice: .seconds(120)),
+            clock: clock, logger: logger, metrics: metrics)
         waker.engine.withLock { $0 = engine }
         pool.start()
         engine.start()
@@ -95,8 +101,9 @@ final class DeliveryHarness {
     func enqueue(_ deviceID: String, _ labels: [String], test: Bool = false, ttl: Duration = .seconds(3600)) throws {
         let jobs = labels.map { label in
             let event = test ? AlertEvent.test(label) : AlertEvent(kind: .monitor, status: .down, monitorID: 1, monitorName: "DB", message: label)
-            return NewJob(deviceID: deviceID, publicID: UUID().uuidString.lowercased(), payload: event.jobPayload,
-                          reportsOutcome: test)
+            return NewJob(
+                deviceID: deviceID, publicID: UUID().uuidString.lowercased(), payload: event.jobPayload,
+                reportsOutcome: test)
         }
         _ = try store.enqueue(jobs, now: clock.nowMillis(), ttl: ttl)
         engine.wake()

@@ -1,6 +1,6 @@
 import Common
-import Foundation
 import Deliver
+import Foundation
 import Queue
 import Simulator
 import TestSupport
@@ -28,8 +28,9 @@ import Testing
 
         #expect(try h.store.replayDeadLetters(DeadLetterFilter(reason: "Expired"), limit: 100, now: h.clock.nowMillis(), ttl: .seconds(3600)) == 24)
         h.engine.wake()
-        #expect(h.waitUntil { devices.allSatisfy { h.acceptedBodies($0.token) == ["\($0.token.suffix(2))-1", "\($0.token.suffix(2))-2"] } },
-                "replayed jobs are delivered, in per-device order")
+        #expect(
+            h.waitUntil { devices.allSatisfy { h.acceptedBodies($0.token) == ["\($0.token.suffix(2))-1", "\($0.token.suffix(2))-2"] } },
+            "replayed jobs are delivered, in per-device order")
         #expect(h.metrics.value("relay_delivery_stalls_total") == 0, "the breaker found its way out without the stall detector")
     }
 

@@ -1,6 +1,6 @@
 import Common
-import Foundation
 import Deliver
+import Foundation
 import Queue
 import Simulator
 import TestSupport

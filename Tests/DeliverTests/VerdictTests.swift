@@ -41,7 +41,7 @@ import Testing
         (503, "ServiceUnavailable", .retry(reason: "ServiceUnavailable", outage: true)),
         (503, "Shutdown", .retry(reason: "Shutdown", outage: true)),
         (502, "", .retry(reason: "HTTP 502", outage: true)),
-        (400, "SomethingNew", .deadLetter(reason: "SomethingNew")),
+        (400, "SomethingNew", .deadLetter(reason: "SomethingNew"))
     ]
 
     @Test(arguments: rows.indices)
@@ -67,8 +67,9 @@ import Testing
 @Suite struct BackoffTests {
     @Test func ceilingsDoubleFromTheBaseUpToTheCap() {
         let backoff = Backoff(base: .seconds(1), cap: .seconds(300))
-        #expect([1, 2, 3, 5, 8, 9, 30, 10_000].map { backoff.ceilingMillis(afterAttempt: $0) }
-            == [1000, 2000, 4000, 16_000, 128_000, 256_000, 300_000, 300_000])
+        #expect(
+            [1, 2, 3, 5, 8, 9, 30, 10_000].map { backoff.ceilingMillis(afterAttempt: $0) }
+                == [1000, 2000, 4000, 16_000, 128_000, 256_000, 300_000, 300_000])
     }
 
     @Test func fullJitterSpansZeroToTheCeiling() {
@@ -87,8 +88,9 @@ import Testing
 
     /// Opened by four 503s in a window of ten; from job 100 on the probes are jobs 100, 101, ….
     func openBreaker() -> OutageBreaker {
-        var breaker = OutageBreaker(windowSize: 10, minimumSamples: 4, threshold: 0.75,
-                                    probeBackoff: Backoff(base: .seconds(1), cap: .seconds(30)), probeTimeout: .seconds(35))
+        var breaker = OutageBreaker(
+            windowSize: 10, minimumSamples: 4, threshold: 0.75,
+            probeBackoff: Backoff(base: .seconds(1), cap: .seconds(30)), probeTimeout: .seconds(35))
         for job in 1...3 { _ = breaker.record(outage, jobID: Int64(job), now: 0) }
         #expect(breaker.record(outage, jobID: 4, now: 0) == .opened)
         return breaker
@@ -115,8 +117,9 @@ import Testing
         breaker.probeSent(jobID: 100, now: 1000)
         #expect(breaker.record(outage, jobID: 7, now: 1100) == .none, "a request sent before the outage opened")
         #expect(breaker.probe?.jobID == 100, "still waiting for the probe")
-        #expect(breaker.record(.deadLetter(reason: "BadDeviceToken"), jobID: 8, now: 1200) == .recovered,
-                "any answer that is not an outage means APNs is up")
+        #expect(
+            breaker.record(.deadLetter(reason: "BadDeviceToken"), jobID: 8, now: 1200) == .recovered,
+            "any answer that is not an outage means APNs is up")
         #expect(breaker.probe == nil && breaker.isClosed)
     }
 

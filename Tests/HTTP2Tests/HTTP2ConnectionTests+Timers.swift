@@ -1,8 +1,9 @@
 import Dispatch
 import Foundation
-@testable import HTTP2
 import TestSupport
 import Testing
+
+@testable import HTTP2
 
 extension HTTP2ConnectionTests {
     /// An APNs connection lives for weeks: a simulated day (86,400 one-second steps of the loop's clock: 86,400
@@ -16,8 +17,10 @@ extension HTTP2ConnectionTests {
         configuration.idlePingInterval = .seconds(60)
         configuration.pingTimeout = .seconds(10)
         let events = EventLog()
-        let connection = HTTP2ClientConnection(configuration, tls: try TLSContext.client(extraCAFile: TLSFixtures.caFile),
-                                               loop: loop) { events.append($0) }
+        let connection = HTTP2ClientConnection(
+            configuration, tls: try TLSContext.client(extraCAFile: TLSFixtures.caFile),
+            loop: loop
+        ) { events.append($0) }
         connection.connect()
         defer { connection.close(immediately: true) }
         #expect((try send(connection, HTTP2Request(path: "/first"))?.get())?.status == 200)

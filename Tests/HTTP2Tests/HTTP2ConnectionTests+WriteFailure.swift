@@ -1,9 +1,10 @@
 import Dispatch
 import Foundation
-@testable import HTTP2
 import Synchronization
 import TestSupport
 import Testing
+
+@testable import HTTP2
 
 extension HTTP2ConnectionTests {
     /// The server resets the connection (TCP RST) while the client is not looking; the client's next write fails

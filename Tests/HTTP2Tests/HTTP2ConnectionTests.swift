@@ -18,13 +18,16 @@ import Testing
     }
 
     func server(certificate: String = "server", streams: UInt32 = 100, handler: @escaping HTTP2Server.Handler) throws -> HTTP2Server {
-        let tls = try TLSContext.server(certificateChainFile: TLSFixtures.path("\(certificate).pem"),
-                                        privateKeyFile: TLSFixtures.path("\(certificate).key"))
+        let tls = try TLSContext.server(
+            certificateChainFile: TLSFixtures.path("\(certificate).pem"),
+            privateKeyFile: TLSFixtures.path("\(certificate).key"))
         return try HTTP2Server(host: "127.0.0.1", port: 0, tls: tls, loops: [serverLoop], maxConcurrentStreams: streams, handler: handler)
     }
 
-    func client(_ port: UInt16, host: String = "127.0.0.1", timeout: Duration = .seconds(10),
-                events: EventLog = EventLog()) throws -> HTTP2ClientConnection {
+    func client(
+        _ port: UInt16, host: String = "127.0.0.1", timeout: Duration = .seconds(10),
+        events: EventLog = EventLog()
+    ) throws -> HTTP2ClientConnection {
         var configuration = HTTP2ClientConnection.Configuration(host: host, port: port)
         configuration.requestTimeout = timeout
         let connection = HTTP2ClientConnection(configuration, tls: try TLSContext.client(extraCAFile: TLSFixtures.caFile), loop: loop) { event in

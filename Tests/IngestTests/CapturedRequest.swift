@@ -33,8 +33,9 @@ struct CapturedRequest {
     /// What `WebhookParser` gets for a body the server does not decode into form fields (JSON, text, GET).
     var parserRequest: HTTPRequest {
         let parts = target.split(separator: "?", maxSplits: 1)
-        return HTTPRequest(method: method, path: String(parts[0]), rawQuery: parts.count > 1 ? String(parts[1]) : "",
-                           headers: headers, body: body)
+        return HTTPRequest(
+            method: method, path: String(parts[0]), rawQuery: parts.count > 1 ? String(parts[1]) : "",
+            headers: headers, body: body)
     }
 
     /// The captured bytes for device `id`, with `Connection: close` so the test client reads the answer to the end.

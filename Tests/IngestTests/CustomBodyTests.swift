@@ -6,9 +6,11 @@ import Testing
 /// SPEC §2.2 "Custom bodies as users really write them": every body Uptime Kuma's real client sends (captured in
 /// Tests/Fixtures/webhooks/real-*.http) becomes an event, and only a body with no usable text is refused.
 @Suite struct CustomBodyTests {
-    static let pingDown = "[NAS ping] [🔴 Down] PING 10.20.0.7 (10.20.0.7) 56(84) bytes of data.\n\n--- 10.20.0.7 ping statistics ---\n"
+    static let pingDown =
+        "[NAS ping] [🔴 Down] PING 10.20.0.7 (10.20.0.7) 56(84) bytes of data.\n\n--- 10.20.0.7 ping statistics ---\n"
         + "1 packets transmitted, 0 received, 100% packet loss, time 0ms\n\n"
-    static let keywordDown = "[Shop \"Main\" page] [🔴 Down] 200 - OK, but keyword is not in [<html lang=\"en\">\n<head>\n\t<title>Shop \"Main\" C:\\...]"
+    static let keywordDown =
+        "[Shop \"Main\" page] [🔴 Down] 200 - OK, but keyword is not in [<html lang=\"en\">\n<head>\n\t<title>Shop \"Main\" C:\\...]"
 
     func event(_ fixture: String) throws -> AlertEvent {
         try WebhookParser.parse(CapturedRequest(fixture).parserRequest).get()
@@ -32,8 +34,9 @@ import Testing
     }
 
     @Test func unescapedTemplateWithQuotesATabAndBackslashesFromAKeywordMiss() throws {
-        #expect(try event("real-custom-keyword-down.http")
-            == AlertEvent(kind: .generic, title: "Shop \"Main\" page", message: Self.keywordDown))
+        #expect(
+            try event("real-custom-keyword-down.http")
+                == AlertEvent(kind: .generic, title: "Shop \"Main\" page", message: Self.keywordDown))
     }
 
     @Test func templateJSONStringifiedByAxiosUnderAJSONContentTypeHeader_7211() throws {
@@ -43,8 +46,9 @@ import Testing
     }
 
     @Test func templateThatRendersValidJSONIsSentAsItIs() throws {
-        #expect(try event("real-custom-json-header-http-down.http")
-            == AlertEvent(kind: .generic, title: "Shop API", message: "[Shop API] [🔴 Down] Request failed with status code 503"))
+        #expect(
+            try event("real-custom-json-header-http-down.http")
+                == AlertEvent(kind: .generic, title: "Shop API", message: "[Shop API] [🔴 Down] Request failed with status code 503"))
     }
 
     @Test func plainTextTemplateIsTheBodyOfAKumaPush() throws {
@@ -56,12 +60,16 @@ import Testing
 
     @Test func jsonModeAndGetModeFromTheRealClient() throws {
         let ping = try event("real-json-ping-down.http")
-        #expect(ping == AlertEvent(kind: .monitor, status: .down, monitorID: 15, monitorName: "NAS ping",
-                                   message: String(Self.pingDown.dropFirst("[NAS ping] [🔴 Down] ".count))))
+        #expect(
+            ping
+                == AlertEvent(
+                    kind: .monitor, status: .down, monitorID: 15, monitorName: "NAS ping",
+                    message: String(Self.pingDown.dropFirst("[NAS ping] [🔴 Down] ".count))))
         let get = CapturedRequest("real-get-http-up.http")
         #expect(get.target.utf8.count > 2500, "a real GET carries the whole monitor in its URL")
-        #expect(try event("real-get-http-up.http")
-            == AlertEvent(kind: .monitor, status: .up, monitorID: 33, monitorName: "Web 🐘🔴 \\ edge", message: "200 - OK"))
+        #expect(
+            try event("real-get-http-up.http")
+                == AlertEvent(kind: .monitor, status: .up, monitorID: 33, monitorName: "Web 🐘🔴 \\ edge", message: "200 - OK"))
         #expect(try event("real-get-test-button.http") == .test("My Webhook Alert (1) Testing"))
     }
 
@@ -76,8 +84,9 @@ import Testing
     @Test func formFieldsAreUsedAsSuch() throws {
         // An unescaped `title={{name}}&body={{msg}}` template: raw spaces, newlines, a `%` that escapes nothing, an `&`.
         let template = "title=NAS ping&body=PING x\n1 transmitted, 100% packet loss & no reply"
-        #expect(try parse(template, type: "application/x-www-form-urlencoded").get()
-            == AlertEvent(kind: .generic, title: "NAS ping", message: "PING x\n1 transmitted, 100% packet loss & no reply"))
+        #expect(
+            try parse(template, type: "application/x-www-form-urlencoded").get()
+                == AlertEvent(kind: .generic, title: "NAS ping", message: "PING x\n1 transmitted, 100% packet loss & no reply"))
         let data = "data=" + (Fixtures.text("d-test-button.json").addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? "")
         #expect(try parse(data, type: "application/x-www-form-urlencoded").get() == .test("My Webhook Alert (1) Testing"))
         #expect(try parse("msg=Backup+done", type: "text/plain").get() == .test("Backup done"))
@@ -86,22 +95,24 @@ import Testing
     }
 
     @Test func jsonThatHoldsFormLikeTextIsStillJSON() throws {
-        #expect(try parse("{\"title\":\"A\",\"body\":\"x=1&msg=2\"}", type: "application/x-www-form-urlencoded").get()
-            == AlertEvent(kind: .generic, title: "A", message: "x=1&msg=2"))
+        #expect(
+            try parse("{\"title\":\"A\",\"body\":\"x=1&msg=2\"}", type: "application/x-www-form-urlencoded").get()
+                == AlertEvent(kind: .generic, title: "A", message: "x=1&msg=2"))
     }
 
     @Test(arguments: [
         ("{\"subject\":\"S\",\"message\":\"M\"}", "S", "M"), ("{\"title\":\"T\",\"text\":\"X\"}", "T", "X"),
         ("{\"title\":\"T\",\"msg\":\"from msg\"}", "T", "from msg"), ("{\"text\":\"only text\"}", "", "only text"),
-        ("{\"title\":\"only a title\"}", "only a title", ""), ("{\"title\":5,\"body\":\"B\"}", "", "B"),
+        ("{\"title\":\"only a title\"}", "only a title", ""), ("{\"title\":5,\"body\":\"B\"}", "", "B")
     ])
     func genericObjectsUseTheCommonTemplateNames(body: String, title: String, message: String) throws {
         #expect(try parse(body, type: "application/json").get() == AlertEvent(kind: .generic, title: title, message: message))
     }
 
     @Test func aJSONStringThatHoldsNoJSONIsText() throws {
-        #expect(try parse("\"Disk almost full\\non nas\"", type: "application/json").get()
-            == AlertEvent(kind: .generic, message: "Disk almost full\non nas"))
+        #expect(
+            try parse("\"Disk almost full\\non nas\"", type: "application/json").get()
+                == AlertEvent(kind: .generic, message: "Disk almost full\non nas"))
     }
 
     @Test func textThatIsNotAnObjectBecomesTheBody() throws {
@@ -131,7 +142,7 @@ import Testing
         ("application/json", "{\"other\":1}", "no title, body or msg field"),
         ("text/plain", "{\"other\":\"x\",\n\"n\":\"a\nb\"}", "no title, body or msg field"),
         ("application/json", "{\"heartbeat\":\"down\",\"monitor\":{}}", "heartbeat is not an object"),
-        ("application/json", "{\"heartbeat\":{\"status\":\"0\"},\"monitor\":{\"name\":\"A\"}}", "heartbeat.status is not an integer"),
+        ("application/json", "{\"heartbeat\":{\"status\":\"0\"},\"monitor\":{\"name\":\"A\"}}", "heartbeat.status is not an integer")
     ])
     func bodiesWithNoUsableTextSayWhatIsWrong(type: String, body: String, reason: String) {
         #expect(parse(body, type: type) == .failure(.invalidBody(reason)))

@@ -18,8 +18,9 @@ import Testing
 
     @Test func registerCreatesThenRecognisesTheTokenAndRotatesTheAuthToken() throws {
         let upper = String(repeating: "AB", count: 32)
-        let first = try h.client.send("POST", "/devices", headers: [("Content-Type", "application/json")],
-                                      body: Array("{\"device_token\":\"\(upper)\"}".utf8))
+        let first = try h.client.send(
+            "POST", "/devices", headers: [("Content-Type", "application/json")],
+            body: Array("{\"device_token\":\"\(upper)\"}".utf8))
         #expect(first.status == 201)
         let device = try #require(first.json)
         #expect(device["device_token"] as? String == upper.lowercased())
@@ -30,8 +31,9 @@ import Testing
         let oldAuth = try #require(device["auth_token"] as? String)
         #expect(DeviceID.isWellFormed(id) && oldAuth.count == 43)
 
-        let second = try h.client.send("POST", "/devices", headers: [("Content-Type", "application/json")],
-                                       body: Array("{\"device_token\":\"\(upper.lowercased())\"}".utf8))
+        let second = try h.client.send(
+            "POST", "/devices", headers: [("Content-Type", "application/json")],
+            body: Array("{\"device_token\":\"\(upper.lowercased())\"}".utf8))
         #expect(second.status == 200)
         #expect(second.json?["id"] as? String == id)
         let newAuth = try #require(second.json?["auth_token"] as? String)
@@ -40,10 +42,12 @@ import Testing
         #expect(try authorized("GET", id, newAuth).status == 200)
     }
 
-    @Test(arguments: [("not json", 400, "invalid request body"), ("[]", 400, "invalid request body"),
-                      ("{\"device_token\":12}", 400, "invalid request body"), ("{}", 400, "invalid request body"),
-                      ("{\"device_token\":\"xyz\"}", 400, "invalid device token"),
-                      ("{\"device_token\":\"abc\"}", 400, "invalid device token")])
+    @Test(arguments: [
+        ("not json", 400, "invalid request body"), ("[]", 400, "invalid request body"),
+        ("{\"device_token\":12}", 400, "invalid request body"), ("{}", 400, "invalid request body"),
+        ("{\"device_token\":\"xyz\"}", 400, "invalid device token"),
+        ("{\"device_token\":\"abc\"}", 400, "invalid device token")
+    ])
     func registerRejectsBadBodies(body: String, status: Int, message: String) throws {
         let response = try h.client.send("POST", "/devices", headers: [("Content-Type", "application/json")], body: Array(body.utf8))
         #expect(response.status == status && response.json?["error"] as? String == message)
@@ -60,7 +64,7 @@ import Testing
             try h.client.send("GET", "/devices/\(id)"),
             try h.client.send("GET", "/devices/\(id)", headers: [("Authorization", "Basic \(auth)")]),
             try authorized("GET", "NoSuchDevice12", auth),
-            try authorized("GET", "not-an-id", auth),
+            try authorized("GET", "not-an-id", auth)
         ]
         for failure in failures {
             #expect(failure.status == 401 && failure.text == "{\"error\":\"unauthorized\"}")
@@ -72,9 +76,13 @@ import Testing
         let other = try h.register(token: String(repeating: "cd", count: 32))
         _ = other
         #expect(try authorized("PATCH", id, auth, body: "{}").json?["error"] as? String == "nothing to update")
-        #expect(try authorized("PATCH", id, auth, body: "{\"device_token\":null,\"down_notification_level\":null}").json?["error"] as? String == "nothing to update")
+        #expect(
+            try authorized("PATCH", id, auth, body: "{\"device_token\":null,\"down_notification_level\":null}").json?["error"] as? String
+                == "nothing to update")
         #expect(try authorized("PATCH", id, auth, body: "{\"device_token\":\"zz\"}").json?["error"] as? String == "invalid device token")
-        #expect(try authorized("PATCH", id, auth, body: "{\"down_notification_level\":\"loud\"}").json?["error"] as? String == "invalid down_notification_level")
+        #expect(
+            try authorized("PATCH", id, auth, body: "{\"down_notification_level\":\"loud\"}").json?["error"] as? String
+                == "invalid down_notification_level")
         #expect(try authorized("PATCH", id, auth, body: "{\"down_notification_level\":5}").json?["error"] as? String == "invalid request body")
         #expect(try authorized("PATCH", id, auth, body: "nope").status == 400)
         let conflict = try authorized("PATCH", id, auth, body: "{\"device_token\":\"\(String(repeating: "cd", count: 32))\"}")
@@ -105,8 +113,9 @@ import Testing
         let h = try IngestHarness(["RATE_LIMIT_REGISTER": "2/1m"])
         _ = try h.register(token: String(repeating: "a1", count: 32))
         _ = try h.register(token: String(repeating: "a2", count: 32))
-        let third = try h.client.send("POST", "/devices", headers: [("Content-Type", "application/json")],
-                                      body: Array("{\"device_token\":\"\(String(repeating: "a3", count: 32))\"}".utf8))
+        let third = try h.client.send(
+            "POST", "/devices", headers: [("Content-Type", "application/json")],
+            body: Array("{\"device_token\":\"\(String(repeating: "a3", count: 32))\"}".utf8))
         #expect(third.status == 429 && third.json?["error"] as? String == "too many requests")
         #expect(Int(third.headers["retry-after"] ?? "") ?? 0 >= 1)
     }
@@ -114,8 +123,10 @@ import Testing
     @Test func behindATrustedProxyEachForwardedClientHasItsOwnLimit() throws {
         let h = try IngestHarness(["RATE_LIMIT_REGISTER": "1/1m", "BEHIND_PROXY": "true"])
         func register(_ forwardedFor: String, _ seed: String) throws -> Int {
-            try h.client.send("POST", "/devices", headers: [("Content-Type", "application/json"), ("X-Forwarded-For", forwardedFor)],
-                              body: Array("{\"device_token\":\"\(String(repeating: seed, count: 32))\"}".utf8)).status
+            try h.client.send(
+                "POST", "/devices", headers: [("Content-Type", "application/json"), ("X-Forwarded-For", forwardedFor)],
+                body: Array("{\"device_token\":\"\(String(repeating: seed, count: 32))\"}".utf8)
+            ).status
         }
         #expect(try register("203.0.113.7", "b1") == 201)
         #expect(try register("203.0.113.8", "b2") == 201)

@@ -48,7 +48,9 @@ class ForwardingStore: RelayStore, @unchecked Sendable {
     func setEnvironment(deviceID: String, token: String, environment: Settings.APNsEnvironment) throws(StoreError) {
         try inner.setEnvironment(deviceID: deviceID, token: token, environment: environment)
     }
-    func recordPause(worker: String, reason: String?, now: Int64) throws(StoreError) { try inner.recordPause(worker: worker, reason: reason, now: now) }
+    func recordPause(worker: String, reason: String?, now: Int64) throws(StoreError) {
+        try inner.recordPause(worker: worker, reason: reason, now: now)
+    }
     func currentPause(since: Int64) throws(StoreError) -> String? { try inner.currentPause(since: since) }
     func reportedOutcome(publicID: String) throws(StoreError) -> ReportedOutcome? { try inner.reportedOutcome(publicID: publicID) }
     func purgeReportedOutcomes(before: Int64) throws(StoreError) -> Int { try inner.purgeReportedOutcomes(before: before) }

@@ -21,8 +21,9 @@ import Testing
             responder.respond(.json(201, "{\"ok\":true}", headers: [("X-Test", "1")]))
         }
         let client = RawHTTPClient(port: server.port)
-        let response = try client.send("POST", "/devices?x=1&y=a+b", headers: [("Content-Type", "application/json"), ("X-Forwarded-For", "1.2.3.4")],
-                                       body: Array("{\"a\":1}".utf8))
+        let response = try client.send(
+            "POST", "/devices?x=1&y=a+b", headers: [("Content-Type", "application/json"), ("X-Forwarded-For", "1.2.3.4")],
+            body: Array("{\"a\":1}".utf8))
         #expect(response.status == 201)
         #expect(response.headers["content-type"] == "application/json")
         #expect(response.headers["x-test"] == "1")
@@ -64,13 +65,15 @@ import Testing
         let boundary = "--------------------------123456789012345678901234"
         let json = "{\"heartbeat\":null,\"monitor\":null,\"msg\":\"My Webhook Alert (1) Testing 🔴\"}"
         let multipart = "--\(boundary)\r\nContent-Disposition: form-data; name=\"data\"\r\n\r\n\(json)\r\n--\(boundary)--\r\n"
-        _ = try client.send("POST", "/wh/x", headers: [("Content-Type", "multipart/form-data; boundary=\(boundary)")],
-                            body: Array(multipart.utf8), chunked: true)
+        _ = try client.send(
+            "POST", "/wh/x", headers: [("Content-Type", "multipart/form-data; boundary=\(boundary)")],
+            body: Array(multipart.utf8), chunked: true)
         #expect(seen.withLock { $0.map(\.0) } == ["data"])
         #expect(seen.withLock { $0.first?.1 } == Array(json.utf8))
 
-        _ = try client.send("POST", "/wh/x", headers: [("Content-Type", "application/x-www-form-urlencoded")],
-                            body: Array("data=%7B%22msg%22%3A%22a+b%22%7D&other=1".utf8))
+        _ = try client.send(
+            "POST", "/wh/x", headers: [("Content-Type", "application/x-www-form-urlencoded")],
+            body: Array("data=%7B%22msg%22%3A%22a+b%22%7D&other=1".utf8))
         #expect(seen.withLock { $0.map(\.0) } == ["data", "other"])
         #expect(seen.withLock { String(decoding: $0[0].1, as: UTF8.self) } == "{\"msg\":\"a b\"}")
     }

@@ -15,8 +15,10 @@ final class IngestHarness {
     /// Every log line the service wrote, as text.
     let logLines = LogCapture()
 
-    init(_ environment: [String: String] = [:], clock: any WallClock = SystemClock(),
-         wrap: (SQLiteStore) -> any RelayStore = { $0 }) throws {
+    init(
+        _ environment: [String: String] = [:], clock: any WallClock = SystemClock(),
+        wrap: (SQLiteStore) -> any RelayStore = { $0 }
+    ) throws {
         var environment = environment
         environment["METRICS_ADDR"] = environment["METRICS_ADDR"] ?? "off"
         let (settings, _) = try Settings.load(environment: environment, arguments: [])
@@ -42,8 +44,9 @@ final class IngestHarness {
 
     /// Registers a device through the API; returns (id, auth token).
     func register(token: String = IngestHarness.token) throws -> (id: String, auth: String) {
-        let response = try client.send("POST", "/devices", headers: [("Content-Type", "application/json")],
-                                       body: Array("{\"device_token\":\"\(token)\"}".utf8))
+        let response = try client.send(
+            "POST", "/devices", headers: [("Content-Type", "application/json")],
+            body: Array("{\"device_token\":\"\(token)\"}".utf8))
         guard let json = response.json, let id = json["id"] as? String, let auth = json["auth_token"] as? String else {
             throw RawHTTPClient.Failure.malformed(response.text)
         }
@@ -64,7 +67,6 @@ final class IngestHarness {
         Set(try RawSQLite(path: directory.path("relay.db")).query("SELECT public_id FROM jobs").map { $0[0] })
     }
 }
-
 
 /// Collects log lines for assertions about what is (never) logged.
 final class LogCapture: Sendable {

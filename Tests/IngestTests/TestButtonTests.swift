@@ -1,9 +1,10 @@
 import Common
-@testable import Ingest
 import Foundation
 import Queue
 import TestSupport
 import Testing
+
+@testable import Ingest
 
 /// SPEC §2.2's 502 rows: a Test button never says "sent" for a push that cannot arrive.
 @Suite struct TestButtonTests {
@@ -69,8 +70,9 @@ import Testing
         }
         let claimed = try #require(job)
         #expect(claimed.reportsOutcome)
-        _ = try h.store.finish([JobOutcome(jobID: claimed.id, attempt: claimed.attempt, kind: kind)],
-                               worker: "w", now: SystemClock().nowMillis())
+        _ = try h.store.finish(
+            [JobOutcome(jobID: claimed.id, attempt: claimed.attempt, kind: kind)],
+            worker: "w", now: SystemClock().nowMillis())
         return try #require(answer.wait(until: deadline))
     }
 }
@@ -111,12 +113,15 @@ typealias ResponseBox = AnswerBox<RawHTTPClient.Response>
     @Test func everyWaitingRequestGetsItsOwnOutcomeAndThoseOverCapacityAreNotHeld() throws {
         let directory = TemporaryDirectory()
         let store = try SQLiteStore(path: directory.path("relay.db"), now: SystemClock().nowMillis())
-        let device = try store.registerDevice(token: String(repeating: "ab", count: 32), authTokenHash: "h", now: 0,
-                                              newID: { try DeviceID.generate() }).device.id
+        let device = try store.registerDevice(
+            token: String(repeating: "ab", count: 32), authTokenHash: "h", now: 0,
+            newID: { try DeviceID.generate() }
+        ).device.id
         let waiter = TestOutcomeWaiter(store: store, clock: SystemClock(), capacity: 2)
         let ids = ["a", "b", "c"].map { "00000000-0000-0000-0000-00000000000\($0)" }
-        _ = try store.enqueue(ids.map { NewJob(deviceID: device, publicID: $0, payload: AlertEvent.test("t").jobPayload, reportsOutcome: true) },
-                              now: SystemClock().nowMillis(), ttl: .seconds(60))
+        _ = try store.enqueue(
+            ids.map { NewJob(deviceID: device, publicID: $0, payload: AlertEvent.test("t").jobPayload, reportsOutcome: true) },
+            now: SystemClock().nowMillis(), ttl: .seconds(60))
         let recorders = ids.map { _ in Recorder() }
         let deadline = ContinuousClock.now + .seconds(20)
         #expect(waiter.wait(for: ids[0], until: deadline, responder: recorders[0]))
@@ -130,8 +135,9 @@ typealias ResponseBox = AnswerBox<RawHTTPClient.Response>
         _ = try store.finish([JobOutcome(jobID: first.id, attempt: first.attempt, kind: .delivered)], worker: "w", now: SystemClock().nowMillis())
         let second = try #require(try store.claim(worker: "w", limit: 10, now: SystemClock().nowMillis(), lease: .seconds(60)).first)
         #expect(second.publicID == ids[1])
-        _ = try store.finish([JobOutcome(jobID: second.id, attempt: second.attempt, kind: .deadLetter(reason: "BadDeviceToken"))],
-                             worker: "w", now: SystemClock().nowMillis())
+        _ = try store.finish(
+            [JobOutcome(jobID: second.id, attempt: second.attempt, kind: .deadLetter(reason: "BadDeviceToken"))],
+            worker: "w", now: SystemClock().nowMillis())
         #expect(recorders[0].wait(until: deadline)?.status == 200)
         let rejected = recorders[1].wait(until: deadline)
         #expect(rejected?.status == 502 && String(decoding: rejected?.body ?? [], as: UTF8.self).contains("apns rejected: BadDeviceToken"))

@@ -59,17 +59,24 @@ import Testing
     @Test func everyBodyUptimeKumaSendsIsStoredAsItsEvent() throws {
         let h = try IngestHarness()
         let (id, _) = try h.register()
-        let ping = "PING 10.20.0.7 (10.20.0.7) 56(84) bytes of data.\n\n--- 10.20.0.7 ping statistics ---\n"
+        let ping =
+            "PING 10.20.0.7 (10.20.0.7) 56(84) bytes of data.\n\n--- 10.20.0.7 ping statistics ---\n"
             + "1 packets transmitted, 0 received, 100% packet loss, time 0ms\n\n"
         let expected: [(String, AlertEvent)] = [
             ("real-json-ping-down.http", AlertEvent(kind: .monitor, status: .down, monitorID: 15, monitorName: "NAS ping", message: ping)),
-            ("real-form-data-keyword-down.http", AlertEvent(kind: .monitor, status: .down, monitorID: 21, monitorName: "Shop \"Main\" page",
-                                                            message: "200 - OK, but keyword is not in [<html lang=\"en\">\n<head>\n\t<title>Shop \"Main\" C:\\...]")),
+            (
+                "real-form-data-keyword-down.http",
+                AlertEvent(
+                    kind: .monitor, status: .down, monitorID: 21, monitorName: "Shop \"Main\" page",
+                    message: "200 - OK, but keyword is not in [<html lang=\"en\">\n<head>\n\t<title>Shop \"Main\" C:\\...]")
+            ),
             ("real-custom-ping-down.http", AlertEvent(kind: .generic, title: "NAS ping", message: "[NAS ping] [🔴 Down] " + ping)),
             ("real-custom-json-header-ping-down.http", AlertEvent(kind: .generic, title: "NAS ping", message: "[NAS ping] [🔴 Down] " + ping)),
-            ("real-custom-text-ping-down.http",
-             AlertEvent(kind: .generic, message: "🔴 Down NAS ping: [NAS ping] [🔴 Down] " + ping.trimmingCharacters(in: .newlines))),
-            ("real-get-http-up.http", AlertEvent(kind: .monitor, status: .up, monitorID: 33, monitorName: "Web 🐘🔴 \\ edge", message: "200 - OK")),
+            (
+                "real-custom-text-ping-down.http",
+                AlertEvent(kind: .generic, message: "🔴 Down NAS ping: [NAS ping] [🔴 Down] " + ping.trimmingCharacters(in: .newlines))
+            ),
+            ("real-get-http-up.http", AlertEvent(kind: .monitor, status: .up, monitorID: 33, monitorName: "Web 🐘🔴 \\ edge", message: "200 - OK"))
         ]
         for (fixture, event) in expected {
             let captured = CapturedRequest(fixture)
@@ -87,20 +94,29 @@ import Testing
         let (id, _) = try h.register()
         let cases: [(String, [UInt8], Int, String)] = [
             ("application/json", Array("{\"heartbeat\":{\"status\":0".utf8), 400, "invalid request body: invalid JSON at byte 24: unexpected end"),
-            ("application/json", [0x7b, 0x22, 0x6d, 0x73, 0x67, 0x22, 0x3a, 0x22, 0xc3, 0x28, 0x22, 0x7d], 400,
-             "invalid request body: invalid JSON at byte 11: invalid UTF-8 in string"),
+            (
+                "application/json", [0x7b, 0x22, 0x6d, 0x73, 0x67, 0x22, 0x3a, 0x22, 0xc3, 0x28, 0x22, 0x7d], 400,
+                "invalid request body: invalid JSON at byte 11: invalid UTF-8 in string"
+            ),
             ("application/json", Array("[{\"msg\":\"x\"}]".utf8), 400, "invalid request body: the JSON holds no object and no text"),
-            ("application/json", Array("{\"heartbeat\":{\"status\":\"down\"},\"monitor\":{\"name\":\"A\"}}".utf8), 400,
-             "invalid request body: heartbeat.status is not an integer"),
-            ("application/json", Array("{\"monitor\":{\"name\":[1]},\"heartbeat\":{}}".utf8), 400,
-             "invalid request body: monitor.name is not a string"),
+            (
+                "application/json", Array("{\"heartbeat\":{\"status\":\"down\"},\"monitor\":{\"name\":\"A\"}}".utf8), 400,
+                "invalid request body: heartbeat.status is not an integer"
+            ),
+            (
+                "application/json", Array("{\"monitor\":{\"name\":[1]},\"heartbeat\":{}}".utf8), 400,
+                "invalid request body: monitor.name is not a string"
+            ),
             ("application/json", [UInt8](repeating: 0x20, count: 70_000), 413, "request body too large"),
             ("text/plain", [0x68, 0xff], 400, "invalid request body: the body is not UTF-8 (byte 1)"),
             ("application/x-www-form-urlencoded", [], 400, "invalid request body: empty body"),
             ("application/octet-stream", [0, 1, 2, 255], 415, "unsupported content type: send JSON, a form or text/plain"),
             ("application/xml", Array("<alert/>".utf8), 415, "unsupported content type: send JSON, a form or text/plain"),
-            ("multipart/form-data; boundary=zzz", Array("--zzz\r\nContent-Disposition: form-data; name=\"other\"\r\n\r\nx\r\n--zzz--\r\n".utf8), 400,
-             "invalid request body: no data field in the form-data"),
+            (
+                "multipart/form-data; boundary=zzz", Array("--zzz\r\nContent-Disposition: form-data; name=\"other\"\r\n\r\nx\r\n--zzz--\r\n".utf8),
+                400,
+                "invalid request body: no data field in the form-data"
+            )
         ]
         for (type, body, status, error) in cases {
             let response = try h.client.send("POST", "/wh/\(id)", headers: [("Content-Type", type)], body: body)
@@ -125,8 +141,9 @@ import Testing
         let (id, _) = try h.register()
         #expect(try h.webhook(id, Fixtures.text("a-1.23-http-down.json")).status == 202)
         let job = try #require(try h.store.claim(worker: "w", limit: 1, now: SystemClock().nowMillis(), lease: .seconds(60)).first)
-        _ = try h.store.finish([JobOutcome(jobID: job.id, attempt: job.attempt, kind: .removeDevice(reason: "Unregistered"))],
-                               worker: "w", now: SystemClock().nowMillis())
+        _ = try h.store.finish(
+            [JobOutcome(jobID: job.id, attempt: job.attempt, kind: .removeDevice(reason: "Unregistered"))],
+            worker: "w", now: SystemClock().nowMillis())
         let response = try h.webhook(id, Fixtures.text("a-1.23-http-down.json"))
         #expect(response.status == 410 && response.json?["error"] as? String == "device unregistered")
     }
@@ -252,12 +269,16 @@ import Testing
         let h = try IngestHarness(["BASE_PATH": "/relay/"])
         #expect(try h.client.send("GET", "/relay/health").status == 200)
         #expect(try h.client.send("GET", "/health").status == 404)
-        let registered = try h.client.send("POST", "/relay/devices", headers: [("Content-Type", "application/json")],
-                                           body: Array("{\"device_token\":\"\(IngestHarness.token)\"}".utf8))
+        let registered = try h.client.send(
+            "POST", "/relay/devices", headers: [("Content-Type", "application/json")],
+            body: Array("{\"device_token\":\"\(IngestHarness.token)\"}".utf8))
         #expect(registered.status == 201)
         let id = try #require(registered.json?["id"] as? String)
-        #expect(try h.client.send("POST", "/relay/wh/\(id)", headers: [("Content-Type", "application/json")],
-                                  body: Fixtures.bytes("d-test-button.json")).status == 202)
+        #expect(
+            try h.client.send(
+                "POST", "/relay/wh/\(id)", headers: [("Content-Type", "application/json")],
+                body: Fixtures.bytes("d-test-button.json")
+            ).status == 202)
     }
 }
 

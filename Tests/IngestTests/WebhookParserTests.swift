@@ -18,14 +18,20 @@ import Testing
 
     @Test func example_A_123_httpDown() throws {
         let n = try push(json(Fixtures.bytes("a-1.23-http-down.json")), timeSensitive: true)
-        #expect(n == PushMessage(title: "Shop API is down", body: "Request failed with status code 503",
-                                  interruptionLevel: .timeSensitive, threadID: "monitor-12"))
+        #expect(
+            n
+                == PushMessage(
+                    title: "Shop API is down", body: "Request failed with status code 503",
+                    interruptionLevel: .timeSensitive, threadID: "monitor-12"))
     }
 
     @Test func example_B_25_httpDownInGroup() throws {
         let n = try push(json(Fixtures.bytes("b-2.5-http-down-in-group.json")), timeSensitive: false)
-        #expect(n == PushMessage(title: "Shop API is down", body: "Request failed with status code 502",
-                                  interruptionLevel: .active, threadID: "monitor-12"))
+        #expect(
+            n
+                == PushMessage(
+                    title: "Shop API is down", body: "Request failed with status code 502",
+                    interruptionLevel: .active, threadID: "monitor-12"))
     }
 
     @Test func example_C_pushMonitorUpIsNeverTimeSensitive() throws {
@@ -73,8 +79,9 @@ import Testing
         // the object in bracket notation (captured from the real client).
         let captured = CapturedRequest("real-json-urlencoded-header-http-down.http")
         #expect(String(decoding: captured.body, as: UTF8.self).hasPrefix("heartbeat%5BmonitorID%5D=12&"))
-        #expect(try push(captured.parserRequest)
-            == PushMessage(title: "Shop API is down", body: "Request failed with status code 503", threadID: "monitor-12"))
+        #expect(
+            try push(captured.parserRequest)
+                == PushMessage(title: "Shop API is down", body: "Request failed with status code 503", threadID: "monitor-12"))
     }
 
     @Test func genericTitleAndBody() throws {
@@ -83,7 +90,8 @@ import Testing
     }
 
     @Test func pendingMaintenanceAndEmptyTestMessage() throws {
-        let pending = try push(json(Array("{\"heartbeat\":{\"status\":2,\"msg\":\"retrying\"},\"monitor\":{\"id\":1,\"name\":\"A\"}}".utf8)), timeSensitive: true)
+        let pending = try push(
+            json(Array("{\"heartbeat\":{\"status\":2,\"msg\":\"retrying\"},\"monitor\":{\"id\":1,\"name\":\"A\"}}".utf8)), timeSensitive: true)
         #expect(pending.title == "A is pending" && pending.interruptionLevel == .active)
         let maintenance = try push(json(Array("{\"heartbeat\":{\"status\":3},\"monitor\":{\"name\":\"A\"},\"msg\":\"\"}".utf8)))
         #expect(maintenance.title == "A is under maintenance" && maintenance.threadID == "monitor-A")
@@ -94,7 +102,7 @@ import Testing
         "", "{", "{\"heartbeat\":", "[1,2]", "42", "null", "{}", "{\"other\":1}",
         "{\"heartbeat\":\"down\",\"monitor\":{}}", "{\"heartbeat\":{\"status\":\"0\"},\"monitor\":{\"name\":\"A\"}}",
         "{\"heartbeat\":{\"status\":0},\"monitor\":{\"name\":5}}", "{\"msg\":7}", "{\"title\":1}", "{\"title\":[\"x\"]}",
-        "{\"heartbeat\":{\"status\":true},\"monitor\":{\"name\":\"A\"}}", "{\"heartbeat\":{\"status\":0.5},\"monitor\":{}}",
+        "{\"heartbeat\":{\"status\":true},\"monitor\":{\"name\":\"A\"}}", "{\"heartbeat\":{\"status\":0.5},\"monitor\":{}}"
     ])
     func hostileJSONIsAnInvalidBody(text: String) {
         guard case .failure(.invalidBody(let reason)) = WebhookParser.parse(json(Array(text.utf8))) else {
@@ -105,12 +113,14 @@ import Testing
     }
 
     @Test func invalidUTF8IsAnInvalidBody() {
-        #expect(WebhookParser.parse(json([0x7b, 0x22, 0x6d, 0x73, 0x67, 0x22, 0x3a, 0x22, 0xff, 0xfe, 0x22, 0x7d]))
-            == .failure(.invalidBody("invalid JSON at byte 11: invalid UTF-8 in string")))
+        #expect(
+            WebhookParser.parse(json([0x7b, 0x22, 0x6d, 0x73, 0x67, 0x22, 0x3a, 0x22, 0xff, 0xfe, 0x22, 0x7d]))
+                == .failure(.invalidBody("invalid JSON at byte 11: invalid UTF-8 in string")))
         let query = HTTPRequest(method: "GET", path: "/wh/x", rawQuery: "msg=%FF%FE")
         #expect(WebhookParser.parse(query) == .failure(.invalidBody("the query string has an invalid %-escape or is not UTF-8")))
-        #expect(WebhookParser.parse(HTTPRequest(method: "GET", path: "/wh/x", rawQuery: "msg=%Z1"))
-            == .failure(.invalidBody("the query string has an invalid %-escape or is not UTF-8")))
+        #expect(
+            WebhookParser.parse(HTTPRequest(method: "GET", path: "/wh/x", rawQuery: "msg=%Z1"))
+                == .failure(.invalidBody("the query string has an invalid %-escape or is not UTF-8")))
     }
 
     @Test func otherContentTypesAreUnsupported() {
@@ -126,8 +136,10 @@ import Testing
 @Suite struct PushMessageTests {
     @Test func payloadIsTheAPNsShape() throws {
         let n = PushMessage(title: "DB is down", body: "timeout", interruptionLevel: .timeSensitive, threadID: "monitor-1")
-        #expect(String(decoding: APNsPayload.encode(n), as: UTF8.self)
-            == "{\"aps\":{\"alert\":{\"title\":\"DB is down\",\"body\":\"timeout\"},\"sound\":\"default\",\"interruption-level\":\"time-sensitive\",\"thread-id\":\"monitor-1\"}}")
+        #expect(
+            String(decoding: APNsPayload.encode(n), as: UTF8.self)
+                == "{\"aps\":{\"alert\":{\"title\":\"DB is down\",\"body\":\"timeout\"},\"sound\":\"default\",\"interruption-level\":\"time-sensitive\",\"thread-id\":\"monitor-1\"}}"
+        )
     }
 
     @Test func longBodiesAreCutAtACharacterBoundaryToFit4096Bytes() throws {
@@ -135,7 +147,8 @@ import Testing
         let n = PushMessage(title: "T", body: body)
         let bytes = APNsPayload.encode(n)
         #expect(bytes.count <= 4096 && bytes.count > 4000)
-        let alert = try #require(((try JSONSerialization.jsonObject(with: Data(bytes)) as? [String: Any])?["aps"] as? [String: Any])?["alert"] as? [String: String])
+        let alert = try #require(
+            ((try JSONSerialization.jsonObject(with: Data(bytes)) as? [String: Any])?["aps"] as? [String: Any])?["alert"] as? [String: String])
         let cut = try #require(alert["body"])
         #expect(cut.hasSuffix("…"))
         #expect(body.hasPrefix(String(cut.dropLast())))
@@ -146,7 +159,8 @@ import Testing
         let n = PushMessage(title: String(repeating: "é", count: 5000), body: "body")
         let bytes = APNsPayload.encode(n)
         #expect(bytes.count <= 4096)
-        let alert = try #require(((try JSONSerialization.jsonObject(with: Data(bytes)) as? [String: Any])?["aps"] as? [String: Any])?["alert"] as? [String: String])
+        let alert = try #require(
+            ((try JSONSerialization.jsonObject(with: Data(bytes)) as? [String: Any])?["aps"] as? [String: Any])?["alert"] as? [String: String])
         #expect(alert["body"] == "")
         #expect(alert["title"]?.hasSuffix("é…") == true)
     }
@@ -154,7 +168,7 @@ import Testing
     @Test func aLatePushSaysWhenTheEventHappenedAndKeepsThatWhenCut() throws {
         let builder = PushBuilder(lateNotice: .seconds(120))
         let event = AlertEvent(kind: .monitor, status: .down, monitorID: 1, monitorName: "DB", message: String(repeating: "x", count: 5000))
-        let accepted: Int64 = 1_789_905_780_000 // 12:03 UTC
+        let accepted: Int64 = 1_789_905_780_000  // 12:03 UTC
         let onTime = builder.notification(for: event, timeSensitiveDown: false, acceptedAt: accepted, now: accepted + 120_000)
         #expect(onTime.bodySuffix == "")
         let late = builder.notification(for: event, timeSensitiveDown: false, acceptedAt: accepted, now: accepted + 120_001)
@@ -166,16 +180,19 @@ import Testing
 
     @Test func monitorsWithoutNamesStillReadWell() {
         let builder = PushBuilder(lateNotice: .seconds(120))
-        let withID = builder.notification(for: AlertEvent(kind: .monitor, status: .up, monitorID: 9, message: ""), timeSensitiveDown: false, acceptedAt: 0, now: 0)
+        let withID = builder.notification(
+            for: AlertEvent(kind: .monitor, status: .up, monitorID: 9, message: ""), timeSensitiveDown: false, acceptedAt: 0, now: 0)
         #expect(withID.title == "Monitor 9 is up")
         let bare = builder.notification(for: AlertEvent(kind: .monitor, status: nil, message: ""), timeSensitiveDown: false, acceptedAt: 0, now: 0)
         #expect(bare.title == "A monitor changed state" && bare.threadID == nil)
     }
 
     @Test func eventsSurviveTheJobPayloadRoundTrip() throws {
-        let events = [AlertEvent(kind: .monitor, status: .down, important: false, monitorID: 4, monitorName: "🐘 \"x\"", message: "a\nb\\"),
-                      AlertEvent(kind: .monitor, status: nil, message: ""), .test("Testing"),
-                      AlertEvent(kind: .generic, title: "T", message: "B")]
+        let events = [
+            AlertEvent(kind: .monitor, status: .down, important: false, monitorID: 4, monitorName: "🐘 \"x\"", message: "a\nb\\"),
+            AlertEvent(kind: .monitor, status: nil, message: ""), .test("Testing"),
+            AlertEvent(kind: .generic, title: "T", message: "B")
+        ]
         for event in events { #expect(AlertEvent(jobPayload: event.jobPayload) == event) }
         #expect(AlertEvent(jobPayload: Array("not json".utf8)) == nil)
     }

@@ -17,7 +17,8 @@ import Queue
 let arguments = CommandLine.arguments
 guard arguments.count >= 3 else { fatalError("usage: QueueProbe drain|hold|enqueue DB ...") }
 // DB is a SQLite file or a PostgreSQL connection string, as DATABASE_PATH or DATABASE_URL would be.
-let store: any RelayStore = PostgresStore.isDatabaseURL(arguments[2])
+let store: any RelayStore =
+    PostgresStore.isDatabaseURL(arguments[2])
     ? try PostgresStore(url: arguments[2], now: SystemClock().nowMillis())
     : try SQLiteStore(path: arguments[2], now: SystemClock().nowMillis())
 
@@ -34,7 +35,10 @@ func monotonicNanos() -> UInt64 {
 
 /// Blocks until the test kills this process (it never writes to our stdin).
 func waitToBeKilled() -> Never {
-    while true { _ = readLine() ; pause() }
+    while true {
+        _ = readLine()
+        pause()
+    }
 }
 
 switch arguments[1] {
@@ -58,14 +62,16 @@ case "drain":
         Thread.sleep(forTimeInterval: sendTime.seconds)
         let completingAt = monotonicNanos()
         for job in jobs { output += "completing \(job.id) \(completingAt)\n" }
-        let applied = try store.finish(jobs.map { JobOutcome(jobID: $0.id, attempt: $0.attempt, kind: .delivered) },
-                                       worker: worker, now: SystemClock().nowMillis())
+        let applied = try store.finish(
+            jobs.map { JobOutcome(jobID: $0.id, attempt: $0.attempt, kind: .delivered) },
+            worker: worker, now: SystemClock().nowMillis())
         precondition(applied.allSatisfy { $0 }, "a completion lost its lease")
     }
     FileHandle.standardOutput.write(Data(output.utf8))
 case "hold":
-    let jobs = try store.claim(worker: arguments[3], limit: Int(arguments[5])!, now: SystemClock().nowMillis(),
-                               lease: .milliseconds(Int64(arguments[4])!))
+    let jobs = try store.claim(
+        worker: arguments[3], limit: Int(arguments[5])!, now: SystemClock().nowMillis(),
+        lease: .milliseconds(Int64(arguments[4])!))
     emit("held " + jobs.map { String($0.id) }.joined(separator: " "))
     waitToBeKilled()
 case "enqueue":

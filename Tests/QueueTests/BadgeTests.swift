@@ -44,8 +44,10 @@ import Testing
     @Test(arguments: StoreKind.allCases) func pendingMaintenanceTestsAndGenericPushesCarryTheCurrentCount(_ kind: StoreKind) throws {
         let db = try TestDatabase(kind, monitorRetention: .seconds(3600))
         let phone = try db.device(1)
-        let events = [monitor(1, .down), monitor(1, .pending), monitor(2, .maintenance), .test("test"),
-                      AlertEvent(kind: .generic, title: "Backup", message: "done"), monitor(1, .up)]
+        let events = [
+            monitor(1, .down), monitor(1, .pending), monitor(2, .maintenance), .test("test"),
+            AlertEvent(kind: .generic, title: "Backup", message: "done"), monitor(1, .up)
+        ]
         _ = try db.store.enqueue(events.map { job(phone, $0) }, now: t0, ttl: .seconds(60))
         #expect(try badges(db, phone) == [1, 1, 1, 1, 1, 0], "an UP that ends the last outage sends 0, clearing the badge")
     }

@@ -10,7 +10,9 @@ import Testing
     let t0 = TestDatabase.t0
 
     func alert(_ device: String, _ monitor: Int, _ status: AlertEvent.Status = .down, test: Bool = false) -> NewJob {
-        let event = test ? AlertEvent.test("test \(monitor)")
+        let event =
+            test
+            ? AlertEvent.test("test \(monitor)")
             : AlertEvent(kind: .monitor, status: status, monitorID: monitor, monitorName: "M\(monitor)", message: "msg \(monitor)")
         return NewJob(deviceID: device, publicID: UUID().uuidString, payload: event.jobPayload, reportsOutcome: test)
     }
@@ -35,8 +37,9 @@ import Testing
         let stormy = try db.device(1)
         let calm = try db.device(2)
         _ = try db.store.enqueue((1...3).map { alert(stormy, $0) }, now: t0, ttl: .seconds(60), deviceCap: 3)
-        let results = try db.store.enqueue([alert(calm, 1), alert(stormy, 9, test: true), alert(stormy, 10)],
-                                           now: t0, ttl: .seconds(60), deviceCap: 3)
+        let results = try db.store.enqueue(
+            [alert(calm, 1), alert(stormy, 9, test: true), alert(stormy, 10)],
+            now: t0, ttl: .seconds(60), deviceCap: 3)
         #expect(results == [.queued, .queued, .merged])
         let tail = try #require(try pending(db, stormy).last(where: { !$0.reportsOutcome }))
         #expect(tail.folded.entries.map(\.name) == ["M10"], "folded past the Test job, into the newest alert job")
@@ -46,8 +49,9 @@ import Testing
         let db = try TestDatabase(kind)
         let device = try db.device(1)
         for round in 0..<10 {
-            _ = try db.store.enqueue((0..<500).map { alert(device, round * 500 + $0, $0 % 3 == 0 ? .up : .down) },
-                                     now: t0, ttl: .seconds(60), deviceCap: 10)
+            _ = try db.store.enqueue(
+                (0..<500).map { alert(device, round * 500 + $0, $0 % 3 == 0 ? .up : .down) },
+                now: t0, ttl: .seconds(60), deviceCap: 10)
         }
         #expect(try db.store.liveJobCount() == 10)
         let tail = try #require(try pending(db, device).last)
@@ -68,11 +72,14 @@ import Testing
         let read = try pending(db, device)
         #expect(read.map(\.folded.count) == [0, 1])
         #expect(try db.store.enqueue([alert(device, 5)], now: t0, ttl: .seconds(60), deviceCap: 3) == [.merged])
-        _ = try db.store.finish([JobOutcome(jobID: head.id, attempt: head.attempt, kind: .delivered, merged: read.map(\.asMerged))],
-                                worker: "w1", now: t0)
-        let left = try pending(db, device) + db.store.claim(worker: "w1", limit: 10, now: t0, lease: .seconds(60)).map {
-            PendingJob(id: $0.id, payload: $0.payload, createdAt: $0.createdAt, folded: $0.folded)
-        }
+        _ = try db.store.finish(
+            [JobOutcome(jobID: head.id, attempt: head.attempt, kind: .delivered, merged: read.map(\.asMerged))],
+            worker: "w1", now: t0)
+        let left =
+            try pending(db, device)
+            + db.store.claim(worker: "w1", limit: 10, now: t0, lease: .seconds(60)).map {
+                PendingJob(id: $0.id, payload: $0.payload, createdAt: $0.createdAt, folded: $0.folded)
+            }
         #expect(left.count == 1, "the untouched tail is the device's next job")
         #expect(left.first?.folded.entries.map(\.name) == ["M4", "M5"])
     }
@@ -84,7 +91,9 @@ import Testing
         let a = try db.device(1)
         let b = try db.device(2)
         func agree() throws -> Bool {
-            try kind.rawQuery(db.location, """
+            try kind.rawQuery(
+                db.location,
+                """
                 SELECT count(*) FROM devices d WHERE d.live_jobs !=
                     (SELECT count(*) FROM jobs j WHERE j.device_id = d.id AND j.state != 'discarded')
                 """) == [["0"]]
@@ -96,8 +105,9 @@ import Testing
         #expect(try agree())
         heads = try db.store.claim(worker: "w", limit: 10, now: t0, lease: .seconds(60))
         let merged = try pending(db, a).map(\.asMerged)
-        _ = try db.store.finish([JobOutcome(jobID: heads[0].id, attempt: heads[0].attempt, kind: .delivered, merged: merged)],
-                                worker: "w", now: t0)
+        _ = try db.store.finish(
+            [JobOutcome(jobID: heads[0].id, attempt: heads[0].attempt, kind: .delivered, merged: merged)],
+            worker: "w", now: t0)
         #expect(try agree())
         _ = try db.store.replayDeadLetters(DeadLetterFilter(), limit: 10, now: t0, ttl: .seconds(60))
         #expect(try agree())

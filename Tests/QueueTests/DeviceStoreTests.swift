@@ -15,7 +15,9 @@ import Testing
         #expect(first.device.dateAdded == TestDatabase.t0 && first.device.lastSuccessfulNotification == nil)
         #expect(first.device.downNotificationLevel == .normal && first.device.lastDeliveryError == "")
 
-        let again = try db.store.registerDevice(token: token, authTokenHash: AuthToken.hash("new"), now: TestDatabase.t0 + 5000) { try DeviceID.generate() }
+        let again = try db.store.registerDevice(token: token, authTokenHash: AuthToken.hash("new"), now: TestDatabase.t0 + 5000) {
+            try DeviceID.generate()
+        }
         #expect(!again.created)
         #expect(again.device.id == first.device.id)
         #expect(again.device.dateAdded == TestDatabase.t0)
@@ -67,8 +69,9 @@ import Testing
         let a = try db.device(1)
         try db.enqueue(a, "a1")
         let job = try #require(try db.store.claim(worker: "w", limit: 1, now: TestDatabase.t0, lease: .seconds(60)).first)
-        _ = try db.store.finish([JobOutcome(jobID: job.id, attempt: job.attempt, kind: .removeDevice(reason: "Unregistered"))],
-                                worker: "w", now: TestDatabase.t0 + 10)
+        _ = try db.store.finish(
+            [JobOutcome(jobID: job.id, attempt: job.attempt, kind: .removeDevice(reason: "Unregistered"))],
+            worker: "w", now: TestDatabase.t0 + 10)
         #expect(try db.store.tombstone(deviceID: a) == Tombstone(deviceID: a, reason: "Unregistered", removedAt: TestDatabase.t0 + 10))
         #expect(try db.store.purgeTombstones(before: TestDatabase.t0 + 10) == 0)
         #expect(try db.store.purgeTombstones(before: TestDatabase.t0 + 11) == 1)

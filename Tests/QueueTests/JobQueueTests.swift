@@ -103,11 +103,12 @@ import Testing
     @Test(arguments: StoreKind.allCases) func aBatchWhoseDeviceVanishedStoresTheRestAndSaysWhich(_ kind: StoreKind) throws {
         let db = try TestDatabase(kind)
         let a = try db.device(1)
-        let results = try db.store.enqueue([
-            NewJob(deviceID: a, publicID: "p1", payload: [1]),
-            NewJob(deviceID: "GoneGoneGone__", publicID: "p2", payload: [2]),
-            NewJob(deviceID: a, publicID: "p3", payload: [3]),
-        ], now: t0, ttl: .seconds(60))
+        let results = try db.store.enqueue(
+            [
+                NewJob(deviceID: a, publicID: "p1", payload: [1]),
+                NewJob(deviceID: "GoneGoneGone__", publicID: "p2", payload: [2]),
+                NewJob(deviceID: a, publicID: "p3", payload: [3])
+            ], now: t0, ttl: .seconds(60))
         #expect(results == [.queued, .deviceGone, .queued])
         #expect(try db.store.liveJobCount() == 2)
     }
@@ -220,8 +221,10 @@ import Testing
         let a = try db.device(1)
         try db.enqueue(a, "a1", "a2")
         let head = try #require(try db.claim().first)
-        #expect(try db.store.finish([JobOutcome(jobID: head.id, attempt: head.attempt, kind: .postpone(until: t0 + 5000))],
-                                    worker: "w1", now: t0) == [true])
+        #expect(
+            try db.store.finish(
+                [JobOutcome(jobID: head.id, attempt: head.attempt, kind: .postpone(until: t0 + 5000))],
+                worker: "w1", now: t0) == [true])
         #expect(try db.claim(at: t0 + 4999).isEmpty, "neither the head nor the job behind it")
         let again = try #require(try db.claim(at: t0 + 5000).first)
         #expect(again.id == head.id && again.attempt == 1)
@@ -234,8 +237,9 @@ import Testing
         let head = try #require(try db.claim().first)
         let pending = try db.store.pendingJobs(deviceID: a, limit: 2)
         #expect(pending.map { String(decoding: $0.payload, as: UTF8.self) } == ["a2", "a3"])
-        _ = try db.store.finish([JobOutcome(jobID: head.id, attempt: head.attempt, kind: .delivered, merged: pending.map(\.asMerged))],
-                                worker: "w1", now: t0)
+        _ = try db.store.finish(
+            [JobOutcome(jobID: head.id, attempt: head.attempt, kind: .delivered, merged: pending.map(\.asMerged))],
+            worker: "w1", now: t0)
         #expect(try db.claim().map(\.label) == ["a4"], "a4 was not merged: it is next, in order")
     }
 
@@ -245,8 +249,12 @@ import Testing
         try db.enqueue(a, "a1", "a2", "a3")
         let head = try #require(try db.claim().first)
         let pending = try db.store.pendingJobs(deviceID: a, limit: 10)
-        _ = try db.store.finish([JobOutcome(jobID: head.id, attempt: head.attempt, kind: .deadLetter(reason: "BadDeviceToken"),
-                                            merged: pending.map(\.asMerged))], worker: "w1", now: t0)
+        _ = try db.store.finish(
+            [
+                JobOutcome(
+                    jobID: head.id, attempt: head.attempt, kind: .deadLetter(reason: "BadDeviceToken"),
+                    merged: pending.map(\.asMerged))
+            ], worker: "w1", now: t0)
         #expect(try db.store.countDeadLetters(DeadLetterFilter(reason: "BadDeviceToken")) == 3)
         #expect(try db.store.liveJobCount() == 0)
     }

@@ -22,7 +22,12 @@ import Testing
         let outputs = try workers.map { try $0.readToEnd() }
         #expect(outputs.allSatisfy { $0.status == 0 })
 
-        struct Claim { let device: String; let seq: Int; let claimedAt: UInt64; let worker: Int }
+        struct Claim {
+            let device: String
+            let seq: Int
+            let claimedAt: UInt64
+            let worker: Int
+        }
         var claims: [Int64: Claim] = [:]
         var completing: [Int64: UInt64] = [:]
         var duplicates = 0

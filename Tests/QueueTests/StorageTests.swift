@@ -92,4 +92,3 @@ import Testing
         #expect(FileManager.default.fileExists(atPath: path))
     }
 }
-

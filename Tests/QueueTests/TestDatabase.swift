@@ -63,14 +63,17 @@ struct TestDatabase {
     @discardableResult
     func device(_ seed: Int) throws -> String {
         let token = String(format: "%064x", seed)
-        return try store.registerDevice(token: token, authTokenHash: AuthToken.hash("t\(seed)"), now: Self.t0,
-                                        newID: { try DeviceID.generate() }).device.id
+        return try store.registerDevice(
+            token: token, authTokenHash: AuthToken.hash("t\(seed)"), now: Self.t0,
+            newID: { try DeviceID.generate() }
+        ).device.id
     }
 
     /// Enqueues one job per label for `device`, payload = label.
     func enqueue(_ device: String, _ labels: String..., now: Int64 = t0, ttl: Duration = .seconds(3600)) throws {
-        let results = try store.enqueue(labels.map { NewJob(deviceID: device, publicID: UUID().uuidString, payload: Array($0.utf8)) },
-                                        now: now, ttl: ttl)
+        let results = try store.enqueue(
+            labels.map { NewJob(deviceID: device, publicID: UUID().uuidString, payload: Array($0.utf8)) },
+            now: now, ttl: ttl)
         precondition(results.allSatisfy { $0 == .queued })
     }
 

@@ -1,5 +1,6 @@
-@testable import Queue
 import Testing
+
+@testable import Queue
 
 /// When the store truncates SQLite's write-ahead log (where delivered notification text outlives its row).
 @Suite struct WALTruncationPolicyTests {

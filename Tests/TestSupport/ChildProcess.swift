@@ -76,15 +76,18 @@ public final class ChildProcess {
         guard remaining > .zero else { throw Failure.timedOut(what) }
         var pollDescriptor = pollfd(fd: output.fileHandleForReading.fileDescriptor, events: Int16(POLLIN), revents: 0)
         let ready = poll(&pollDescriptor, 1, Int32(clamping: remaining.wholeMillisecondsForPoll))
-        guard ready > 0 else { if ready == 0 { throw Failure.timedOut(what) }; return }
+        guard ready > 0 else {
+            if ready == 0 { throw Failure.timedOut(what) }
+            return
+        }
         var chunk = [UInt8](repeating: 0, count: 65_536)
         let count = read(pollDescriptor.fd, &chunk, chunk.count)
         if count <= 0 { reachedEOF = true } else { buffer.append(contentsOf: chunk[0..<count]) }
     }
 }
 
-private extension Duration {
-    var wholeMillisecondsForPoll: Int64 {
+extension Duration {
+    fileprivate var wholeMillisecondsForPoll: Int64 {
         let (seconds, attoseconds) = components
         return seconds * 1000 + attoseconds / 1_000_000_000_000_000 + 1
     }

@@ -44,11 +44,19 @@ public final class PostgresServer: Sendable {
         directory = "/tmp/kumapush-pg-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         if runAsPostgres { try Self.run("/bin/chown", ["postgres:postgres", directory]) }
-        try command(bin + "/initdb", ["-D", directory + "/data", "--auth=trust", "--no-sync", "-U", "postgres",
-                                      "--encoding=UTF8", "--locale=C"])
-        try command(pgCtl, ["-D", directory + "/data", "-w", "-l", directory + "/server.log", "-o",
-                            "-k \(directory) -c listen_addresses='' -c fsync=off -c full_page_writes=off -c max_connections=300",
-                            "start"])
+        try command(
+            bin + "/initdb",
+            [
+                "-D", directory + "/data", "--auth=trust", "--no-sync", "-U", "postgres",
+                "--encoding=UTF8", "--locale=C"
+            ])
+        try command(
+            pgCtl,
+            [
+                "-D", directory + "/data", "-w", "-l", directory + "/server.log", "-o",
+                "-k \(directory) -c listen_addresses='' -c fsync=off -c full_page_writes=off -c max_connections=300",
+                "start"
+            ])
     }
 
     /// A fresh, empty database: its libpq connection string (key=value).

@@ -11,7 +11,10 @@ public struct RawHTTPClient: Sendable {
         public var json: [String: Any]? { try? JSONSerialization.jsonObject(with: body) as? [String: Any] }
     }
 
-    public enum Failure: Error { case connect, timeout, malformed(String) }
+    public enum Failure: Error {
+        case connect, timeout
+        case malformed(String)
+    }
 
     public let port: UInt16
     public var host = "127.0.0.1"
@@ -22,8 +25,10 @@ public struct RawHTTPClient: Sendable {
     }
 
     /// Sends `method path` with `headers` and `body` (Content-Length added unless `chunked`), reads the answer.
-    public func send(_ method: String, _ path: String, headers: [(String, String)] = [], body: [UInt8] = [], chunked: Bool = false,
-              timeout: TimeInterval = 10) throws -> Response {
+    public func send(
+        _ method: String, _ path: String, headers: [(String, String)] = [], body: [UInt8] = [], chunked: Bool = false,
+        timeout: TimeInterval = 10
+    ) throws -> Response {
         var head = "\(method) \(path) HTTP/1.1\r\nHost: \(host):\(port)\r\nConnection: close\r\n"
         for (name, value) in headers { head += "\(name): \(value)\r\n" }
         var payload: [UInt8]

@@ -23,9 +23,10 @@ public final class RawSQLite {
         defer { sqlite3_finalize(statement) }
         var rows: [[String]] = []
         while sqlite3_step(statement) == SQLITE_ROW {
-            rows.append((0..<sqlite3_column_count(statement)).map { column in
-                sqlite3_column_text(statement, column).map { String(cString: $0) } ?? ""
-            })
+            rows.append(
+                (0..<sqlite3_column_count(statement)).map { column in
+                    sqlite3_column_text(statement, column).map { String(cString: $0) } ?? ""
+                })
         }
         return rows
     }

@@ -14,4 +14,3 @@ public final class TemporaryDirectory {
 
     public func path(_ name: String) -> String { url.appendingPathComponent(name).path }
 }
-

@@ -25,21 +25,26 @@ let clock = SystemClock()
 let runs = arguments.firstIndex(of: "--runs").map { Int(arguments[$0 + 1])! } ?? 1
 
 func openStore(_ location: String) throws -> any RelayStore {
-    location.hasPrefix("postgres") ? try PostgresStore(url: location, now: clock.nowMillis()) : try SQLiteStore(path: location, now: clock.nowMillis())
+    location.hasPrefix("postgres")
+        ? try PostgresStore(url: location, now: clock.nowMillis()) : try SQLiteStore(path: location, now: clock.nowMillis())
 }
 
 if arguments.count == 5, arguments[1] == "prefill" {
     let store = try openStore(arguments[2])
-    let jobs = Int(arguments[3])!, deviceCount = Int(arguments[4])!
+    let jobs = Int(arguments[3])!
+    let deviceCount = Int(arguments[4])!
     let ids = try (0..<deviceCount).map { index in
         try store.registerDevice(token: String(format: "%064x", index + 1), authTokenHash: "h", now: 0, newID: { try DeviceID.generate() }).device.id
     }
     var batch: [NewJob] = []
     for index in 0..<jobs {
-        let event = AlertEvent(kind: .monitor, status: .down, monitorID: index % deviceCount, monitorName: "Monitor \(index % deviceCount)",
-                               message: "\(index / deviceCount)")
-        batch.append(NewJob(deviceID: ids[index % deviceCount], publicID: UUID().uuidString.lowercased(),
-                            payload: event.jobPayload))
+        let event = AlertEvent(
+            kind: .monitor, status: .down, monitorID: index % deviceCount, monitorName: "Monitor \(index % deviceCount)",
+            message: "\(index / deviceCount)")
+        batch.append(
+            NewJob(
+                deviceID: ids[index % deviceCount], publicID: UUID().uuidString.lowercased(),
+                payload: event.jobPayload))
         if batch.count == 1000 {
             _ = try store.enqueue(batch, now: clock.nowMillis(), ttl: .seconds(86_400))
             batch.removeAll(keepingCapacity: true)
@@ -68,13 +73,16 @@ func freshStore(_ name: String) throws -> (SQLiteStore, [String], String) {
     var ids: [String] = []
     ids.reserveCapacity(devices)
     for index in 0..<devices {
-        ids.append(try store.registerDevice(token: String(format: "%064x", index), authTokenHash: "h", now: 0, newID: { try DeviceID.generate() }).device.id)
+        ids.append(
+            try store.registerDevice(token: String(format: "%064x", index), authTokenHash: "h", now: 0, newID: { try DeviceID.generate() }).device.id)
     }
     return (store, ids, path)
 }
 
-let payload = AlertEvent(kind: .monitor, status: .down, monitorID: 1, monitorName: "Shop API",
-                         message: "Request failed with status code 503").jobPayload
+let payload = AlertEvent(
+    kind: .monitor, status: .down, monitorID: 1, monitorName: "Shop API",
+    message: "Request failed with status code 503"
+).jobPayload
 
 func enqueue(_ store: any RelayStore, _ ids: [String], perDevice: Int) throws -> Double {
     let start = ContinuousClock.now
@@ -115,7 +123,9 @@ func rawInserts(path: String, ids: [String], count: Int) throws -> Double {
     sqlite3_exec(db, "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA secure_delete=ON", nil, nil, nil)
     var statement: OpaquePointer?
     let insert = "INSERT INTO jobs (public_id, device_id, state, payload, created_at, scheduled_at, expires_at) VALUES (?, ?, 'pending', ?, 0, 0, 0)"
-    guard sqlite3_prepare_v2(db, insert, -1, &statement, nil) == SQLITE_OK else { throw RawInsertFailed(message: String(cString: sqlite3_errmsg(db))) }
+    guard sqlite3_prepare_v2(db, insert, -1, &statement, nil) == SQLITE_OK else {
+        throw RawInsertFailed(message: String(cString: sqlite3_errmsg(db)))
+    }
     defer { sqlite3_finalize(statement) }
     let start = ContinuousClock.now
     for index in 0..<count {
@@ -151,15 +161,17 @@ if arguments.count >= 5, arguments[1] == "postgres" {
         log("postgres: prefilling \(million) jobs (this takes a while)")
         let (large, largeIDs) = try postgresStore(arguments[4])
         let prefill = try enqueue(large, largeIDs, perDevice: million / devices)
-        var claim10k: [Double] = [], claim1m: [Double] = []
+        var claim10k: [Double] = []
+        var claim1m: [Double] = []
         for run in 1...runs {
             log("postgres: claim + complete with 10,000 queued, then with \(million) queued (run \(run) of \(runs))")
             _ = try enqueue(small, smallIDs, perDevice: 10)
             claim10k.append(try claimAndComplete(small, count: 10_000))
             claim1m.append(try claimAndComplete(large, count: 10_000))
         }
-        print("{\"enqueue_rps\":\(list(enqueueRates)),\"claim_rate_10k\":\(list(claim10k)),\"claim_rate_1m\":\(list(claim1m)),"
-              + "\"prefill_rps\":\(Int(prefill)),\"queued_large\":\(million)}")
+        print(
+            "{\"enqueue_rps\":\(list(enqueueRates)),\"claim_rate_10k\":\(list(claim10k)),\"claim_rate_1m\":\(list(claim1m)),"
+                + "\"prefill_rps\":\(Int(prefill)),\"queued_large\":\(million)}")
         exit(0)
     } catch {
         log("failed: \(error)")
@@ -185,7 +197,8 @@ if arguments.count >= 3, arguments[1] == "raw" {
 
 do {
     log("raw inserts and enqueue (100,000 jobs each) × \(runs)")
-    var raw: [Double] = [], enqueueRates: [Double] = []
+    var raw: [Double] = []
+    var enqueueRates: [Double] = []
     for run in 0..<runs {
         // Each run's files go once measured: the claim runs below must not share the page cache with them.
         do {
@@ -206,7 +219,8 @@ do {
     let prefill = try enqueue(large, largeIDs, perDevice: million / devices)
     // Fold the prefill's WAL into the database first, so the claims do not pay for the prefill's checkpoint.
     try large.checkpoint()
-    var claim10k: [Double] = [], claim1m: [Double] = []
+    var claim10k: [Double] = []
+    var claim1m: [Double] = []
     for run in 1...runs {
         log("claim + complete with 10,000 queued, then with \(million) queued (run \(run) of \(runs))")
         _ = try enqueue(small, smallIDs, perDevice: 10)
@@ -214,8 +228,9 @@ do {
         claim10k.append(try claimAndComplete(small, count: 10_000))
         claim1m.append(try claimAndComplete(large, count: 10_000))
     }
-    print("{\"raw_insert_rps\":\(list(raw)),\"enqueue_rps\":\(list(enqueueRates)),\"claim_rate_10k\":\(list(claim10k)),"
-          + "\"claim_rate_1m\":\(list(claim1m)),\"prefill_rps\":\(Int(prefill)),\"queued_large\":\(million)}")
+    print(
+        "{\"raw_insert_rps\":\(list(raw)),\"enqueue_rps\":\(list(enqueueRates)),\"claim_rate_10k\":\(list(claim10k)),"
+            + "\"claim_rate_1m\":\(list(claim1m)),\"prefill_rps\":\(Int(prefill)),\"queued_large\":\(million)}")
 } catch {
     log("failed: \(error)")
     exit(1)

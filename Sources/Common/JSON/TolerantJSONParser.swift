@@ -69,11 +69,13 @@ public struct TolerantJSONParser {
             // Numbers and literals: exactly as JSON writes them, checked by the strict parser on the token alone.
             let start = index
             while index < bytes.count, !Self.isWhitespace(bytes[index]),
-                  ![UInt8(ascii: ","), UInt8(ascii: "}"), UInt8(ascii: "]"), UInt8(ascii: ":")].contains(bytes[index]) {
+                ![UInt8(ascii: ","), UInt8(ascii: "}"), UInt8(ascii: "]"), UInt8(ascii: ":")].contains(bytes[index])
+            {
                 index += 1
             }
             guard index > start, let value = try? JSONParser.parse(Array(bytes[start..<index])),
-                  !value.isObject, value.stringValue == nil else { throw Failure() }
+                !value.isObject, value.stringValue == nil
+            else { throw Failure() }
             return value
         }
     }
@@ -147,7 +149,8 @@ public struct TolerantJSONParser {
                 return String(decoding: out, as: UTF8.self)
             }
             if byte == UInt8(ascii: "\\"), trailingBackslashes, index + 1 < bytes.count, bytes[index + 1] == UInt8(ascii: "\""),
-               endsString(quoteAt: index + 1, place) {
+                endsString(quoteAt: index + 1, place)
+            {
                 out.append(byte)
                 index += 1
                 continue
@@ -180,8 +183,10 @@ public struct TolerantJSONParser {
             guard byte == UInt8(ascii: ",") else { return false }
             let start = nextSignificant(next + 1)
             guard start < bytes.count else { return false }
-            return [UInt8(ascii: "\""), UInt8(ascii: "{"), UInt8(ascii: "["), UInt8(ascii: "-"), UInt8(ascii: "t"),
-                    UInt8(ascii: "f"), UInt8(ascii: "n")].contains(bytes[start])
+            return [
+                UInt8(ascii: "\""), UInt8(ascii: "{"), UInt8(ascii: "["), UInt8(ascii: "-"), UInt8(ascii: "t"),
+                UInt8(ascii: "f"), UInt8(ascii: "n")
+            ].contains(bytes[start])
                 || (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(bytes[start])
         }
     }
@@ -224,7 +229,8 @@ public struct TolerantJSONParser {
             var length = 6
             if (0xD800...0xDBFF).contains(high) {
                 guard start + 7 < bytes.count, bytes[start + 6] == UInt8(ascii: "\\"), bytes[start + 7] == UInt8(ascii: "u"),
-                      let low = hex4(at: start + 8), (0xDC00...0xDFFF).contains(low) else { return nil }
+                    let low = hex4(at: start + 8), (0xDC00...0xDFFF).contains(low)
+                else { return nil }
                 scalar = 0x10000 + ((high - 0xD800) << 10) + (low - 0xDC00)
                 length = 12
             }

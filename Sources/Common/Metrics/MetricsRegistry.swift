@@ -126,7 +126,9 @@ public final class MetricsRegistry: Sendable {
         for (name, family) in snapshot.families.sorted(by: { $0.key < $1.key }) {
             out += "# HELP \(name) \(family.help)\n# TYPE \(name) \(family.kind.rawValue)\n"
             if family.kind == .histogram {
-                for (series, histogram) in snapshot.histograms.filter({ $0.key.name == name }).sorted(by: { $0.key.labels.lexicographicallyPrecedes($1.key.labels) }) {
+                for (series, histogram) in snapshot.histograms.filter({ $0.key.name == name }).sorted(by: {
+                    $0.key.labels.lexicographicallyPrecedes($1.key.labels)
+                }) {
                     let labels = Self.formatted(series.labels)
                     for (index, bound) in family.buckets.enumerated() {
                         out += "\(name)_bucket\(Self.braces(labels + ["le=\"\(Self.number(bound))\""])) \(histogram.bucketCounts[index])\n"

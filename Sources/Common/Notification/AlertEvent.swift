@@ -12,7 +12,10 @@ public struct AlertEvent: Sendable, Equatable {
 
     /// Uptime Kuma's heartbeat statuses.
     public enum Status: Int, Sendable {
-        case down = 0, up = 1, pending = 2, maintenance = 3
+        case down = 0
+        case up = 1
+        case pending = 2
+        case maintenance = 3
     }
 
     public var kind: Kind
@@ -27,8 +30,10 @@ public struct AlertEvent: Sendable, Equatable {
     /// heartbeat.msg for monitor events, msg for tests, body for generic events.
     public var message: String
 
-    public init(kind: Kind, status: Status? = nil, important: Bool = true, monitorID: Int? = nil, monitorName: String = "",
-                title: String = "", message: String) {
+    public init(
+        kind: Kind, status: Status? = nil, important: Bool = true, monitorID: Int? = nil, monitorName: String = "",
+        title: String = "", message: String
+    ) {
         self.kind = kind
         self.status = status
         self.important = important
@@ -81,9 +86,10 @@ public struct AlertEvent: Sendable, Equatable {
         guard let object = try? JSONParser.parse(jobPayload), let kind = object["k"]?.stringValue.flatMap(Kind.init(rawValue:)) else {
             return nil
         }
-        self.init(kind: kind, status: object["s"]?.intValue.flatMap(Status.init(rawValue:)),
-                  important: object["i"]?.boolValue ?? true, monitorID: object["id"]?.intValue,
-                  monitorName: object["n"]?.stringValue ?? "", title: object["t"]?.stringValue ?? "",
-                  message: object["m"]?.stringValue ?? "")
+        self.init(
+            kind: kind, status: object["s"]?.intValue.flatMap(Status.init(rawValue:)),
+            important: object["i"]?.boolValue ?? true, monitorID: object["id"]?.intValue,
+            monitorName: object["n"]?.stringValue ?? "", title: object["t"]?.stringValue ?? "",
+            message: object["m"]?.stringValue ?? "")
     }
 }

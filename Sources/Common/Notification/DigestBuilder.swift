@@ -13,16 +13,19 @@ public struct DigestBuilder: Sendable {
     ///   - events: the merged alerts, oldest first.
     ///   - uncounted: alerts folded beyond what was kept of them (SPEC §2.4 `DEVICE_QUEUE_MAX`): counted, not listed.
     ///   - firstAcceptedAt: when the oldest was accepted (ms), for the late notice.
-    public func digest(_ events: [AlertEvent], uncounted: StatusTally = StatusTally(), timeSensitiveDown: Bool,
-                       firstAcceptedAt: Int64, now: Int64) -> PushMessage {
+    public func digest(
+        _ events: [AlertEvent], uncounted: StatusTally = StatusTally(), timeSensitiveDown: Bool,
+        firstAcceptedAt: Int64, now: Int64
+    ) -> PushMessage {
         let wording = PushBuilder(lateNotice: .seconds(Int64.max / 1_000_000))
         let lines = events.map { wording.notification(for: $0, timeSensitiveDown: false, acceptedAt: now, now: now).digestLine }
         let keys = events.map(Self.monitorKey)
         let total = events.count + uncounted.total
         let title = Self.title(events, keys: keys, uncounted: uncounted)
         let anyDown = events.contains { $0.kind == .monitor && $0.status == .down } || uncounted.down > 0
-        var message = PushMessage(title: title, body: "", interruptionLevel: anyDown && timeSensitiveDown ? .timeSensitive : .active,
-                                  threadID: "kumapush-digest")
+        var message = PushMessage(
+            title: title, body: "", interruptionLevel: anyDown && timeSensitiveDown ? .timeSensitive : .active,
+            threadID: "kumapush-digest")
         if now - firstAcceptedAt > lateNotice.wholeMilliseconds {
             message.bodySuffix = PushBuilder.lateSuffix(acceptedAt: firstAcceptedAt)
         }
@@ -36,7 +39,8 @@ public struct DigestBuilder: Sendable {
             latest.append((key, line))
         }
         let ordered = latest.map(\.line)
-        var low = 0, high = ordered.count
+        var low = 0
+        var high = ordered.count
         while low < high {
             let middle = (low + high + 1) / 2
             message.body = Self.body(ordered, shown: middle, total: total)

@@ -42,13 +42,15 @@ public struct FoldedAlerts: Sendable, Equatable {
     public var isEmpty: Bool { count == 0 }
 
     public mutating func add(_ event: AlertEvent) {
-        let name: String = switch event.kind {
-        case .monitor: event.monitorName
-        case .generic: event.title.isEmpty ? event.message : event.title
-        case .test: event.message
-        }
-        let entry = Entry(kind: event.kind, status: event.kind == .monitor ? event.status : nil, monitorID: event.monitorID,
-                          name: TextCut.prefix(name, maxBytes: Self.nameLimit))
+        let name: String =
+            switch event.kind {
+            case .monitor: event.monitorName
+            case .generic: event.title.isEmpty ? event.message : event.title
+            case .test: event.message
+            }
+        let entry = Entry(
+            kind: event.kind, status: event.kind == .monitor ? event.status : nil, monitorID: event.monitorID,
+            name: TextCut.prefix(name, maxBytes: Self.nameLimit))
         let usedBytes = entries.reduce(0) { $0 + $1.encoded.utf8.count + 1 }
         if uncounted.total == 0 && usedBytes + entry.encoded.utf8.count <= Self.entryBudget {
             entries.append(entry)
@@ -70,10 +72,13 @@ public struct FoldedAlerts: Sendable, Equatable {
         if case .array(let list)? = object["e"] {
             for item in list {
                 guard case .array(let fields) = item, fields.count == 4,
-                      let kind = fields[0].stringValue.flatMap(AlertEvent.Kind.init(rawValue:)),
-                      let name = fields[3].stringValue else { continue }
-                entries.append(Entry(kind: kind, status: fields[1].intValue.flatMap(AlertEvent.Status.init(rawValue:)),
-                                     monitorID: fields[2].intValue, name: name))
+                    let kind = fields[0].stringValue.flatMap(AlertEvent.Kind.init(rawValue:)),
+                    let name = fields[3].stringValue
+                else { continue }
+                entries.append(
+                    Entry(
+                        kind: kind, status: fields[1].intValue.flatMap(AlertEvent.Status.init(rawValue:)),
+                        monitorID: fields[2].intValue, name: name))
             }
         }
         if case .array(let counts)? = object["u"], counts.count == 5 {
@@ -106,8 +111,9 @@ public struct StatusTally: Sendable, Equatable {
     }
 
     public static func + (lhs: StatusTally, rhs: StatusTally) -> StatusTally {
-        StatusTally(down: lhs.down + rhs.down, up: lhs.up + rhs.up, pending: lhs.pending + rhs.pending,
-                    maintenance: lhs.maintenance + rhs.maintenance, other: lhs.other + rhs.other)
+        StatusTally(
+            down: lhs.down + rhs.down, up: lhs.up + rhs.up, pending: lhs.pending + rhs.pending,
+            maintenance: lhs.maintenance + rhs.maintenance, other: lhs.other + rhs.other)
     }
 
     /// `998 down, 2 up` (monitor states only, largest groups as Uptime Kuma names them); "" when none.

@@ -22,8 +22,9 @@ struct DeviceAPI: Sendable {
         guard let token = DeviceToken.normalized(raw) else { return .error(400, "invalid device token") }
         do {
             let authToken = try AuthToken.generate()
-            let registration = try store.registerDevice(token: token, authTokenHash: AuthToken.hash(authToken),
-                                                        now: clock.nowMillis(), newID: { try DeviceID.generate() })
+            let registration = try store.registerDevice(
+                token: token, authTokenHash: AuthToken.hash(authToken),
+                now: clock.nowMillis(), newID: { try DeviceID.generate() })
             logger.info(registration.created ? "device registered" : "device re-registered", ["device.token": Redact.token(token)])
             return .json(registration.created ? 201 : 200, DeviceJSON.render(registration.device, authToken: authToken))
         } catch let error as StoreError where error.code == .unavailable {
@@ -65,7 +66,7 @@ struct DeviceAPI: Sendable {
                     return .error(404, "device not found")
                 }
                 return .json(200, DeviceJSON.render(updated))
-            } catch where error.code == .tokenConflict {
+            } catch  where error.code == .tokenConflict {
                 return .error(409, "device token already registered")
             } catch {
                 return failure(error)
@@ -107,7 +108,8 @@ struct DeviceAPI: Sendable {
 
     static func jsonObject(_ request: HTTPRequest) -> JSONValue? {
         guard request.mediaType == "application/json" || request.mediaType == nil,
-              let value = try? JSONParser.parse(request.body), value.isObject else { return nil }
+            let value = try? JSONParser.parse(request.body), value.isObject
+        else { return nil }
         return value
     }
 

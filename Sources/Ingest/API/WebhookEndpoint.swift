@@ -84,7 +84,6 @@ struct WebhookEndpoint: Sendable {
 
     static let merged = HTTPResponse.json(202, "{\"status\":\"merged\"}")
 
-
     /// 410 for a device APNs reported gone (within TOMBSTONE_RETENTION), else 404.
     private func answerUnknownDevice(_ deviceID: String, client: String, responder: any HTTPResponder) {
         do {

@@ -15,8 +15,10 @@ public struct HTTPRequest: Sendable {
     /// The TCP peer (not yet adjusted for proxies).
     public var peer: IPAddress?
 
-    public init(method: String, path: String, rawQuery: String = "", headers: [String: String] = [:], body: [UInt8] = [],
-                formFields: [(name: String, value: [UInt8])] = [], peer: IPAddress? = nil) {
+    public init(
+        method: String, path: String, rawQuery: String = "", headers: [String: String] = [:], body: [UInt8] = [],
+        formFields: [(name: String, value: [UInt8])] = [], peer: IPAddress? = nil
+    ) {
         self.method = method
         self.path = path
         self.rawQuery = rawQuery

@@ -1,5 +1,5 @@
-import Common
 internal import CMicroHTTPD
+import Common
 
 // The C callbacks of the HTTP server. Each guards its pointers, recovers its Swift owner and calls one method.
 // Nothing throws or suspends across C.
@@ -47,8 +47,9 @@ let connectionNotified: MHD_NotifyConnectionCallback = { serverPointer, connecti
     let server = Unmanaged<HTTPServer>.fromOpaque(serverPointer).takeUnretainedValue()
     switch event {
     case .CONNECTION_NOTIFY_STARTED:
-        server.connectionGuard?.opened(connection, descriptor: CMicroHTTPD_connection_fd(connection),
-                                       address: SocketAddress.address(of: CMicroHTTPD_client_address(connection)))
+        server.connectionGuard?.opened(
+            connection, descriptor: CMicroHTTPD_connection_fd(connection),
+            address: SocketAddress.address(of: CMicroHTTPD_client_address(connection)))
     default:
         server.connectionGuard?.closed(connection)
     }
@@ -61,8 +62,9 @@ let accessHandler: MHD_AccessHandlerCallback = { serverPointer, connection, url,
     }
     let server = Unmanaged<HTTPServer>.fromOpaque(serverPointer).takeUnretainedValue()
     let context = Unmanaged<RequestContext>.fromOpaque(raw).takeUnretainedValue()
-    return server.handle(connection: connection, context: context, url: url, method: method,
-                         uploadData: uploadData, uploadSize: uploadSize)
+    return server.handle(
+        connection: connection, context: context, url: url, method: method,
+        uploadData: uploadData, uploadSize: uploadSize)
 }
 
 /// MHD_PostDataIterator: one decoded piece of a form field. `cls` is the request's context (unretained: the post
@@ -98,8 +100,10 @@ extension HTTPServer {
     /// Bytes of an oversized body read and dropped before answering 413 anyway (and closing).
     static let discardBudget = 1024 * 1024
 
-    func handle(connection: OpaquePointer, context: RequestContext, url: UnsafePointer<CChar>?, method: UnsafePointer<CChar>?,
-                uploadData: UnsafePointer<CChar>?, uploadSize: UnsafeMutablePointer<Int>) -> MHD_Result {
+    func handle(
+        connection: OpaquePointer, context: RequestContext, url: UnsafePointer<CChar>?, method: UnsafePointer<CChar>?,
+        uploadData: UnsafePointer<CChar>?, uploadSize: UnsafeMutablePointer<Int>
+    ) -> MHD_Result {
         switch context.phase {
         case .new:
             context.phase = .receiving
@@ -109,8 +113,9 @@ extension HTTPServer {
                 return .YES
             }
             // NULL unless the body is multipart/form-data or application/x-www-form-urlencoded.
-            context.postProcessor = MHD_create_post_processor(connection, 16 * 1024, formFieldReceived,
-                                                              Unmanaged.passUnretained(context).toOpaque())
+            context.postProcessor = MHD_create_post_processor(
+                connection, 16 * 1024, formFieldReceived,
+                Unmanaged.passUnretained(context).toOpaque())
             return .YES
         case .receiving where uploadSize.pointee > 0:
             let size = uploadSize.pointee

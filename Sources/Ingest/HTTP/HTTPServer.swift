@@ -1,8 +1,8 @@
+internal import CMicroHTTPD
 import Common
 import Foundation
 import Synchronization
 import Threading
-internal import CMicroHTTPD
 
 /// An HTTP/1.1 server on libmicrohttpd with its internal epoll threads.
 ///
@@ -71,14 +71,19 @@ public final class HTTPServer: Sendable {
     public init(_ configuration: Configuration, handler: @escaping Handler) throws {
         self.configuration = configuration
         self.handler = handler
-        connectionGuard = configuration.requestTimeout == nil && configuration.connectionsPerClient == nil ? nil
-            : ConnectionGuard(.init(requestTimeout: configuration.requestTimeout,
-                                    idleTimeout: .seconds(configuration.connectionTimeout),
-                                    perClient: configuration.connectionsPerClient, exempt: configuration.uncappedPeer))
+        connectionGuard =
+            configuration.requestTimeout == nil && configuration.connectionsPerClient == nil
+            ? nil
+            : ConnectionGuard(
+                .init(
+                    requestTimeout: configuration.requestTimeout,
+                    idleTimeout: .seconds(configuration.connectionTimeout),
+                    perClient: configuration.connectionsPerClient, exempt: configuration.uncappedPeer))
         guard let address = IPAddress(configuration.host) else {
             throw StartError(description: "\(configuration.host) is not an IP address")
         }
-        var flags = UInt32(MHD_USE_EPOLL_INTERNAL_THREAD.rawValue) | UInt32(MHD_ALLOW_SUSPEND_RESUME.rawValue)
+        var flags =
+            UInt32(MHD_USE_EPOLL_INTERNAL_THREAD.rawValue) | UInt32(MHD_ALLOW_SUSPEND_RESUME.rawValue)
             | UInt32(MHD_USE_TURBO.rawValue)
         if !address.isIPv4 { flags |= UInt32(MHD_USE_IPv6.rawValue) }
         // `self` is handed to C unretained: the daemon is stopped in `stop()`/`deinit` before `self` goes away, and
@@ -91,9 +96,10 @@ public final class HTTPServer: Sendable {
                 connection_limit: UInt32(configuration.connectionLimit),
                 connection_timeout: UInt32(configuration.connectionTimeout),
                 connection_memory_limit: configuration.connectionMemoryLimit)
-            return CMicroHTTPD_start(&config, accessHandler, selfPointer, requestCompleted, selfPointer, uriLogged, selfPointer,
-                                     connectionGuard == nil ? nil : acceptPolicy, selfPointer,
-                                     connectionGuard == nil ? nil : connectionNotified, selfPointer)
+            return CMicroHTTPD_start(
+                &config, accessHandler, selfPointer, requestCompleted, selfPointer, uriLogged, selfPointer,
+                connectionGuard == nil ? nil : acceptPolicy, selfPointer,
+                connectionGuard == nil ? nil : connectionNotified, selfPointer)
         }
         guard let started else {
             throw StartError(description: "cannot listen on \(configuration.host):\(configuration.port) (in use, or no permission)")

@@ -1,6 +1,6 @@
+internal import CMicroHTTPD
 import Common
 import Synchronization
-internal import CMicroHTTPD
 
 /// Everything known about one request while libmicrohttpd works on it, from the URI log callback (which creates
 /// it) to the completion callback (which releases it).

@@ -1,6 +1,6 @@
+internal import CMicroHTTPD
 import Common
 import Foundation
-internal import CMicroHTTPD
 
 /// Conversions between `IPAddress` and the C `sockaddr` structures libmicrohttpd speaks.
 enum SocketAddress {

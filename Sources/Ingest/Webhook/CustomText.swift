@@ -39,7 +39,8 @@ extension String {
     func trimmingJSONWhitespace() -> String {
         let bytes = Array(utf8)
         guard let first = bytes.firstIndex(where: { !$0.isJSONWhitespace }),
-              let last = bytes.lastIndex(where: { !$0.isJSONWhitespace }) else { return "" }
+            let last = bytes.lastIndex(where: { !$0.isJSONWhitespace })
+        else { return "" }
         return String(decoding: bytes[first...last], as: UTF8.self)
     }
 }

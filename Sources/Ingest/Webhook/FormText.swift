@@ -37,7 +37,8 @@ enum FormText {
         while i < bytes.count {
             let byte = bytes[i]
             if byte == UInt8(ascii: "=") { return i > from ? i - from + 1 : nil }
-            let isNameByte = (UInt8(ascii: "a")...UInt8(ascii: "z")).contains(byte) || (UInt8(ascii: "A")...UInt8(ascii: "Z")).contains(byte)
+            let isNameByte =
+                (UInt8(ascii: "a")...UInt8(ascii: "z")).contains(byte) || (UInt8(ascii: "A")...UInt8(ascii: "Z")).contains(byte)
                 || (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(byte) || "_.-~[]%".utf8.contains(byte)
             guard isNameByte else { return nil }
             i += 1

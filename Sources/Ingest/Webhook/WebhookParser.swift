@@ -114,8 +114,9 @@ public enum WebhookParser {
     static let genericBodyKeys = ["body", "message", "text", "msg"]
 
     /// The only keys the relay reads, at any depth; everything else is validated and dropped while parsing.
-    static let keysRead: Set<String> = Set(["heartbeat", "monitor", "status", "important", "monitorID", "name", "id"]
-                                            + genericTitleKeys + genericBodyKeys)
+    static let keysRead: Set<String> = Set(
+        ["heartbeat", "monitor", "status", "important", "monitorID", "name", "id"]
+            + genericTitleKeys + genericBodyKeys)
 
     /// Uptime Kuma's shape when it has `heartbeat` or `monitor`; a lone `msg` is its Test/certificate shape;
     /// otherwise the generic `title`/`subject` + `body`/`message`/`text`/`msg`.
@@ -151,9 +152,11 @@ public enum WebhookParser {
         }
         guard let name = optionalString(monitor["name"]) else { return wrong("monitor.name", "a string") }
         guard let id = optionalInt(monitor["id"] ?? heartbeat["monitorID"]) else { return wrong("monitor.id", "an integer") }
-        return .success(AlertEvent(kind: .monitor, status: AlertEvent.Status(rawValue: status.value ?? 0),
-                                   important: important.value?.boolValue ?? true, monitorID: id.value,
-                                   monitorName: name.value ?? "", message: beatMessage.value ?? ""))
+        return .success(
+            AlertEvent(
+                kind: .monitor, status: AlertEvent.Status(rawValue: status.value ?? 0),
+                important: important.value?.boolValue ?? true, monitorID: id.value,
+                monitorName: name.value ?? "", message: beatMessage.value ?? ""))
     }
 
     /// Bracket-notation forms (`heartbeat[status]=0&monitor[name]=DB&msg=…`), which Uptime Kuma's JSON mode produces

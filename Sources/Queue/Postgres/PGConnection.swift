@@ -1,5 +1,5 @@
-import Foundation
 internal import CLibPQ
+import Foundation
 
 /// One libpq connection. Owns its `PGconn*` (closed in `deinit`) and the names of the statements it prepared.
 ///
@@ -32,7 +32,7 @@ final class PGConnection {
             // A server that vanished without closing the socket is noticed in about 30 s instead of hours.
             ("keepalives", "1"), ("keepalives_idle", "10"), ("keepalives_interval", "5"), ("keepalives_count", "3"),
             ("tcp_user_timeout", "30000"),
-            ("dbname", conninfo),
+            ("dbname", conninfo)
         ]
         let keywords = parameters.map { strdup($0.0) } + [nil]
         let values = parameters.map { strdup($0.1) } + [nil]
@@ -186,8 +186,9 @@ final class PGConnection {
         default:
             func field(_ code: UInt8) -> String? { PQresultErrorField(result, Int32(code)).map { String(cString: $0) } }
             let message = field(UInt8(ascii: "M")) ?? Self.trimmed(PQresultErrorMessage(result))
-            throw PGError(sqlstate: field(UInt8(ascii: "C")) ?? "", message: message, constraint: field(UInt8(ascii: "n")),
-                          sql: sql, connectionBroken: isBroken)
+            throw PGError(
+                sqlstate: field(UInt8(ascii: "C")) ?? "", message: message, constraint: field(UInt8(ascii: "n")),
+                sql: sql, connectionBroken: isBroken)
         }
     }
 

@@ -5,9 +5,18 @@ extension PostgresStore {
     private static func conditions(_ filter: DeadLetterFilter) -> (String, [PGValue]) {
         var terms = ["state = 'discarded'"]
         var values: [PGValue] = []
-        if let reason = filter.reason { values.append(.text(reason)); terms.append("last_error = $\(values.count)::text") }
-        if let device = filter.deviceID { values.append(.text(device)); terms.append("device_id = $\(values.count)::text") }
-        if let since = filter.since { values.append(.integer(since)); terms.append("finalized_at >= $\(values.count)::bigint") }
+        if let reason = filter.reason {
+            values.append(.text(reason))
+            terms.append("last_error = $\(values.count)::text")
+        }
+        if let device = filter.deviceID {
+            values.append(.text(device))
+            terms.append("device_id = $\(values.count)::text")
+        }
+        if let since = filter.since {
+            values.append(.integer(since))
+            terms.append("finalized_at >= $\(values.count)::bigint")
+        }
         return (terms.joined(separator: " AND "), values)
     }
 
@@ -21,20 +30,25 @@ extension PostgresStore {
     public func replayDeadLetters(_ filter: DeadLetterFilter, limit: Int, now: Int64, ttl: Duration) throws(StoreError) -> Int {
         let (whereClause, values) = Self.conditions(filter)
         let count = try write { db in
-            let letters = try db.rows("SELECT id, device_id FROM jobs WHERE \(whereClause) ORDER BY id LIMIT $\(values.count + 1)::bigint",
-                                      values + [.integer(Int64(limit))], prepare: false) { ($0.int64(0), $0.text(1)) }
+            let letters = try db.rows(
+                "SELECT id, device_id FROM jobs WHERE \(whereClause) ORDER BY id LIMIT $\(values.count + 1)::bigint",
+                values + [.integer(Int64(limit))], prepare: false
+            ) { ($0.int64(0), $0.text(1)) }
             // Whether a replayed job becomes its device's head depends on the device's other jobs: lock the devices.
             let devices = Set(letters.map(\.1))
             if !devices.isEmpty {
-                _ = try db.rows("SELECT id FROM devices WHERE id = ANY($1::text[]) ORDER BY id FOR NO KEY UPDATE",
-                                [.textArray(devices)]) { $0.text(0) }
+                _ = try db.rows(
+                    "SELECT id FROM devices WHERE id = ANY($1::text[]) ORDER BY id FOR NO KEY UPDATE",
+                    [.textArray(devices)]
+                ) { $0.text(0) }
             }
             // One row at a time: whether a replayed job becomes its device's head depends on the rows before it.
             // It is stored again under a new id, so it queues behind every job its device already has (ids are
             // acceptance order; keeping the old id would put replayed jobs ahead of newer ones).
             var count = 0
             for (id, _) in letters {
-                count += try db.run("""
+                count += try db.run(
+                    """
                     INSERT INTO jobs (public_id, device_id, state, payload, created_at, scheduled_at, expires_at,
                                       reports_outcome, folded, folded_count)
                     SELECT public_id, device_id,
@@ -54,7 +68,8 @@ extension PostgresStore {
 
     public func purgeDeadLetters(keeping: Int) throws(StoreError) -> Int {
         try writeStatement { db in
-            try db.run("""
+            try db.run(
+                """
                 DELETE FROM jobs WHERE id IN (
                     SELECT id FROM jobs WHERE state = 'discarded' ORDER BY finalized_at, id
                     LIMIT greatest(0, (SELECT count(*) FROM jobs WHERE state = 'discarded') - $1::bigint))

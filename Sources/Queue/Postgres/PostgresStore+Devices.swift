@@ -5,20 +5,24 @@ extension PostgresStore {
         "id, device_token, auth_token_hash, date_added, last_successful_notification, last_delivery_error, down_notification_level"
 
     private static func device(_ row: PGRow) -> Device {
-        Device(id: row.text(0), token: row.text(1), authTokenHash: row.text(2), dateAdded: row.int64(3),
-               lastSuccessfulNotification: row.optionalInt64(4), lastDeliveryError: row.text(5),
-               downNotificationLevel: Device.DownNotificationLevel(rawValue: row.text(6)) ?? .normal)
+        Device(
+            id: row.text(0), token: row.text(1), authTokenHash: row.text(2), dateAdded: row.int64(3),
+            lastSuccessfulNotification: row.optionalInt64(4), lastDeliveryError: row.text(5),
+            downNotificationLevel: Device.DownNotificationLevel(rawValue: row.text(6)) ?? .normal)
     }
 
-    public func registerDevice(token: String, authTokenHash: String, now: Int64,
-                               newID: () throws -> String) throws(StoreError) -> Registration {
+    public func registerDevice(
+        token: String, authTokenHash: String, now: Int64,
+        newID: () throws -> String
+    ) throws(StoreError) -> Registration {
         // A fresh id collides with an existing one with probability ~n/2^84; retry a few times all the same.
         for _ in 0..<5 {
             let candidate: String
             do { candidate = try newID() } catch { throw StoreError(.failed, "cannot generate a device id: \(error)") }
             let registration: Registration? = try write { db in
                 do {
-                    let rows = try db.rows("""
+                    let rows = try db.rows(
+                        """
                         INSERT INTO devices (id, device_token, auth_token_hash, date_added) VALUES ($1::text, $2::text, $3::text, $4::bigint)
                         ON CONFLICT (device_token) DO UPDATE SET auth_token_hash = excluded.auth_token_hash, apns_environment = NULL
                         RETURNING \(Self.deviceColumns)
@@ -42,19 +46,25 @@ extension PostgresStore {
     }
 
     public func updateDevice(id: String, token: String?, level: Device.DownNotificationLevel?) throws(StoreError) -> Device? {
-        enum Update: Sendable { case updated(Device?), tokenTaken }
+        enum Update: Sendable {
+            case updated(Device?)
+            case tokenTaken
+        }
         let update = try write { db -> Update in
             do {
                 // A new token is a new phone or a reinstall: the old token's delivery error no longer applies.
-                return .updated(try db.rows("""
-                    UPDATE devices SET
-                        last_delivery_error = CASE WHEN $1::text IS NOT NULL AND $1::text <> device_token THEN '' ELSE last_delivery_error END,
-                        apns_environment = CASE WHEN $1::text IS NOT NULL AND $1::text <> device_token THEN NULL ELSE apns_environment END,
-                        device_token = coalesce($1::text, device_token),
-                        down_notification_level = coalesce($2::text, down_notification_level)
-                    WHERE id = $3::text
-                    RETURNING \(Self.deviceColumns)
-                    """, [.optional(token), .optional(level?.rawValue), .text(id)], Self.device).first)
+                return .updated(
+                    try db.rows(
+                        """
+                        UPDATE devices SET
+                            last_delivery_error = CASE WHEN $1::text IS NOT NULL AND $1::text <> device_token THEN '' ELSE last_delivery_error END,
+                            apns_environment = CASE WHEN $1::text IS NOT NULL AND $1::text <> device_token THEN NULL ELSE apns_environment END,
+                            device_token = coalesce($1::text, device_token),
+                            down_notification_level = coalesce($2::text, down_notification_level)
+                        WHERE id = $3::text
+                        RETURNING \(Self.deviceColumns)
+                        """, [.optional(token), .optional(level?.rawValue), .text(id)], Self.device
+                    ).first)
             } catch let error as PGError where error.isUniqueViolation && error.constraint == "devices_device_token_key" {
                 // The transaction is aborted (its COMMIT becomes a rollback).
                 return .tokenTaken
@@ -69,8 +79,9 @@ extension PostgresStore {
     public func setEnvironment(deviceID: String, token: String, environment: Settings.APNsEnvironment) throws(StoreError) {
         // Only while the device still has the token the environment was learnt for.
         _ = try writeStatement { db in
-            try db.run("UPDATE devices SET apns_environment = $1::text WHERE id = $2::text AND device_token = $3::text",
-                       [.text(environment.rawValue), .text(deviceID), .text(token)])
+            try db.run(
+                "UPDATE devices SET apns_environment = $1::text WHERE id = $2::text AND device_token = $3::text",
+                [.text(environment.rawValue), .text(deviceID), .text(token)])
         }
     }
 
@@ -81,13 +92,17 @@ extension PostgresStore {
 
     public func importDevice(_ device: Device) throws(StoreError) -> Bool {
         try write { db in
-            try db.run("""
+            try db.run(
+                """
                 INSERT INTO devices (id, device_token, auth_token_hash, date_added, last_successful_notification,
                                      down_notification_level)
                 VALUES ($1::text, $2::text, $3::text, $4::bigint, $5::bigint, $6::text)
                 ON CONFLICT DO NOTHING
-                """, [.text(device.id), .text(device.token), .text(device.authTokenHash), .integer(device.dateAdded),
-                      .optional(device.lastSuccessfulNotification), .text(device.downNotificationLevel.rawValue)]) == 1
+                """,
+                [
+                    .text(device.id), .text(device.token), .text(device.authTokenHash), .integer(device.dateAdded),
+                    .optional(device.lastSuccessfulNotification), .text(device.downNotificationLevel.rawValue)
+                ]) == 1
         }
     }
 

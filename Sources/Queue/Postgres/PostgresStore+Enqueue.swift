@@ -16,13 +16,17 @@ extension PostgresStore {
     /// Locks the rows of `devices` (sorted, so concurrent transactions lock in one order) and returns those that exist.
     static func lockDevices(_ devices: some Collection<String>, _ db: PGConnection) throws -> Set<String> {
         guard !devices.isEmpty else { return [] }
-        return Set(try db.rows("SELECT id FROM devices WHERE id = ANY($1::text[]) ORDER BY id FOR NO KEY UPDATE",
-                               [.textArray(Set(devices))]) { $0.text(0) })
+        return Set(
+            try db.rows(
+                "SELECT id FROM devices WHERE id = ANY($1::text[]) ORDER BY id FOR NO KEY UPDATE",
+                [.textArray(Set(devices))]
+            ) { $0.text(0) })
     }
 
     public func enqueue(_ jobs: some Sequence<NewJob>, now: Int64, ttl: Duration, deviceCap: Int) throws(StoreError) -> [EnqueueResult] {
-        let context = EnqueueContext(now: now, expiresAt: now + ttl.wholeMilliseconds,
-                                     badgeSince: now - options.monitorRetention.wholeMilliseconds, deviceCap: deviceCap)
+        let context = EnqueueContext(
+            now: now, expiresAt: now + ttl.wholeMilliseconds,
+            badgeSince: now - options.monitorRetention.wholeMilliseconds, deviceCap: deviceCap)
         // The batch is read from `jobs` inside the first transaction (chunk by chunk) and kept, so a transaction
         // PostgreSQL aborts to break a deadlock can run again with the same jobs.
         var source = jobs.makeIterator()
@@ -95,7 +99,8 @@ extension PostgresStore {
             let badge = device.downMonitors.count
             // SPEC §2.4: past the cap, the alert folds into the newest waiting job (never a Test-button job).
             if context.deviceCap < .max, !job.reportsOutcome, device.live >= context.deviceCap,
-               let event = AlertEvent(jobPayload: job.payload), let tail = device.tail {
+                let event = AlertEvent(jobPayload: job.payload), let tail = device.tail
+            {
                 switch tail {
                 case .stored(let id, var folded):
                     folded.add(event)
@@ -117,8 +122,9 @@ extension PostgresStore {
         try writeMonitorStates(monitorStates, context, db)
         try insert(rows, context, db)
         for (id, tail) in storedTails {
-            try db.run("UPDATE jobs SET folded = $1::bytea, folded_count = $2::integer, badge = $3::integer WHERE id = $4::bigint",
-                       [.bytes(tail.folded.encoded), .integer(Int64(tail.folded.count)), .integer(Int64(tail.badge)), .integer(id)])
+            try db.run(
+                "UPDATE jobs SET folded = $1::bytea, folded_count = $2::integer, badge = $3::integer WHERE id = $4::bigint",
+                [.bytes(tail.folded.encoded), .integer(Int64(tail.folded.count)), .integer(Int64(tail.badge)), .integer(id)])
         }
         return results
     }
@@ -130,14 +136,18 @@ extension PostgresStore {
 
     /// Head of every device in the chunk, its live jobs when there is a cap, its down monitors, and its newest
     /// waiting job when the cap may be reached.
-    private static func readState(of existing: Set<String>, chunk: ArraySlice<NewJob>, _ context: EnqueueContext,
-                                  _ db: PGConnection) throws -> [String: DeviceState] {
+    private static func readState(
+        of existing: Set<String>, chunk: ArraySlice<NewJob>, _ context: EnqueueContext,
+        _ db: PGConnection
+    ) throws -> [String: DeviceState] {
         var devices: [String: DeviceState] = [:]
         for device in existing { devices[device] = DeviceState() }
         guard !existing.isEmpty else { return devices }
         let ids = PGValue.textArray(existing)
-        for device in try db.rows("SELECT device_id FROM jobs WHERE device_id = ANY($1::text[]) AND state IN \(headStates)",
-                                  [ids], { $0.text(0) }) {
+        for device in try db.rows(
+            "SELECT device_id FROM jobs WHERE device_id = ANY($1::text[]) AND state IN \(headStates)",
+            [ids], { $0.text(0) })
+        {
             devices[device]?.hasHead = true
         }
         if context.deviceCap < .max {
@@ -147,19 +157,23 @@ extension PostgresStore {
             }
         }
         // Every job's badge counts the device's down monitors, so they are read for every chunk.
-        for (device, monitor) in try db.rows("""
+        for (device, monitor) in try db.rows(
+            """
             SELECT device_id, monitor FROM monitor_states WHERE device_id = ANY($1::text[]) AND down AND updated_at >= $2::bigint
-            """, [ids, .integer(context.badgeSince)], { ($0.text(0), $0.text(1)) }) {
+            """, [ids, .integer(context.badgeSince)], { ($0.text(0), $0.text(1)) })
+        {
             devices[device]?.downMonitors.insert(monitor)
         }
         let arriving = Dictionary(chunk.map { ($0.deviceID, 1) }, uniquingKeysWith: +)
         let mayReachCap = context.deviceCap < .max && devices.contains { $0.value.live + (arriving[$0.key] ?? 0) > context.deviceCap }
         if mayReachCap {
-            for (device, id, folded) in try db.rows("""
+            for (device, id, folded) in try db.rows(
+                """
                 SELECT DISTINCT ON (device_id) device_id, id, folded FROM jobs
                 WHERE device_id = ANY($1::text[]) AND state = 'pending' AND NOT reports_outcome
                 ORDER BY device_id, id DESC
-                """, [ids], { ($0.text(0), $0.int64(1), $0.isNull(2) ? FoldedAlerts() : FoldedAlerts(encoded: $0.bytes(2))) }) {
+                """, [ids], { ($0.text(0), $0.int64(1), $0.isNull(2) ? FoldedAlerts() : FoldedAlerts(encoded: $0.bytes(2))) })
+            {
                 devices[device]?.tail = .stored(id: id, folded: folded)
             }
         }
@@ -175,7 +189,8 @@ extension PostgresStore {
             rows.append("($\(first)::text, $\(first + 1)::text, $\(first + 2)::boolean, $1::bigint)")
             values += [.text(key.device), .text(key.monitor), .boolean(down)]
         }
-        try db.run("""
+        try db.run(
+            """
             INSERT INTO monitor_states (device_id, monitor, down, updated_at) VALUES \(rows.joined(separator: ", "))
             ON CONFLICT (device_id, monitor) DO UPDATE SET down = excluded.down, updated_at = excluded.updated_at
             """, values, prepare: false)
@@ -188,13 +203,17 @@ extension PostgresStore {
         var tuples: [String] = []
         for row in rows {
             let first = values.count + 1
-            tuples.append("($\(first)::text, $\(first + 1)::text, $\(first + 2)::text, $\(first + 3)::bytea, $1::bigint, $1::bigint, "
-                          + "$2::bigint, $\(first + 4)::boolean, $\(first + 5)::integer, $\(first + 6)::bytea, $\(first + 7)::integer)")
-            values += [.text(row.job.publicID), .text(row.job.deviceID), .text(row.state), .bytes(row.job.payload),
-                       .boolean(row.job.reportsOutcome), .integer(Int64(row.badge)),
-                       row.folded.isEmpty ? .null : .bytes(row.folded.encoded), .integer(Int64(row.folded.count))]
+            tuples.append(
+                "($\(first)::text, $\(first + 1)::text, $\(first + 2)::text, $\(first + 3)::bytea, $1::bigint, $1::bigint, "
+                    + "$2::bigint, $\(first + 4)::boolean, $\(first + 5)::integer, $\(first + 6)::bytea, $\(first + 7)::integer)")
+            values += [
+                .text(row.job.publicID), .text(row.job.deviceID), .text(row.state), .bytes(row.job.payload),
+                .boolean(row.job.reportsOutcome), .integer(Int64(row.badge)),
+                row.folded.isEmpty ? .null : .bytes(row.folded.encoded), .integer(Int64(row.folded.count))
+            ]
         }
-        try db.run("""
+        try db.run(
+            """
             INSERT INTO jobs (public_id, device_id, state, payload, created_at, scheduled_at, expires_at, reports_outcome,
                               badge, folded, folded_count)
             VALUES \(tuples.joined(separator: ", "))

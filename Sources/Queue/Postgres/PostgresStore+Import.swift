@@ -8,24 +8,33 @@ extension PostgresStore {
 
     /// Adds devices not here yet (by id or token). Returns how many were added.
     public func importDevices(_ rows: [StoreTransfer.DeviceRow]) throws(StoreError) -> Int {
-        try importRows(rows, into: "devices", columns: "id, device_token, auth_token_hash, date_added, last_successful_notification, "
-                       + "last_delivery_error, down_notification_level, apns_environment",
-                       types: ["text", "text", "text", "bigint", "bigint", "text", "text", "text"], conflict: "ON CONFLICT DO NOTHING") { row in
-            [.text(row.device.id), .text(row.device.token), .text(row.device.authTokenHash), .integer(row.device.dateAdded),
-             .optional(row.device.lastSuccessfulNotification), .text(row.device.lastDeliveryError),
-             .text(row.device.downNotificationLevel.rawValue), .optional(row.apnsEnvironment)]
+        try importRows(
+            rows, into: "devices",
+            columns: "id, device_token, auth_token_hash, date_added, last_successful_notification, "
+                + "last_delivery_error, down_notification_level, apns_environment",
+            types: ["text", "text", "text", "bigint", "bigint", "text", "text", "text"], conflict: "ON CONFLICT DO NOTHING"
+        ) { row in
+            [
+                .text(row.device.id), .text(row.device.token), .text(row.device.authTokenHash), .integer(row.device.dateAdded),
+                .optional(row.device.lastSuccessfulNotification), .text(row.device.lastDeliveryError),
+                .text(row.device.downNotificationLevel.rawValue), .optional(row.apnsEnvironment)
+            ]
         }
     }
 
     public func importTombstones(_ rows: [Tombstone]) throws(StoreError) -> Int {
-        try importRows(rows, into: "tombstones", columns: "device_id, reason, removed_at", types: ["text", "text", "bigint"],
-                       conflict: "ON CONFLICT DO NOTHING") { [.text($0.deviceID), .text($0.reason), .integer($0.removedAt)] }
+        try importRows(
+            rows, into: "tombstones", columns: "device_id, reason, removed_at", types: ["text", "text", "bigint"],
+            conflict: "ON CONFLICT DO NOTHING"
+        ) { [.text($0.deviceID), .text($0.reason), .integer($0.removedAt)] }
     }
 
     /// Monitor states of devices that are here (others were skipped with their device).
     public func importMonitorStates(_ rows: [StoreTransfer.MonitorStateRow]) throws(StoreError) -> Int {
-        try importRows(rows, into: "monitor_states", columns: "device_id, monitor, down, updated_at", types: ["text", "text", "boolean", "bigint"],
-                       conflict: "ON CONFLICT DO NOTHING", onlyExistingDevices: true) {
+        try importRows(
+            rows, into: "monitor_states", columns: "device_id, monitor, down, updated_at", types: ["text", "text", "boolean", "bigint"],
+            conflict: "ON CONFLICT DO NOTHING", onlyExistingDevices: true
+        ) {
             [.text($0.deviceID), .text($0.monitor), .boolean($0.down), .integer($0.updatedAt)]
         }
     }
@@ -34,17 +43,24 @@ extension PostgresStore {
     /// mid-push) arrives as `retryable`, due at once, like a rescued lease. Jobs of devices that are not here, and
     /// ids already here, are skipped. Returns how many were added.
     public func importJobs(_ rows: [StoreTransfer.JobRow]) throws(StoreError) -> Int {
-        try importRows(rows, into: "jobs", columns: "id, public_id, device_id, state, payload, attempt, created_at, scheduled_at, expires_at, "
-                       + "last_error, finalized_at, reports_outcome, folded, folded_count, badge",
-                       types: ["bigint", "text", "text", "text", "bytea", "integer", "bigint", "bigint", "bigint", "text", "bigint",
-                               "boolean", "bytea", "integer", "integer"],
-                       conflict: "ON CONFLICT DO NOTHING", onlyExistingDevices: true, deviceColumn: 2) { job in
+        try importRows(
+            rows, into: "jobs",
+            columns: "id, public_id, device_id, state, payload, attempt, created_at, scheduled_at, expires_at, "
+                + "last_error, finalized_at, reports_outcome, folded, folded_count, badge",
+            types: [
+                "bigint", "text", "text", "text", "bytea", "integer", "bigint", "bigint", "bigint", "text", "bigint",
+                "boolean", "bytea", "integer", "integer"
+            ],
+            conflict: "ON CONFLICT DO NOTHING", onlyExistingDevices: true, deviceColumn: 2
+        ) { job in
             let leased = job.state == .running
-            return [.integer(job.id), .text(job.publicID), .text(job.deviceID), .text(leased ? JobState.retryable.rawValue : job.state.rawValue),
-                    .bytes(job.payload), .integer(Int64(job.attempt)), .integer(job.createdAt), .integer(job.scheduledAt),
-                    .integer(job.expiresAt), .text(leased ? "lease expired" : job.lastError), .optional(job.finalizedAt),
-                    .boolean(job.reportsOutcome), job.folded.map { .bytes($0) } ?? .null, .integer(Int64(job.foldedCount)),
-                    .optional(job.badge.map(Int64.init))]
+            return [
+                .integer(job.id), .text(job.publicID), .text(job.deviceID), .text(leased ? JobState.retryable.rawValue : job.state.rawValue),
+                .bytes(job.payload), .integer(Int64(job.attempt)), .integer(job.createdAt), .integer(job.scheduledAt),
+                .integer(job.expiresAt), .text(leased ? "lease expired" : job.lastError), .optional(job.finalizedAt),
+                .boolean(job.reportsOutcome), job.folded.map { .bytes($0) } ?? .null, .integer(Int64(job.foldedCount)),
+                .optional(job.badge.map(Int64.init))
+            ]
         }
     }
 
@@ -63,9 +79,11 @@ extension PostgresStore {
 
     /// One transaction of multi-row INSERTs. With `onlyExistingDevices`, rows whose device (column `deviceColumn`)
     /// is not in `devices` are left out by joining on it.
-    private func importRows<Row>(_ rows: [Row], into table: String, columns: String, types: [String], conflict: String,
-                                 onlyExistingDevices: Bool = false, deviceColumn: Int = 0,
-                                 values: (Row) -> [PGValue]) throws(StoreError) -> Int {
+    private func importRows<Row>(
+        _ rows: [Row], into table: String, columns: String, types: [String], conflict: String,
+        onlyExistingDevices: Bool = false, deviceColumn: Int = 0,
+        values: (Row) -> [PGValue]
+    ) throws(StoreError) -> Int {
         guard !rows.isEmpty else { return 0 }
         let names = columns.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }
         var statements: [(String, [PGValue])] = []
@@ -78,7 +96,8 @@ extension PostgresStore {
                 parameters += values(row)
             }
             let source = "(VALUES \(tuples.joined(separator: ", "))) AS v (\(names.joined(separator: ", ")))"
-            let sql = onlyExistingDevices
+            let sql =
+                onlyExistingDevices
                 ? "INSERT INTO \(table) (\(columns)) SELECT v.* FROM \(source) JOIN devices d ON d.id = v.\(names[deviceColumn]) \(conflict)"
                 : "INSERT INTO \(table) (\(columns)) SELECT * FROM \(source) \(conflict)"
             statements.append((sql, parameters))

@@ -20,7 +20,8 @@ extension PostgresStore {
         // One statement: lock due heads no other claimer holds (SKIP LOCKED: claimers never wait for each other),
         // lease them, and return them with their device's token.
         let claimed = try writeStatement { db in
-            try db.rows("""
+            try db.rows(
+                """
                 WITH due AS (
                     SELECT id FROM jobs WHERE state IN ('available', 'retryable') AND scheduled_at <= $1::bigint
                     ORDER BY scheduled_at LIMIT $4::bigint
@@ -34,14 +35,16 @@ extension PostgresStore {
                           jobs.expires_at, jobs.reports_outcome, d.device_token, d.down_notification_level,
                           jobs.folded, jobs.badge, d.apns_environment, \(DeviceBurst.recentPushes(now: "$1::bigint")),
                           d.last_successful_notification
-                """, [.integer(now), .text(worker), .integer(now + lease.wholeMilliseconds), .integer(Int64(limit))]) { row in
-                ClaimedJob(id: row.int64(0), publicID: row.text(1), deviceID: row.text(2), deviceToken: row.text(8),
-                           downNotificationLevel: Device.DownNotificationLevel(rawValue: row.text(9)) ?? .normal,
-                           payload: row.bytes(3), attempt: row.int(4), createdAt: row.int64(5), expiresAt: row.int64(6),
-                           reportsOutcome: row.bool(7), folded: row.isNull(10) ? FoldedAlerts() : FoldedAlerts(encoded: row.bytes(10)),
-                           badge: row.isNull(11) ? nil : row.int(11),
-                           environment: row.optionalText(12).flatMap(Settings.APNsEnvironment.init(rawValue:)),
-                           recentPushes: row.int(13), lastPushAt: row.isNull(14) ? nil : row.int64(14))
+                """, [.integer(now), .text(worker), .integer(now + lease.wholeMilliseconds), .integer(Int64(limit))]
+            ) { row in
+                ClaimedJob(
+                    id: row.int64(0), publicID: row.text(1), deviceID: row.text(2), deviceToken: row.text(8),
+                    downNotificationLevel: Device.DownNotificationLevel(rawValue: row.text(9)) ?? .normal,
+                    payload: row.bytes(3), attempt: row.int(4), createdAt: row.int64(5), expiresAt: row.int64(6),
+                    reportsOutcome: row.bool(7), folded: row.isNull(10) ? FoldedAlerts() : FoldedAlerts(encoded: row.bytes(10)),
+                    badge: row.isNull(11) ? nil : row.int(11),
+                    environment: row.optionalText(12).flatMap(Settings.APNsEnvironment.init(rawValue:)),
+                    recentPushes: row.int(13), lastPushAt: row.isNull(14) ? nil : row.int64(14))
             }
         }
         // Acceptance order, which is what callers log and send in.
@@ -64,19 +67,22 @@ extension PostgresStore {
                 case .delivered:
                     continue
                 case .retry(let at, let error):
-                    let changed = try db.run("""
+                    let changed = try db.run(
+                        """
                         UPDATE jobs SET state = 'retryable', scheduled_at = $4::bigint, last_error = $5::text,
                                         attempted_by = NULL, lease_expires_at = NULL
                         WHERE \(Self.leaseGuard)
                         """, guardValues + [.integer(at), .text(error)])
                     applied[index] = changed == 1
                 case .deadLetter(let reason), .abandon(let reason):
-                    let finished = try db.rows("""
+                    let finished = try db.rows(
+                        """
                         UPDATE jobs SET state = 'discarded', finalized_at = $4::bigint, last_error = $5::text,
                                         attempted_by = NULL, lease_expires_at = NULL
                         WHERE \(Self.leaseGuard)
                         RETURNING device_id, public_id, reports_outcome
-                        """, guardValues + [.integer(now), .text(reason)]) { ($0.text(0), $0.text(1), $0.bool(2)) }
+                        """, guardValues + [.integer(now), .text(reason)]
+                    ) { ($0.text(0), $0.text(1), $0.bool(2)) }
                     let kind: ReportedOutcome.Kind = if case .abandon = outcome.kind { .failed } else { .rejected }
                     try Self.report(finished, kind, reason, now: now, db)
                     for (device, _, _) in finished {
@@ -86,18 +92,22 @@ extension PostgresStore {
                     }
                     applied[index] = !finished.isEmpty
                 case .postpone(let until):
-                    let changed = try db.run("""
+                    let changed = try db.run(
+                        """
                         UPDATE jobs SET state = 'available', scheduled_at = $4::bigint, attempt = greatest(attempt - 1, 0),
                                         attempted_by = NULL, lease_expires_at = NULL
                         WHERE \(Self.leaseGuard)
                         """, guardValues + [.integer(until)])
                     applied[index] = changed == 1
                 case .removeDevice(let reason):
-                    let finished = try db.rows("SELECT device_id, public_id, reports_outcome FROM jobs WHERE \(Self.leaseGuard)",
-                                               guardValues) { ($0.text(0), $0.text(1), $0.bool(2)) }
+                    let finished = try db.rows(
+                        "SELECT device_id, public_id, reports_outcome FROM jobs WHERE \(Self.leaseGuard)",
+                        guardValues
+                    ) { ($0.text(0), $0.text(1), $0.bool(2)) }
                     try Self.report(finished, .unregistered, reason, now: now, db)
                     for (device, _, _) in finished {
-                        try db.run("""
+                        try db.run(
+                            """
                             INSERT INTO tombstones (device_id, reason, removed_at) VALUES ($1::text, $2::text, $3::bigint)
                             ON CONFLICT (device_id) DO UPDATE SET reason = excluded.reason, removed_at = excluded.removed_at
                             """, [.text(device), .text(reason), .integer(now)])
@@ -108,7 +118,8 @@ extension PostgresStore {
             }
             // A device's last success is the same `now` for every job of the batch: one update for all of them.
             if !deliveredDevices.isEmpty {
-                try db.run("""
+                try db.run(
+                    """
                     UPDATE devices SET last_successful_notification = $1::bigint, last_delivery_error = '',
                                        \(DeviceBurst.recordPush(now: "$1::bigint"))
                     WHERE id = ANY($2::text[])
@@ -122,16 +133,23 @@ extension PostgresStore {
 
     /// Applies the `.delivered` outcomes: deletes the jobs still leased to `worker` at that attempt, completes what
     /// their digests carried, and promotes each device's next job. Returns the devices that had a delivery.
-    private static func finishDeliveries(_ outcomes: [JobOutcome], worker: String, now: Int64, applied: inout [Bool],
-                                         _ db: PGConnection) throws -> Set<String> {
+    private static func finishDeliveries(
+        _ outcomes: [JobOutcome], worker: String, now: Int64, applied: inout [Bool],
+        _ db: PGConnection
+    ) throws -> Set<String> {
         let indexes = outcomes.indices.filter { outcomes[$0].kind == .delivered }
         guard !indexes.isEmpty else { return [] }
-        let finished = try db.rows("""
+        let finished = try db.rows(
+            """
             DELETE FROM jobs USING unnest($1::bigint[], $2::integer[]) AS o (id, attempt)
             WHERE jobs.id = o.id AND \(LeaseGuard.condition(worker: "$3::text", attempt: "o.attempt", table: "jobs"))
             RETURNING jobs.id, jobs.device_id, jobs.public_id, jobs.reports_outcome
-            """, [.integerArray(indexes.map { outcomes[$0].jobID }), .integerArray(indexes.map { Int64(outcomes[$0].attempt) }),
-                  .text(worker)]) { ($0.int64(0), $0.text(1), $0.text(2), $0.bool(3)) }
+            """,
+            [
+                .integerArray(indexes.map { outcomes[$0].jobID }), .integerArray(indexes.map { Int64(outcomes[$0].attempt) }),
+                .text(worker)
+            ]
+        ) { ($0.int64(0), $0.text(1), $0.text(2), $0.bool(3)) }
         let devicesByJob = Dictionary(finished.map { ($0.0, $0.1) }, uniquingKeysWith: { first, _ in first })
         try report(finished.map { ($0.1, $0.2, $0.3) }, .delivered, "", now: now, db)
         for index in indexes {
@@ -142,7 +160,8 @@ extension PostgresStore {
         let devices = Set(devicesByJob.values)
         if !devices.isEmpty {
             // Each device's oldest pending job, found through its (device_id, id) index, stopping at the first.
-            try db.run("""
+            try db.run(
+                """
                 UPDATE jobs SET state = 'available' WHERE id IN (
                     SELECT next.id FROM unnest($1::text[]) AS d (id)
                     CROSS JOIN LATERAL (SELECT id FROM jobs WHERE device_id = d.id AND state = 'pending' ORDER BY id LIMIT 1) AS next)
@@ -155,28 +174,35 @@ extension PostgresStore {
     /// dead-lettered with its reason when it was rejected. Only jobs still pending on that device, holding the
     /// folded alerts the digest carried, are touched: one that gained folded alerts meanwhile stays, and goes out
     /// again with them (at least once: never lost, at worst one alert shown twice).
-    private static func settleMerged(_ merged: [MergedJob], device: String, deadLetterReason: String?, now: Int64,
-                                     _ db: PGConnection) throws {
+    private static func settleMerged(
+        _ merged: [MergedJob], device: String, deadLetterReason: String?, now: Int64,
+        _ db: PGConnection
+    ) throws {
         guard !merged.isEmpty else { return }
         for job in merged {
             let fence: [PGValue] = [.integer(job.id), .text(device), .integer(Int64(job.foldedCount))]
             if let reason = deadLetterReason {
-                try db.run("""
+                try db.run(
+                    """
                     UPDATE jobs SET state = 'discarded', finalized_at = $4::bigint, last_error = $5::text
                     WHERE id = $1::bigint AND device_id = $2::text AND state = 'pending' AND folded_count = $3::integer
                     """, fence + [.integer(now), .text(reason)])
             } else {
-                try db.run("DELETE FROM jobs WHERE id = $1::bigint AND device_id = $2::text AND state = 'pending' AND folded_count = $3::integer",
-                           fence)
+                try db.run(
+                    "DELETE FROM jobs WHERE id = $1::bigint AND device_id = $2::text AND state = 'pending' AND folded_count = $3::integer",
+                    fence)
             }
         }
     }
 
     /// Records the outcome of the finished jobs that report one.
-    private static func report(_ jobs: [(String, String, Bool)], _ kind: ReportedOutcome.Kind, _ reason: String, now: Int64,
-                               _ db: PGConnection) throws {
+    private static func report(
+        _ jobs: [(String, String, Bool)], _ kind: ReportedOutcome.Kind, _ reason: String, now: Int64,
+        _ db: PGConnection
+    ) throws {
         for (_, publicID, reports) in jobs where reports {
-            try db.run("""
+            try db.run(
+                """
                 INSERT INTO job_outcomes (public_id, outcome, reason, finished_at) VALUES ($1::text, $2::text, $3::text, $4::bigint)
                 ON CONFLICT (public_id) DO UPDATE SET outcome = excluded.outcome, reason = excluded.reason,
                                                       finished_at = excluded.finished_at
@@ -186,13 +212,16 @@ extension PostgresStore {
 
     public func pendingJobs(deviceID: String, limit: Int) throws(StoreError) -> [PendingJob] {
         try read { db in
-            try db.rows("""
+            try db.rows(
+                """
                 SELECT id, payload, created_at, reports_outcome, folded, badge FROM jobs
                 WHERE device_id = $1::text AND state = 'pending' ORDER BY id LIMIT $2::bigint
-                """, [.text(deviceID), .integer(Int64(limit))]) {
-                PendingJob(id: $0.int64(0), payload: $0.bytes(1), createdAt: $0.int64(2), reportsOutcome: $0.bool(3),
-                           folded: $0.isNull(4) ? FoldedAlerts() : FoldedAlerts(encoded: $0.bytes(4)),
-                           badge: $0.isNull(5) ? nil : $0.int(5))
+                """, [.text(deviceID), .integer(Int64(limit))]
+            ) {
+                PendingJob(
+                    id: $0.int64(0), payload: $0.bytes(1), createdAt: $0.int64(2), reportsOutcome: $0.bool(3),
+                    folded: $0.isNull(4) ? FoldedAlerts() : FoldedAlerts(encoded: $0.bytes(4)),
+                    badge: $0.isNull(5) ? nil : $0.int(5))
             }
         }
     }
@@ -222,7 +251,8 @@ extension PostgresStore {
     public func release(jobIDs: [Int64], worker: String, now: Int64) throws(StoreError) -> Int {
         guard !jobIDs.isEmpty else { return 0 }
         let count = try writeStatement { db in
-            try db.run("""
+            try db.run(
+                """
                 UPDATE jobs SET state = 'available', attempt = greatest(attempt - 1, 0), scheduled_at = $1::bigint,
                                 attempted_by = NULL, lease_expires_at = NULL
                 WHERE id = ANY($2::bigint[]) AND \(LeaseGuard.condition(worker: "$3::text", attempt: nil))
@@ -234,7 +264,8 @@ extension PostgresStore {
 
     public func rescueExpiredLeases(now: Int64) throws(StoreError) -> Int {
         let count = try writeStatement { db in
-            try db.run("""
+            try db.run(
+                """
                 UPDATE jobs SET state = 'retryable', scheduled_at = $1::bigint, last_error = 'lease expired',
                                 attempted_by = NULL, lease_expires_at = NULL
                 WHERE state = 'running' AND lease_expires_at <= $1::bigint
@@ -246,8 +277,9 @@ extension PostgresStore {
 
     public func makeRetryableDue(now: Int64) throws(StoreError) -> Int {
         let count = try writeStatement { db in
-            try db.run("UPDATE jobs SET scheduled_at = $1::bigint WHERE state = 'retryable' AND scheduled_at > $1::bigint",
-                       [.integer(now)])
+            try db.run(
+                "UPDATE jobs SET scheduled_at = $1::bigint WHERE state = 'retryable' AND scheduled_at > $1::bigint",
+                [.integer(now)])
         }
         if count > 0 { signalChange() }
         return count

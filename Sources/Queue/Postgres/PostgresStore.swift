@@ -17,16 +17,19 @@ public final class PostgresStore: Sendable {
         /// A monitor not heard of for this long no longer counts towards a device's badge (TOMBSTONE_RETENTION).
         public var monitorRetention: Duration = .seconds(30 * 86_400)
 
-        public init(statementTimeout: Duration = .seconds(30), connectTimeout: Duration = .seconds(10),
-                    monitorRetention: Duration = .seconds(30 * 86_400)) {
+        public init(
+            statementTimeout: Duration = .seconds(30), connectTimeout: Duration = .seconds(10),
+            monitorRetention: Duration = .seconds(30 * 86_400)
+        ) {
             self.statementTimeout = statementTimeout
             self.connectTimeout = connectTimeout
             self.monitorRetention = monitorRetention
         }
 
         var connection: PGConnection.Options {
-            PGConnection.Options(statementTimeout: statementTimeout,
-                                 connectTimeoutSeconds: max(2, Int(connectTimeout.wholeMilliseconds / 1000)))
+            PGConnection.Options(
+                statementTimeout: statementTimeout,
+                connectTimeoutSeconds: max(2, Int(connectTimeout.wholeMilliseconds / 1000)))
         }
     }
 
@@ -161,15 +164,18 @@ public final class PostgresStore: Sendable {
 
     public func hasDueJobs(now: Int64) throws(StoreError) -> Bool {
         try read { db in
-            try db.rows("SELECT EXISTS (SELECT 1 FROM jobs WHERE state IN ('available', 'retryable') AND scheduled_at <= $1::bigint)",
-                        [.integer(now)]) { $0.bool(0) }.first ?? false
+            try db.rows(
+                "SELECT EXISTS (SELECT 1 FROM jobs WHERE state IN ('available', 'retryable') AND scheduled_at <= $1::bigint)",
+                [.integer(now)]
+            ) { $0.bool(0) }.first ?? false
         }
     }
 
     public func recordPause(worker: String, reason: String?, now: Int64) throws(StoreError) {
         _ = try writeStatement { db in
             if let reason {
-                try db.run("""
+                try db.run(
+                    """
                     INSERT INTO delivery_pauses (worker, reason, updated_at) VALUES ($1::text, $2::text, $3::bigint)
                     ON CONFLICT (worker) DO UPDATE SET reason = excluded.reason, updated_at = excluded.updated_at
                     """, [.text(worker), .text(reason), .integer(now)])
@@ -181,8 +187,10 @@ public final class PostgresStore: Sendable {
 
     public func currentPause(since: Int64) throws(StoreError) -> String? {
         try read { db in
-            try db.rows("SELECT reason FROM delivery_pauses WHERE updated_at >= $1::bigint ORDER BY updated_at DESC LIMIT 1",
-                        [.integer(since)]) { $0.text(0) }.first
+            try db.rows(
+                "SELECT reason FROM delivery_pauses WHERE updated_at >= $1::bigint ORDER BY updated_at DESC LIMIT 1",
+                [.integer(since)]
+            ) { $0.text(0) }.first
         }
     }
 
@@ -200,12 +208,14 @@ public final class PostgresStore: Sendable {
             }
             var byReason: [String: Int] = [:]
             for (reason, count) in try db.rows(
-                "SELECT last_error, count(*) FROM jobs WHERE state = 'discarded' GROUP BY last_error", [], { ($0.text(0), $0.int(1)) }) {
+                "SELECT last_error, count(*) FROM jobs WHERE state = 'discarded' GROUP BY last_error", [], { ($0.text(0), $0.int(1)) })
+            {
                 byReason[reason] = count
             }
             let oldest = try db.rows("SELECT min(created_at) FROM jobs WHERE state <> 'discarded'") { $0.optionalInt64(0) }.first ?? nil
-            return QueueStats(devices: devices, tombstones: tombstones, jobsByState: byState,
-                              deadLettersByReason: byReason, oldestJobCreatedAt: oldest)
+            return QueueStats(
+                devices: devices, tombstones: tombstones, jobsByState: byState,
+                deadLettersByReason: byReason, oldestJobCreatedAt: oldest)
         }
     }
 }

@@ -1,5 +1,5 @@
-import Foundation
 internal import CSQLite
+import Foundation
 
 /// One SQLite connection. Owns its `sqlite3*` (closed in `deinit`) and a cache of prepared statements.
 ///

@@ -22,8 +22,10 @@ struct SQLiteError: Error, CustomStringConvertible {
     /// than the busy timeout, the disk is full or failing, or the file is not writable. Callers answer these with
     /// "try again later" instead of treating them as bugs.
     var isEnvironmental: Bool {
-        [SQLITE_BUSY, SQLITE_LOCKED, SQLITE_FULL, SQLITE_IOERR, SQLITE_READONLY, SQLITE_CANTOPEN, SQLITE_NOMEM,
-         SQLITE_PROTOCOL].contains(primaryCode)
+        [
+            SQLITE_BUSY, SQLITE_LOCKED, SQLITE_FULL, SQLITE_IOERR, SQLITE_READONLY, SQLITE_CANTOPEN, SQLITE_NOMEM,
+            SQLITE_PROTOCOL
+        ].contains(primaryCode)
     }
 
     /// The file is not a database at all, or a damaged one.

@@ -22,8 +22,10 @@ struct WALTruncationPolicy: Sendable, Equatable {
 
     /// Whether to truncate now, given when the last write committed and when the WAL was last truncated (nil: not
     /// since the last write, which is the only state in which there is anything to truncate).
-    func shouldTruncate(now: ContinuousClock.Instant, lastWrite: ContinuousClock.Instant?,
-                        lastTruncation: ContinuousClock.Instant) -> Bool {
+    func shouldTruncate(
+        now: ContinuousClock.Instant, lastWrite: ContinuousClock.Instant?,
+        lastTruncation: ContinuousClock.Instant
+    ) -> Bool {
         guard let lastWrite, lastWrite >= lastTruncation else { return false }
         return now - lastWrite >= idleDelay || now - lastTruncation >= interval
     }
@@ -104,8 +106,11 @@ final class CheckpointConnection: Sendable {
     static let busyTimeoutMillis: Int32 = 50
 
     init(path: String, synchronousFull: Bool) throws {
-        connection = Mutex(try SQLiteConnection(path: path, options: .init(
-            busyTimeoutMillis: Self.busyTimeoutMillis, synchronousFull: synchronousFull, cacheKiB: 256)))
+        connection = Mutex(
+            try SQLiteConnection(
+                path: path,
+                options: .init(
+                    busyTimeoutMillis: Self.busyTimeoutMillis, synchronousFull: synchronousFull, cacheKiB: 256)))
     }
 
     /// `PRAGMA wal_checkpoint(TRUNCATE)`: copies the WAL into the database and truncates it to zero bytes. False
