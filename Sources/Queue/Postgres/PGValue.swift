@@ -11,15 +11,7 @@ enum PGValue {
     static func optional(_ value: Int64?) -> PGValue { value.map { .integer($0) } ?? .null }
     static func optional(_ value: String?) -> PGValue { value.map { .text($0) } ?? .null }
 
-    /// A `text[]` parameter, written as an array literal with every element quoted.
-    static func textArray(_ values: some Sequence<String>) -> PGValue {
-        let elements = values.map { value in
-            "\"" + value.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "\"", with: "\\\"") + "\""
-        }
-        return .text("{" + elements.joined(separator: ",") + "}")
-    }
-
-    /// An `int8[]` parameter.
+    /// An integer array parameter in text format (`{1,2,3}`), so the SQL may cast it to `bigint[]` or `integer[]`.
     static func integerArray(_ values: some Sequence<Int64>) -> PGValue {
         .text("{" + values.map(String.init).joined(separator: ",") + "}")
     }

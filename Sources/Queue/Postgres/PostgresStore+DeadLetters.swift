@@ -39,7 +39,7 @@ extension PostgresStore {
             if !devices.isEmpty {
                 _ = try db.rows(
                     "SELECT id FROM devices WHERE id = ANY($1::text[]) ORDER BY id FOR NO KEY UPDATE",
-                    [.textArray(devices)]
+                    [.texts(devices)]
                 ) { $0.text(0) }
             }
             // One row at a time: whether a replayed job becomes its device's head depends on the rows before it.

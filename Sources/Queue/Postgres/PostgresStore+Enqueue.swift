@@ -3,24 +3,33 @@ import Common
 /// Enqueue on PostgreSQL: a batch in one transaction, written with a few multi-row statements per chunk.
 ///
 /// SQLite decides each job's fate row by row in SQL (head or pending, folded past DEVICE_QUEUE_MAX, its badge).
-/// Here one round trip per row would cost more than the rows themselves, so each chunk locks its devices, reads
-/// their state once (live jobs, head, down monitors, newest waiting job), decides every job in Swift exactly as
-/// the SQLite statements do, and writes the outcome in one INSERT per table. The device locks make the read state
-/// the truth until commit: every writer that changes which job is a device's head locks the device first.
+/// Here one round trip per row would cost more than the rows themselves, so each chunk locks its devices (reading
+/// their live jobs), reads the rest of their state in one statement (head, down monitors; the newest waiting job
+/// only when the cap may be reached), decides every job in Swift exactly as the SQLite statements do, and writes
+/// the outcome in one INSERT per table. The device locks make the read state the truth until commit: every writer
+/// that changes which job is a device's head locks the device first.
+///
+/// Every statement is prepared once, whatever the chunk's size: rows travel as one binary array per column and are
+/// unnested on the server, so PostgreSQL neither parses nor plans SQL per batch (it did, with one `VALUES` tuple
+/// per row, and that was most of its CPU per webhook).
 extension PostgresStore {
-    /// Rows per INSERT statement of an enqueue batch (8 parameters each; PostgreSQL allows 65,535 per statement).
+    /// Jobs per chunk: the device locks and state reads of a chunk cover at most this many devices.
     static let enqueueChunk = 256
 
     static let headStates = "('available', 'running', 'retryable')"
 
-    /// Locks the rows of `devices` (sorted, so concurrent transactions lock in one order) and returns those that exist.
-    static func lockDevices(_ devices: some Collection<String>, _ db: PGConnection) throws -> Set<String> {
-        guard !devices.isEmpty else { return [] }
-        return Set(
-            try db.rows(
-                "SELECT id FROM devices WHERE id = ANY($1::text[]) ORDER BY id FOR NO KEY UPDATE",
-                [.textArray(Set(devices))]
-            ) { $0.text(0) })
+    /// Locks the rows of `devices` (sorted, so concurrent transactions lock in one order) and returns those that
+    /// exist with their live jobs. The count is the committed one even when this waited for another writer's lock:
+    /// under READ COMMITTED a row locked `FOR NO KEY UPDATE` is returned as its newest version, not as the
+    /// statement's snapshot saw it (https://www.postgresql.org/docs/15/transaction-iso.html#XACT-READ-COMMITTED).
+    @discardableResult
+    static func lockDevices(_ devices: some Collection<String>, _ db: PGConnection) throws -> [String: Int] {
+        guard !devices.isEmpty else { return [:] }
+        let rows = try db.rows(
+            "SELECT id, live_jobs FROM devices WHERE id = ANY($1::text[]) ORDER BY id FOR NO KEY UPDATE",
+            [.texts(Set(devices))]
+        ) { ($0.text(0), $0.int(1)) }
+        return Dictionary(rows, uniquingKeysWith: { first, _ in first })
     }
 
     public func enqueue(_ jobs: some Sequence<NewJob>, now: Int64, ttl: Duration, deviceCap: Int) throws(StoreError) -> [EnqueueResult] {
@@ -79,8 +88,9 @@ extension PostgresStore {
     }
 
     private static func enqueue(_ chunk: ArraySlice<NewJob>, _ context: EnqueueContext, _ db: PGConnection) throws -> [EnqueueResult] {
-        let existing = try lockDevices(chunk.map(\.deviceID), db)
-        var devices = try readState(of: existing, chunk: chunk, context, db)
+        let liveJobs = try lockDevices(chunk.map(\.deviceID), db)
+        let existing = Set(liveJobs.keys)
+        var devices = try readState(of: liveJobs, chunk: chunk, context, db)
 
         var results: [EnqueueResult] = []
         var rows: [Row] = []
@@ -134,35 +144,30 @@ extension PostgresStore {
         let monitor: String
     }
 
-    /// Head of every device in the chunk, its live jobs when there is a cap, its down monitors, and its newest
-    /// waiting job when the cap may be reached.
+    /// Head and down monitors of every device in the chunk (one statement), and its newest waiting job when the
+    /// cap may be reached. Run after the lock: each statement's snapshot then includes every committed change.
     private static func readState(
-        of existing: Set<String>, chunk: ArraySlice<NewJob>, _ context: EnqueueContext,
+        of liveJobs: [String: Int], chunk: ArraySlice<NewJob>, _ context: EnqueueContext,
         _ db: PGConnection
     ) throws -> [String: DeviceState] {
         var devices: [String: DeviceState] = [:]
-        for device in existing { devices[device] = DeviceState() }
-        guard !existing.isEmpty else { return devices }
-        let ids = PGValue.textArray(existing)
-        for device in try db.rows(
-            "SELECT device_id FROM jobs WHERE device_id = ANY($1::text[]) AND state IN \(headStates)",
-            [ids], { $0.text(0) })
-        {
-            devices[device]?.hasHead = true
-        }
-        if context.deviceCap < .max {
-            // Kept on the device row by triggers (migration 7); read after the lock, so it is the committed count.
-            for (device, live) in try db.rows("SELECT id, live_jobs FROM devices WHERE id = ANY($1::text[])", [ids], { ($0.text(0), $0.int(1)) }) {
-                devices[device]?.live = live
-            }
-        }
+        for (device, live) in liveJobs { devices[device] = DeviceState(live: live) }
+        guard !liveJobs.isEmpty else { return devices }
+        let ids = PGValue.texts(liveJobs.keys)
         // Every job's badge counts the device's down monitors, so they are read for every chunk.
-        for (device, monitor) in try db.rows(
+        for (isHead, device, monitor) in try db.rows(
             """
-            SELECT device_id, monitor FROM monitor_states WHERE device_id = ANY($1::text[]) AND down AND updated_at >= $2::bigint
-            """, [ids, .integer(context.badgeSince)], { ($0.text(0), $0.text(1)) })
+            SELECT true, device_id, NULL FROM jobs WHERE device_id = ANY($1::text[]) AND state IN \(headStates)
+            UNION ALL
+            SELECT false, device_id, monitor FROM monitor_states
+            WHERE device_id = ANY($1::text[]) AND down AND updated_at >= $2::bigint
+            """, [ids, .integer(context.badgeSince)], { ($0.bool(0), $0.text(1), $0.optionalText(2)) })
         {
-            devices[device]?.downMonitors.insert(monitor)
+            if isHead {
+                devices[device]?.hasHead = true
+            } else if let monitor {
+                devices[device]?.downMonitors.insert(monitor)
+            }
         }
         let arriving = Dictionary(chunk.map { ($0.deviceID, 1) }, uniquingKeysWith: +)
         let mayReachCap = context.deviceCap < .max && devices.contains { $0.value.live + (arriving[$0.key] ?? 0) > context.deviceCap }
@@ -182,41 +187,34 @@ extension PostgresStore {
 
     private static func writeMonitorStates(_ states: [MonitorKey: Bool], _ context: EnqueueContext, _ db: PGConnection) throws {
         guard !states.isEmpty else { return }
-        var values: [PGValue] = [.integer(context.now)]
-        var rows: [String] = []
-        for (key, down) in states {
-            let first = values.count + 1
-            rows.append("($\(first)::text, $\(first + 1)::text, $\(first + 2)::boolean, $1::bigint)")
-            values += [.text(key.device), .text(key.monitor), .boolean(down)]
-        }
+        let entries = Array(states)
         try db.run(
             """
-            INSERT INTO monitor_states (device_id, monitor, down, updated_at) VALUES \(rows.joined(separator: ", "))
+            INSERT INTO monitor_states (device_id, monitor, down, updated_at)
+            SELECT device_id, monitor, down, $1::bigint FROM unnest($2::text[], $3::text[], $4::boolean[]) AS s (device_id, monitor, down)
             ON CONFLICT (device_id, monitor) DO UPDATE SET down = excluded.down, updated_at = excluded.updated_at
-            """, values, prepare: false)
+            """,
+            [.integer(context.now), .texts(entries.map(\.key.device)), .texts(entries.map(\.key.monitor)), .booleans(entries.map(\.value))])
     }
 
-    /// One multi-row INSERT; ids are drawn in row order, which is acceptance order.
+    /// One INSERT of every row; ids are drawn in row order (the ordinality), which is acceptance order.
     private static func insert(_ rows: [Row], _ context: EnqueueContext, _ db: PGConnection) throws {
         guard !rows.isEmpty else { return }
-        var values: [PGValue] = [.integer(context.now), .integer(context.expiresAt)]
-        var tuples: [String] = []
-        for row in rows {
-            let first = values.count + 1
-            tuples.append(
-                "($\(first)::text, $\(first + 1)::text, $\(first + 2)::text, $\(first + 3)::bytea, $1::bigint, $1::bigint, "
-                    + "$2::bigint, $\(first + 4)::boolean, $\(first + 5)::integer, $\(first + 6)::bytea, $\(first + 7)::integer)")
-            values += [
-                .text(row.job.publicID), .text(row.job.deviceID), .text(row.state), .bytes(row.job.payload),
-                .boolean(row.job.reportsOutcome), .integer(Int64(row.badge)),
-                row.folded.isEmpty ? .null : .bytes(row.folded.encoded), .integer(Int64(row.folded.count))
-            ]
-        }
         try db.run(
             """
             INSERT INTO jobs (public_id, device_id, state, payload, created_at, scheduled_at, expires_at, reports_outcome,
                               badge, folded, folded_count)
-            VALUES \(tuples.joined(separator: ", "))
-            """, values, prepare: false)
+            SELECT public_id, device_id, state, payload, $1::bigint, $1::bigint, $2::bigint, reports_outcome,
+                   badge, folded, folded_count
+            FROM unnest($3::text[], $4::text[], $5::text[], $6::bytea[], $7::boolean[], $8::integer[], $9::bytea[], $10::integer[])
+                 WITH ORDINALITY AS r (public_id, device_id, state, payload, reports_outcome, badge, folded, folded_count, n)
+            ORDER BY n
+            """,
+            [
+                .integer(context.now), .integer(context.expiresAt),
+                .texts(rows.map(\.job.publicID)), .texts(rows.map(\.job.deviceID)), .texts(rows.map(\.state)),
+                .byteArrays(rows.map(\.job.payload)), .booleans(rows.map(\.job.reportsOutcome)), .integers(rows.map(\.badge)),
+                .byteArrays(rows.map { $0.folded.isEmpty ? nil : $0.folded.encoded }), .integers(rows.map(\.folded.count))
+            ])
     }
 }

@@ -123,7 +123,7 @@ extension PostgresStore {
                     UPDATE devices SET last_successful_notification = $1::bigint, last_delivery_error = '',
                                        \(DeviceBurst.recordPush(now: "$1::bigint"))
                     WHERE id = ANY($2::text[])
-                    """, [.integer(now), .textArray(deliveredDevices)])
+                    """, [.integer(now), .texts(deliveredDevices)])
             }
             try Self.notifyDeliverers(db)
             return applied
@@ -165,7 +165,7 @@ extension PostgresStore {
                 UPDATE jobs SET state = 'available' WHERE id IN (
                     SELECT next.id FROM unnest($1::text[]) AS d (id)
                     CROSS JOIN LATERAL (SELECT id FROM jobs WHERE device_id = d.id AND state = 'pending' ORDER BY id LIMIT 1) AS next)
-                """, [.textArray(devices)])
+                """, [.texts(devices)])
         }
         return devices
     }
@@ -237,7 +237,7 @@ extension PostgresStore {
     public func reportedOutcomes(publicIDs: [String]) throws(StoreError) -> [String: ReportedOutcome] {
         guard !publicIDs.isEmpty else { return [:] }
         let rows = try read { db in
-            try db.rows("SELECT public_id, outcome, reason FROM job_outcomes WHERE public_id = ANY($1::text[])", [.textArray(publicIDs)]) {
+            try db.rows("SELECT public_id, outcome, reason FROM job_outcomes WHERE public_id = ANY($1::text[])", [.texts(publicIDs)]) {
                 ($0.text(0), ReportedOutcome(kind: ReportedOutcome.Kind(rawValue: $0.text(1)) ?? .rejected, reason: $0.text(2)))
             }
         }
