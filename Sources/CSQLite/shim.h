@@ -12,4 +12,10 @@ static inline sqlite3_destructor_type CSQLite_transient(void) { return SQLITE_TR
 static const int CSQLite_CONSTRAINT_PRIMARYKEY = SQLITE_CONSTRAINT_PRIMARYKEY;
 static const int CSQLite_CONSTRAINT_UNIQUE = SQLITE_CONSTRAINT_UNIQUE;
 
+/// sqlite3_config is variadic, which Swift cannot call. Turning off memory statistics removes a process-wide mutex
+/// SQLite otherwise takes on every allocation; the relay never reads them (sqlite3_memory_used).
+/// Must run before SQLite initializes (the first open), or it returns SQLITE_MISUSE.
+/// https://www.sqlite.org/c3ref/c_config_covering_index_scan.html#sqliteconfigmemstatus
+static inline int CSQLite_disableMemoryStatistics(void) { return sqlite3_config(SQLITE_CONFIG_MEMSTATUS, 0); }
+
 #endif

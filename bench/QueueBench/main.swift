@@ -225,8 +225,11 @@ do {
         log("claim + complete with 10,000 queued, then with \(million) queued (run \(run) of \(runs))")
         _ = try enqueue(small, smallIDs, perDevice: 10)
         try small.checkpoint()
+        log("  claim + complete with 10,000 queued")
         claim10k.append(try claimAndComplete(small, count: 10_000))
+        log("  claim + complete with \(million) queued")
         claim1m.append(try claimAndComplete(large, count: 10_000))
+        log("  run \(run) done")
     }
     print(
         "{\"raw_insert_rps\":\(list(raw)),\"enqueue_rps\":\(list(enqueueRates)),\"claim_rate_10k\":\(list(claim10k)),"

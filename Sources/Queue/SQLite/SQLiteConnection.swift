@@ -18,7 +18,15 @@ final class SQLiteConnection {
     private let handle: OpaquePointer
     private var statements: [String: SQLiteStatement] = [:]
 
+    /// Process-wide settings SQLite takes only before it initializes: run once, before the first connection opens.
+    /// Swift runs a static property's initializer once, thread-safely.
+    private static let configured: Void = {
+        // SQLITE_MISUSE means something opened a database first; the setting is an optimisation, so that is no error.
+        _ = CSQLite_disableMemoryStatistics()
+    }()
+
     init(path: String, options: Options) throws {
+        Self.configured
         let directory = URL(fileURLWithPath: path).deletingLastPathComponent().path
         try? FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         var db: OpaquePointer?
