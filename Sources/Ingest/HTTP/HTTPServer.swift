@@ -4,7 +4,8 @@ import Foundation
 import Synchronization
 import Threading
 
-/// An HTTP/1.1 server on libmicrohttpd with its internal epoll threads.
+/// An HTTP/1.1 server on libmicrohttpd with its internal epoll threads; the listening socket is the relay's own
+/// (`Listener`), so a drain never asks libmicrohttpd to let go of it.
 ///
 /// The handler runs on an MHD thread once a request is fully received. It may answer at once or keep the
 /// responder and answer later from another thread: the connection is then suspended (no MHD thread waits for it)
@@ -52,8 +53,8 @@ public final class HTTPServer: Sendable {
     let handler: Handler
     /// The daemon handle. Written once in `init`, cleared once in `stop()`; guarded so `stop` is idempotent.
     private let daemon = Mutex<DaemonHandle?>(nil)
-    /// The listening socket `drain` took back from libmicrohttpd, closed once the daemon has stopped.
-    private let quiescedListener = Mutex<Int32>(-1)
+    /// Accepts connections and hands them to the daemon until `drain` or `stop`.
+    private let listener: Listener
     /// Requests received and not yet completed (for graceful shutdown).
     let inFlight = InFlightCounter()
     /// Requests handed to the handler and not yet completed (answered by `stop()` if need be).
@@ -82,31 +83,32 @@ public final class HTTPServer: Sendable {
         guard let address = IPAddress(configuration.host) else {
             throw StartError(description: "\(configuration.host) is not an IP address")
         }
-        var flags =
+        listener = try Listener(address: address, port: configuration.port, backlog: 1024)
+        let flags =
             UInt32(MHD_USE_EPOLL_INTERNAL_THREAD.rawValue) | UInt32(MHD_ALLOW_SUSPEND_RESUME.rawValue)
-            | UInt32(MHD_USE_TURBO.rawValue)
-        if !address.isIPv4 { flags |= UInt32(MHD_USE_IPv6.rawValue) }
+            | UInt32(MHD_USE_TURBO.rawValue) | UInt32(MHD_USE_NO_LISTEN_SOCKET.rawValue)
         // `self` is handed to C unretained: the daemon is stopped in `stop()`/`deinit` before `self` goes away, and
         // MHD calls none of these callbacks after MHD_stop_daemon returns.
         let selfPointer = Unmanaged.passUnretained(self).toOpaque()
-        let started: OpaquePointer? = SocketAddress.withSockaddr(address, port: configuration.port) { sockaddrPointer in
-            var config = CMicroHTTPD_Config(
-                flags: flags, address: sockaddrPointer,
-                thread_pool_size: UInt32(max(1, configuration.threads)),
-                connection_limit: UInt32(configuration.connectionLimit),
-                connection_timeout: UInt32(configuration.connectionTimeout),
-                connection_memory_limit: configuration.connectionMemoryLimit)
-            return CMicroHTTPD_start(
-                &config, accessHandler, selfPointer, requestCompleted, selfPointer, uriLogged, selfPointer,
-                connectionGuard == nil ? nil : acceptPolicy, selfPointer,
-                connectionGuard == nil ? nil : connectionNotified, selfPointer)
-        }
+        var config = CMicroHTTPD_Config(
+            flags: flags,
+            thread_pool_size: UInt32(max(1, configuration.threads)),
+            connection_limit: UInt32(configuration.connectionLimit),
+            connection_timeout: UInt32(configuration.connectionTimeout),
+            connection_memory_limit: configuration.connectionMemoryLimit)
+        let started = CMicroHTTPD_start(
+            &config, accessHandler, selfPointer, requestCompleted, selfPointer, uriLogged, selfPointer,
+            connectionGuard == nil ? nil : acceptPolicy, selfPointer,
+            connectionGuard == nil ? nil : connectionNotified, selfPointer)
         guard let started else {
-            throw StartError(description: "cannot listen on \(configuration.host):\(configuration.port) (in use, or no permission)")
+            throw StartError(description: "cannot start the HTTP server on \(configuration.host):\(configuration.port)")
         }
-        let bound = CMicroHTTPD_bound_port(started)
-        daemon.withLock { $0 = DaemonHandle(pointer: started) }
-        boundPort.withLock { $0 = bound }
+        let handle = DaemonHandle(pointer: started)
+        daemon.withLock { $0 = handle }
+        boundPort.withLock { $0 = listener.port }
+        // MHD_add_connection may be called from any thread; it closes the socket itself when it refuses the
+        // connection (connection limit, accept policy). The listener stops before the daemon does (`stop`).
+        listener.start { descriptor, peer, length in _ = MHD_add_connection(handle.pointer, descriptor, peer, length) }
     }
 
     // Last reference gone: nothing can call back into a server being freed, so stop and wait (never in the
@@ -127,18 +129,9 @@ public final class HTTPServer: Sendable {
     /// `grace`) for requests in flight to complete. Returns whether all completed.
     @discardableResult
     public func drain(grace: Duration) -> Bool {
-        daemon.withLock { daemon in
-            guard let daemon else { return }
-            let listener = MHD_quiesce_daemon(daemon.pointer)
-            guard listener >= 0 else { return }
-            // New connections are refused from now on (Linux: a listening socket shut down stops listening), so a
-            // load balancer moves on at once. The descriptor itself is closed only after MHD_stop_daemon:
-            // libmicrohttpd's threads may still use it until then (microhttpd.h, MHD_quiesce_daemon). Closed here,
-            // its number could go to the next descriptor the process opens (a PostgreSQL socket, another server's
-            // wake-up channel) while libmicrohttpd still acts on it.
-            shutdown(listener, Int32(SHUT_RDWR))
-            quiescedListener.withLock { $0 = listener }
-        }
+        // New connections are refused from now on (a listening socket shut down stops listening), so a load
+        // balancer moves on at once; connections already open keep being served.
+        listener.stopAccepting()
         return inFlight.waitUntilZero(timeout: grace)
     }
 
@@ -160,10 +153,9 @@ public final class HTTPServer: Sendable {
             return handle
         }
         guard let handle else { return }
-        if fromDeinit {
-            MHD_stop_daemon(handle.pointer)
-            return closeQuiescedListener()
-        }
+        // No connection may be handed to the daemon while or after it stops.
+        listener.stopAccepting()
+        if fromDeinit { return MHD_stop_daemon(handle.pointer) }
         // MHD_stop_daemon wakes its epoll thread and joins it. Seen once in many runs (right after a quiesce and a
         // resumed suspended connection): the thread missed the wake-up and the join never returned, so SIGTERM hung.
         // The stop runs on a thread of its own that keeps this server alive (MHD calls back with an unretained
@@ -172,7 +164,6 @@ public final class HTTPServer: Sendable {
         let stopped = DispatchSemaphore(value: 0)
         let stopper = Thread { [self] in
             MHD_stop_daemon(handle.pointer)
-            closeQuiescedListener()
             _ = withExtendedLifetime(self) { stopped.signal() }
         }
         stopper.name = "http-stop"
@@ -181,14 +172,6 @@ public final class HTTPServer: Sendable {
     }
 
     static let stopTimeout: Duration = .seconds(10)
-
-    private func closeQuiescedListener() {
-        let listener = quiescedListener.withLock { listener in
-            defer { listener = -1 }
-            return listener
-        }
-        if listener >= 0 { close(listener) }
-    }
 
     /// The libmicrohttpd version, e.g. `0.9.75`.
     public static var libraryVersion: String { String(cString: MHD_get_version()) }
