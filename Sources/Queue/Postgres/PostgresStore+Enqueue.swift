@@ -53,7 +53,6 @@ extension PostgresStore {
                 results += try Self.enqueue(chunk, context, db)
                 start += chunk.count
             }
-            if results.contains(where: { $0 != .deviceGone }) { try Self.notifyDeliverers(db) }
             return results
         }
         return results
@@ -129,8 +128,9 @@ extension PostgresStore {
             device.live += 1
             results.append(.queued)
         }
-        try writeMonitorStates(monitorStates, context, db)
-        try insert(rows, context, db)
+        // NOTIFY is delivered at commit, once per transaction however many chunks asked for it.
+        let notify = results.contains { $0 != .deviceGone }
+        try write(monitorStates, rows, notify: notify, context, db)
         for (id, tail) in storedTails {
             try db.run(
                 "UPDATE jobs SET folded = $1::bytea, folded_count = $2::integer, badge = $3::integer WHERE id = $4::bigint",
@@ -185,36 +185,40 @@ extension PostgresStore {
         return devices
     }
 
-    private static func writeMonitorStates(_ states: [MonitorKey: Bool], _ context: EnqueueContext, _ db: PGConnection) throws {
-        guard !states.isEmpty else { return }
+    /// One statement for the chunk's writes: the monitor states, the jobs and the deliverers' wake-up (NOTIFY on
+    /// commit), so a group commit costs one round trip for them. Ids are drawn in row order (the ordinality),
+    /// which is acceptance order. The two inserts touch different tables, so running them as sibling
+    /// data-modifying CTEs (same snapshot, unordered between themselves) changes nothing either would see.
+    private static func write(
+        _ states: [MonitorKey: Bool], _ rows: [Row], notify: Bool, _ context: EnqueueContext, _ db: PGConnection
+    ) throws {
+        guard !states.isEmpty || !rows.isEmpty || notify else { return }
         let entries = Array(states)
-        try db.run(
+        _ = try db.rows(
             """
-            INSERT INTO monitor_states (device_id, monitor, down, updated_at)
-            SELECT device_id, monitor, down, $1::bigint FROM unnest($2::text[], $3::text[], $4::boolean[]) AS s (device_id, monitor, down)
-            ON CONFLICT (device_id, monitor) DO UPDATE SET down = excluded.down, updated_at = excluded.updated_at
-            """,
-            [.integer(context.now), .texts(entries.map(\.key.device)), .texts(entries.map(\.key.monitor)), .booleans(entries.map(\.value))])
-    }
-
-    /// One INSERT of every row; ids are drawn in row order (the ordinality), which is acceptance order.
-    private static func insert(_ rows: [Row], _ context: EnqueueContext, _ db: PGConnection) throws {
-        guard !rows.isEmpty else { return }
-        try db.run(
-            """
-            INSERT INTO jobs (public_id, device_id, state, payload, created_at, scheduled_at, expires_at, reports_outcome,
-                              badge, folded, folded_count)
-            SELECT public_id, device_id, state, payload, $1::bigint, $1::bigint, $2::bigint, reports_outcome,
-                   badge, folded, folded_count
-            FROM unnest($3::text[], $4::text[], $5::text[], $6::bytea[], $7::boolean[], $8::integer[], $9::bytea[], $10::integer[])
-                 WITH ORDINALITY AS r (public_id, device_id, state, payload, reports_outcome, badge, folded, folded_count, n)
-            ORDER BY n
+            WITH monitors AS (
+                INSERT INTO monitor_states (device_id, monitor, down, updated_at)
+                SELECT device_id, monitor, down, $1::bigint FROM unnest($3::text[], $4::text[], $5::boolean[]) AS s (device_id, monitor, down)
+                ON CONFLICT (device_id, monitor) DO UPDATE SET down = excluded.down, updated_at = excluded.updated_at
+            ), queued AS (
+                INSERT INTO jobs (public_id, device_id, state, payload, created_at, scheduled_at, expires_at, reports_outcome,
+                                  badge, folded, folded_count)
+                SELECT public_id, device_id, state, payload, $1::bigint, $1::bigint, $2::bigint, reports_outcome,
+                       badge, folded, folded_count
+                FROM unnest($6::text[], $7::text[], $8::text[], $9::bytea[], $10::boolean[], $11::integer[], $12::bytea[], $13::integer[])
+                     WITH ORDINALITY AS r (public_id, device_id, state, payload, reports_outcome, badge, folded, folded_count, n)
+                ORDER BY n
+            )
+            SELECT pg_notify('\(PostgresListener.channel)', '') WHERE $14::boolean
             """,
             [
                 .integer(context.now), .integer(context.expiresAt),
+                .texts(entries.map(\.key.device)), .texts(entries.map(\.key.monitor)), .booleans(entries.map(\.value)),
                 .texts(rows.map(\.job.publicID)), .texts(rows.map(\.job.deviceID)), .texts(rows.map(\.state)),
                 .byteArrays(rows.map(\.job.payload)), .booleans(rows.map(\.job.reportsOutcome)), .integers(rows.map(\.badge)),
-                .byteArrays(rows.map { $0.folded.isEmpty ? nil : $0.folded.encoded }), .integers(rows.map(\.folded.count))
-            ])
+                .byteArrays(rows.map { $0.folded.isEmpty ? nil : $0.folded.encoded }), .integers(rows.map(\.folded.count)),
+                .boolean(notify)
+            ]
+        ) { _ in () }
     }
 }
