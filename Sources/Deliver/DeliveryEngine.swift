@@ -330,6 +330,7 @@ public final class DeliveryEngine: Sendable {
         let batch = state.unrecorded + outcomes
         do {
             _ = try store.finish(batch, worker: configuration.worker, now: clock.nowMillis())
+            metrics.observe("kumapush_delivery_batch_size", value: Double(batch.count))
             if !state.unrecorded.isEmpty {
                 logger.info("recorded delivery results kept while the database was unreachable", ["count": String(state.unrecorded.count)])
                 state.unrecorded = []

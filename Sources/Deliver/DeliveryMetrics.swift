@@ -8,6 +8,9 @@ enum DeliveryMetrics {
         metrics.describe("kumapush_webhook_to_apns_seconds", .histogram, "From webhook accepted to APNs request sent.", buckets: latencyBuckets)
         metrics.describe("kumapush_apns_request_seconds", .histogram, "APNs request round trip.", buckets: latencyBuckets)
         metrics.describe("kumapush_apns_connections", .gauge, "Open HTTP/2 connections to APNs.")
+        metrics.describe(
+            "kumapush_delivery_batch_size", .histogram, "Push outcomes recorded per store transaction.",
+            buckets: [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000])
         metrics.describe("kumapush_provider_token_refreshes_total", .counter, "Provider tokens (JWT) made.")
         metrics.describe("kumapush_digests_total", .counter, "Digest pushes sent for alert storms.")
         metrics.describe("kumapush_alerts_merged_total", .counter, "Alerts carried by digest pushes.")
