@@ -16,6 +16,7 @@
 /// What the Swift server configures on its daemon.
 struct CMicroHTTPD_Config {
     unsigned int flags;
+    const struct sockaddr *address;   // IPv4 or IPv6 listen address, port included
     unsigned int thread_pool_size;    // 1: one internal epoll thread; more: a pool of them
     unsigned int connection_limit;
     unsigned int connection_timeout;  // seconds of inactivity before MHD closes a connection (slowloris guard)
@@ -41,6 +42,9 @@ static inline struct MHD_Daemon *CMicroHTTPD_start(const struct CMicroHTTPD_Conf
         { MHD_OPTION_CONNECTION_LIMIT, (intptr_t) config->connection_limit, NULL },
         { MHD_OPTION_CONNECTION_TIMEOUT, (intptr_t) config->connection_timeout, NULL },
         { MHD_OPTION_CONNECTION_MEMORY_LIMIT, (intptr_t) config->connection_memory_limit, NULL },
+        { MHD_OPTION_SOCK_ADDR, 0, (void *) config->address },
+        { MHD_OPTION_LISTENING_ADDRESS_REUSE, 1, NULL },
+        { MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024, NULL },
         { MHD_OPTION_END, 0, NULL },
     };
     return MHD_start_daemon(config->flags, 0, accept, accept_cls, handler, handler_cls,
@@ -57,6 +61,12 @@ static inline int CMicroHTTPD_connection_fd(struct MHD_Connection *connection) {
 static inline const struct sockaddr *CMicroHTTPD_client_address(struct MHD_Connection *connection) {
     const union MHD_ConnectionInfo *info = MHD_get_connection_info(connection, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
     return info ? info->client_addr : NULL;
+}
+
+/// The port the daemon listens on, useful after binding port 0 (MHD_get_daemon_info is variadic).
+static inline uint16_t CMicroHTTPD_bound_port(struct MHD_Daemon *daemon) {
+    const union MHD_DaemonInfo *info = MHD_get_daemon_info(daemon, MHD_DAEMON_INFO_BIND_PORT);
+    return info ? info->port : 0;
 }
 
 /// Open connections right now.

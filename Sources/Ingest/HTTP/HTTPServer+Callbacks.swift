@@ -33,11 +33,12 @@ let requestCompleted: MHD_RequestCompletedCallback = { serverPointer, connection
     server.inFlight.decrement()
 }
 
-/// MHD_AcceptPolicyCallback: whether to accept a connection from this peer (the per-client cap). Set only when
-/// the server has a `ConnectionGuard`.
+/// MHD_AcceptPolicyCallback: whether to accept a connection from this peer — never while draining, else the
+/// per-client cap.
 let acceptPolicy: MHD_AcceptPolicyCallback = { serverPointer, address, _ in
     guard let serverPointer else { preconditionFailure("acceptPolicy: no server") }
     let server = Unmanaged<HTTPServer>.fromOpaque(serverPointer).takeUnretainedValue()
+    if server.draining.load(ordering: .relaxed) { return .NO }
     return server.connectionGuard?.mayAccept(SocketAddress.address(of: address)) == false ? .NO : .YES
 }
 

@@ -4,8 +4,7 @@ import Foundation
 import Synchronization
 import Threading
 
-/// An HTTP/1.1 server on libmicrohttpd with its internal epoll threads; the listening socket is the relay's own
-/// (`Listener`), so a drain never asks libmicrohttpd to let go of it.
+/// An HTTP/1.1 server on libmicrohttpd with its internal epoll threads.
 ///
 /// The handler runs on an MHD thread once a request is fully received. It may answer at once or keep the
 /// responder and answer later from another thread: the connection is then suspended (no MHD thread waits for it)
@@ -53,8 +52,8 @@ public final class HTTPServer: Sendable {
     let handler: Handler
     /// The daemon handle. Written once in `init`, cleared once in `stop()`; guarded so `stop` is idempotent.
     private let daemon = Mutex<DaemonHandle?>(nil)
-    /// Accepts connections and hands them to the daemon until `drain` or `stop`.
-    private let listener: Listener
+    /// Set by `drain`: from then on every new connection is closed as soon as libmicrohttpd accepts it.
+    let draining = Atomic<Bool>(false)
     /// Requests received and not yet completed (for graceful shutdown).
     let inFlight = InFlightCounter()
     /// Requests handed to the handler and not yet completed (answered by `stop()` if need be).
@@ -83,32 +82,31 @@ public final class HTTPServer: Sendable {
         guard let address = IPAddress(configuration.host) else {
             throw StartError(description: "\(configuration.host) is not an IP address")
         }
-        listener = try Listener(address: address, port: configuration.port, backlog: 1024)
-        let flags =
+        var flags =
             UInt32(MHD_USE_EPOLL_INTERNAL_THREAD.rawValue) | UInt32(MHD_ALLOW_SUSPEND_RESUME.rawValue)
-            | UInt32(MHD_USE_TURBO.rawValue) | UInt32(MHD_USE_NO_LISTEN_SOCKET.rawValue)
+            | UInt32(MHD_USE_TURBO.rawValue)
+        if !address.isIPv4 { flags |= UInt32(MHD_USE_IPv6.rawValue) }
         // `self` is handed to C unretained: the daemon is stopped in `stop()`/`deinit` before `self` goes away, and
         // MHD calls none of these callbacks after MHD_stop_daemon returns.
         let selfPointer = Unmanaged.passUnretained(self).toOpaque()
-        var config = CMicroHTTPD_Config(
-            flags: flags,
-            thread_pool_size: UInt32(max(1, configuration.threads)),
-            connection_limit: UInt32(configuration.connectionLimit),
-            connection_timeout: UInt32(configuration.connectionTimeout),
-            connection_memory_limit: configuration.connectionMemoryLimit)
-        let started = CMicroHTTPD_start(
-            &config, accessHandler, selfPointer, requestCompleted, selfPointer, uriLogged, selfPointer,
-            connectionGuard == nil ? nil : acceptPolicy, selfPointer,
-            connectionGuard == nil ? nil : connectionNotified, selfPointer)
-        guard let started else {
-            throw StartError(description: "cannot start the HTTP server on \(configuration.host):\(configuration.port)")
+        let started: OpaquePointer? = SocketAddress.withSockaddr(address, port: configuration.port) { sockaddrPointer in
+            var config = CMicroHTTPD_Config(
+                flags: flags, address: sockaddrPointer,
+                thread_pool_size: UInt32(max(1, configuration.threads)),
+                connection_limit: UInt32(configuration.connectionLimit),
+                connection_timeout: UInt32(configuration.connectionTimeout),
+                connection_memory_limit: configuration.connectionMemoryLimit)
+            return CMicroHTTPD_start(
+                &config, accessHandler, selfPointer, requestCompleted, selfPointer, uriLogged, selfPointer,
+                acceptPolicy, selfPointer,
+                connectionGuard == nil ? nil : connectionNotified, selfPointer)
         }
-        let handle = DaemonHandle(pointer: started)
-        daemon.withLock { $0 = handle }
-        boundPort.withLock { $0 = listener.port }
-        // MHD_add_connection may be called from any thread; it closes the socket itself when it refuses the
-        // connection (connection limit, accept policy). The listener stops before the daemon does (`stop`).
-        listener.start { descriptor, peer, length in _ = MHD_add_connection(handle.pointer, descriptor, peer, length) }
+        guard let started else {
+            throw StartError(description: "cannot listen on \(configuration.host):\(configuration.port) (in use, or no permission)")
+        }
+        let bound = CMicroHTTPD_bound_port(started)
+        daemon.withLock { $0 = DaemonHandle(pointer: started) }
+        boundPort.withLock { $0 = bound }
     }
 
     // Last reference gone: nothing can call back into a server being freed, so stop and wait (never in the
@@ -129,9 +127,12 @@ public final class HTTPServer: Sendable {
     /// `grace`) for requests in flight to complete. Returns whether all completed.
     @discardableResult
     public func drain(grace: Duration) -> Bool {
-        // New connections are refused from now on (a listening socket shut down stops listening), so a load
-        // balancer moves on at once; connections already open keep being served.
-        listener.stopAccepting()
+        // New connections are closed at once from now on (the accept policy says no), so a load balancer moves on;
+        // connections already open keep being served. Not MHD_quiesce_daemon: in libmicrohttpd 0.9.75 it races
+        // its own epoll threads over the listening socket, and the loser aborts the process ("Failed to remove
+        // listen FD from epoll set", an open upstream defect; `drainingWhileRequestsArriveNeverAbortsTheProcess`
+        // reached it about once in five runs). The listening socket stays libmicrohttpd's and closes at stop.
+        draining.store(true, ordering: .relaxed)
         return inFlight.waitUntilZero(timeout: grace)
     }
 
@@ -153,8 +154,6 @@ public final class HTTPServer: Sendable {
             return handle
         }
         guard let handle else { return }
-        // No connection may be handed to the daemon while or after it stops.
-        listener.stopAccepting()
         if fromDeinit { return MHD_stop_daemon(handle.pointer) }
         // MHD_stop_daemon wakes its epoll thread and joins it. Seen once in many runs (right after a quiesce and a
         // resumed suspended connection): the thread missed the wake-up and the join never returned, so SIGTERM hung.
@@ -177,7 +176,7 @@ public final class HTTPServer: Sendable {
     public static var libraryVersion: String { String(cString: MHD_get_version()) }
 }
 
-/// A running daemon. @unchecked Sendable: libmicrohttpd's daemon-level calls used here (quiesce, info, stop) are
+/// A running daemon. @unchecked Sendable: libmicrohttpd's daemon-level calls used here (info, stop) are
 /// documented as callable from any thread, and `HTTPServer` clears the handle under its mutex before stopping it.
 struct DaemonHandle: @unchecked Sendable {
     let pointer: OpaquePointer

@@ -1,0 +1,78 @@
+import Dispatch
+import Foundation
+import Ingest
+import Testing
+
+/// Which connections the server takes.
+@Suite struct ConnectionAdmissionTests {
+    /// At the connection limit new connections wait in the kernel's backlog and are served once a slot frees,
+    /// instead of being accepted only to be closed (a closed connection is an alert Uptime Kuma never resends).
+    /// libmicrohttpd stops watching its listening socket at the limit; this pins that behaviour.
+    @Test func pastTheConnectionLimitAConnectionWaitsAndIsServed() throws {
+        var configuration = HTTPServer.Configuration(host: "127.0.0.1", port: 0)
+        configuration.threads = 2
+        configuration.connectionLimit = 2
+        let server = try HTTPServer(configuration) { _, responder in responder.respond(.json(200, "{}")) }
+        let held = [try HeldSocket.connect(port: server.port), try HeldSocket.connect(port: server.port)]
+        var released = false
+        defer { if !released { held.forEach { _ = close($0) } } }
+        let deadline = ContinuousClock.now + .seconds(10)
+        while server.openConnections < 2 && ContinuousClock.now < deadline { Thread.sleep(forTimeInterval: 0.005) }
+        #expect(server.openConnections == 2)
+
+        let waiting = try HeldSocket.connect(port: server.port)  // completes in the backlog
+        defer { close(waiting) }
+        try HeldSocket.write("GET /x HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n", to: waiting)
+        #expect(HeldSocket.readable(waiting, within: .milliseconds(300)) == false, "neither answered nor closed while full")
+        held.forEach { _ = close($0) }
+        released = true
+        let answer = try HeldSocket.readAll(waiting, timeout: .seconds(10))
+        #expect(answer.hasPrefix("HTTP/1.1 200"))
+    }
+}
+
+/// Plain blocking sockets a test holds open.
+private enum HeldSocket {
+    struct Failure: Error {}
+
+    static func connect(port: UInt16) throws -> Int32 {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        guard fd >= 0 else { throw Failure() }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = port.bigEndian
+        address.sin_addr.s_addr = UInt32(0x7f00_0001).bigEndian
+        let connected = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        }
+        guard connected == 0 else {
+            close(fd)
+            throw Failure()
+        }
+        return fd
+    }
+
+    static func write(_ text: String, to fd: Int32) throws {
+        let bytes = Array(text.utf8)
+        guard bytes.withUnsafeBytes({ send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }) == bytes.count else { throw Failure() }
+    }
+
+    static func readable(_ fd: Int32, within time: Duration) -> Bool {
+        var descriptor = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+        return poll(&descriptor, 1, Int32(time.components.seconds * 1000 + time.components.attoseconds / 1_000_000_000_000_000)) > 0
+    }
+
+    /// Reads until the server closes the connection.
+    static func readAll(_ fd: Int32, timeout: Duration) throws -> String {
+        var received: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 4096)
+        let deadline = ContinuousClock.now + timeout
+        while ContinuousClock.now < deadline {
+            guard readable(fd, within: .milliseconds(100)) else { continue }
+            let count = read(fd, &buffer, buffer.count)
+            if count <= 0 { break }
+            received += buffer[..<count]
+        }
+        return String(decoding: received, as: UTF8.self)
+    }
+}
