@@ -65,7 +65,7 @@ public final class MetricsRegistry: Sendable {
         describe(LogSink.droppedLinesMetric, .counter, "Log lines dropped because standard error could not take them.")
     }
 
-    /// Declares a metric family once (HELP and TYPE lines). Histograms take their upper bucket bounds in seconds.
+    /// Declares a metric family once (HELP and TYPE lines). Histograms take their upper bucket bounds in the metric's unit (seconds, or a count).
     public func describe(_ name: String, _ kind: Kind, _ help: String, buckets: [Double] = []) {
         state.withLock { $0.families[name] = Family(kind: kind, help: help, buckets: buckets.sorted()) }
     }

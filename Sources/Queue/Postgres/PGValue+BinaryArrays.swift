@@ -18,7 +18,7 @@ extension PGValue {
 
     /// For `integer[]`.
     static func integers(_ values: some Sequence<Int>) -> PGValue {
-        binaryArray(elementType: 23, values.map { bigEndianBytes(of: Int32(truncatingIfNeeded: $0)) })
+        binaryArray(elementType: 23, values.map { bigEndianBytes(of: Int32(clamping: $0)) })
     }
 
     /// For `boolean[]`.

@@ -35,13 +35,7 @@ extension PostgresStore {
                 values + [.integer(Int64(limit))], prepare: false
             ) { ($0.int64(0), $0.text(1)) }
             // Whether a replayed job becomes its device's head depends on the device's other jobs: lock the devices.
-            let devices = Set(letters.map(\.1))
-            if !devices.isEmpty {
-                _ = try db.rows(
-                    "SELECT id FROM devices WHERE id = ANY($1::text[]) ORDER BY id FOR NO KEY UPDATE",
-                    [.texts(devices)]
-                ) { $0.text(0) }
-            }
+            try Self.lockDevices(Set(letters.map(\.1)), db)
             // One row at a time: whether a replayed job becomes its device's head depends on the rows before it.
             // It is stored again under a new id, so it queues behind every job its device already has (ids are
             // acceptance order; keeping the old id would put replayed jobs ahead of newer ones).

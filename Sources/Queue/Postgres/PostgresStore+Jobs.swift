@@ -56,7 +56,7 @@ extension PostgresStore {
         let applied = try write { db in
             let ids = outcomes.map(\.jobID)
             let devices = try db.rows("SELECT DISTINCT device_id FROM jobs WHERE id = ANY($1::bigint[])", [.integerArray(ids)]) { $0.text(0) }
-            _ = try Self.lockDevices(devices, db)
+            try Self.lockDevices(devices, db)
             // Deliveries, most of every batch, in a few set-wise statements: a round trip per job would cost more
             // than the jobs. The other outcomes, rare, one by one below.
             var applied = [Bool](repeating: false, count: outcomes.count)
