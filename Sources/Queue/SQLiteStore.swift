@@ -40,6 +40,8 @@ public final class SQLiteStore: Sendable {
     /// `stats()` only: its scans (up to a million jobs) hold this connection, not the reader the delivery loop polls.
     private let statsReader: Mutex<SQLiteConnection>
     private let truncator: WALTruncator?
+    /// Copies the WAL into the database off the writer's commits (see `WALCheckpointer`).
+    private let checkpointer: WALCheckpointer
 
     /// Opens (creating if needed) the database at `path` and applies pending migrations.
     public init(path: String, options: Options = Options(), now: Int64) throws(StoreError) {
@@ -62,19 +64,25 @@ public final class SQLiteStore: Sendable {
                 options: .init(
                     busyTimeoutMillis: Int32(clamping: options.busyTimeout.wholeMilliseconds),
                     synchronousFull: options.synchronousFull, cacheKiB: 4096))
+            let checkpointConnection = try CheckpointConnection(path: path, synchronousFull: options.synchronousFull)
+            let checkpointer = WALCheckpointer(connection: checkpointConnection)
+            opened.reportWALCommits(to: checkpointer)
+            self.checkpointer = checkpointer
             writer = Mutex(opened)
             reader = Mutex(readConnection)
             statsReader = Mutex(statsConnection)
-            truncator = try options.walTruncateInterval.map { interval in
-                let checkpointer = try CheckpointConnection(path: path, synchronousFull: options.synchronousFull)
-                return WALTruncator(policy: WALTruncationPolicy(interval: interval)) { checkpointer.truncateWAL() }
+            truncator = options.walTruncateInterval.map { interval in
+                WALTruncator(policy: WALTruncationPolicy(interval: interval)) { checkpointConnection.truncateWAL() }
             }
         } catch {
             throw Self.storeError(error)
         }
     }
 
-    deinit { truncator?.stop() }
+    deinit {
+        truncator?.stop()
+        checkpointer.stop()
+    }
 
     /// The linked SQLite library version, e.g. `3.40.1`.
     public static var libraryVersion: String { SQLiteConnection.libraryVersion }

@@ -17,6 +17,8 @@ final class SQLiteConnection {
 
     private let handle: OpaquePointer
     private var statements: [String: SQLiteStatement] = [:]
+    /// Kept alive here for as long as the WAL hook that points at it is installed (the connection's life).
+    private var walCheckpointer: WALCheckpointer?
 
     /// Process-wide settings SQLite takes only before it initializes: run once, before the first connection opens.
     /// Swift runs a static property's initializer once, thread-safely.
@@ -100,6 +102,25 @@ final class SQLiteConnection {
             try? execute("ROLLBACK")
             throw error
         }
+    }
+
+    /// Replaces SQLite's automatic checkpoint: after each commit `checkpointer` learns how long the WAL is, and
+    /// says whether this commit checkpoints in line (see `WALCheckpointer`).
+    func reportWALCommits(to checkpointer: WALCheckpointer) {
+        walCheckpointer = checkpointer
+        // Unmanaged, unretained: the pointer is to the checkpointer `walCheckpointer` holds, and the hook can only
+        // run inside this connection's own commits, so never after it (and the checkpointer with it) is gone.
+        let context = Unmanaged.passUnretained(checkpointer).toOpaque()
+        sqlite3_wal_hook(
+            handle,
+            { context, db, schema, frames in
+                guard let context else { return SQLITE_OK }
+                if Unmanaged<WALCheckpointer>.fromOpaque(context).takeUnretainedValue().committed(frames: Int(frames)) {
+                    // What SQLite's own hook does; SQLITE_BUSY (another process is checkpointing) is no error.
+                    sqlite3_wal_checkpoint_v2(db, schema, SQLITE_CHECKPOINT_PASSIVE, nil, nil)
+                }
+                return SQLITE_OK
+            }, context)
     }
 
     /// The value of a single-valued pragma, e.g. `secure_delete` → "1".

@@ -96,9 +96,9 @@ final class WALTruncator: Sendable {
     }
 }
 
-/// The connection a `WALTruncator` checkpoints with: its own, so a truncation never holds the store's writer, and
-/// with a short busy timeout, because a TRUNCATE checkpoint holds the database's write lock while it waits for
-/// readers — every other writer, in any process, would wait with it.
+/// The connection a `WALTruncator` and the `WALCheckpointer` checkpoint with: its own, so a checkpoint never holds
+/// the store's writer, and with a short busy timeout, because a TRUNCATE checkpoint holds the database's write lock
+/// while it waits for readers — every other writer, in any process, would wait with it.
 final class CheckpointConnection: Sendable {
     private let connection: Mutex<SQLiteConnection>
     /// How long a truncation waits for a writer to commit or a reader to move off the WAL before giving up until its
@@ -111,6 +111,14 @@ final class CheckpointConnection: Sendable {
                 path: path,
                 options: .init(
                     busyTimeoutMillis: Self.busyTimeoutMillis, synchronousFull: synchronousFull, cacheKiB: 256)))
+    }
+
+    /// `PRAGMA wal_checkpoint(PASSIVE)`: copies what it can of the WAL into the database without waiting for
+    /// anyone. The WAL's length in pages, all of it copied, or nil when the checkpoint could not run at all.
+    func checkpointPassive() -> Int? {
+        connection.withLock { db in
+            try? db.statement("PRAGMA wal_checkpoint(PASSIVE)").rows { $0.int(0) == 0 ? $0.int(2) : nil }.first ?? nil
+        }
     }
 
     /// `PRAGMA wal_checkpoint(TRUNCATE)`: copies the WAL into the database and truncates it to zero bytes. False
