@@ -125,8 +125,12 @@ final class CheckpointConnection: Sendable {
     /// when it could not finish (a reader still uses the WAL, or a writer held the lock past the busy timeout).
     func truncateWAL() -> Bool {
         connection.withLock { db in
+            // A TRUNCATE checkpoint holds the write lock while it copies and syncs: every writer waits. A PASSIVE one
+            // first copies what is there without the lock, so the TRUNCATE has only the last commits left to copy.
+            // (The WAL may hold up to `WALCheckpointer`'s 32 MiB not yet copied.)
+            _ = try? db.statement("PRAGMA wal_checkpoint(PASSIVE)").rows { $0.int(0) }
             // The pragma's row is (busy, log frames, checkpointed frames); busy = 1 means it did not complete.
-            (try? db.statement("PRAGMA wal_checkpoint(TRUNCATE)").rows { $0.int(0) }.first) == 0
+            return (try? db.statement("PRAGMA wal_checkpoint(TRUNCATE)").rows { $0.int(0) }.first) == 0
         }
     }
 }
