@@ -327,6 +327,10 @@ class _Protocol(asyncio.Protocol):
             self.end_all()
             self.transport.close()
             return
+        # A stream the client reset in these same bytes (its request timed out) is already closed inside h2 while
+        # its earlier events are handled here: answering it would raise and cut the connection, leaving the request
+        # looking answered and open until then. It is left unanswered, as APNs would: the client gave up on it.
+        reset_here = {event.stream_id for event in events if isinstance(event, h2.events.StreamReset)}
         for event in events:
             if isinstance(event, h2.events.RequestReceived):
                 headers = dict(event.headers)
@@ -343,7 +347,8 @@ class _Protocol(asyncio.Protocol):
                 self.streams[event.stream_id]["body"] += event.data
                 self.conn.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
             elif isinstance(event, h2.events.StreamEnded):
-                self.request_complete(event.stream_id)
+                if event.stream_id not in reset_here:
+                    self.request_complete(event.stream_id)
             elif isinstance(event, h2.events.StreamReset):
                 self.streams.pop(event.stream_id, None)
                 record = self.open.pop(event.stream_id, None)

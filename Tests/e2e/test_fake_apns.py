@@ -203,6 +203,25 @@ def test_a_second_stream_after_a_valid_request_is_welcome(client, fake_apns):
     assert fake_apns.violations == []
 
 
+def test_a_request_reset_in_the_bytes_that_end_it_goes_unanswered_and_the_connection_serves_the_next(client, fake_apns):
+    """A client that gives up on a request (RST_STREAM) in the same write that ends it, as the relay does when a
+    request times out while its frames still wait to go out. The fake must not answer or count it (the client will
+    never read the answer), and must keep the connection: cutting it once made every other request on it look
+    answered but open, and the several-hosts test saw two requests for one device open at once."""
+    connection = client()
+    assert connection.request(*valid_request())[0] == 200
+    headers, body = valid_request()
+    stream = connection.conn.get_next_available_stream_id()
+    connection.conn.send_headers(stream, headers)
+    connection.conn.send_data(stream, body, end_stream=True)
+    connection.conn.reset_stream(stream)
+    connection.flush()
+    assert connection.request(*valid_request())[0] == 200
+    assert len(fake_apns.pushes()) == 2
+    [reset] = [r for r in fake_apns.requests if r["apns_id"] == dict(headers)["apns-id"]]
+    assert reset["status"] is None and reset["ended"] is not None
+
+
 def test_a_provider_token_replaced_within_20_minutes_on_a_connection_gets_too_many_provider_token_updates(client):
     now = int(time.time())
     connection = client()
