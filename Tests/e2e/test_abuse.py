@@ -132,7 +132,13 @@ def test_one_client_cannot_hold_more_than_its_share_of_connections(relay_binary,
     held = []
     try:
         for _ in range(20):
-            held.append(socket.create_connection(("127.0.0.1", relay.port), timeout=10))
+            # Each held connection is answered once and kept open: then the relay has certainly accepted and
+            # counted it. A bare connect only proves the kernel's handshake; the first probe below could then be
+            # accepted before the last of these, and that one refused in its place (CI saw exactly that once).
+            connection = http.client.HTTPConnection("127.0.0.1", relay.port, timeout=10)
+            connection.request("GET", "/health")
+            assert connection.getresponse().read() is not None
+            held.append(connection)
         def refused():
             try:
                 request("GET", f"{relay.base}/health", timeout=5)
