@@ -11,42 +11,42 @@ import Testing
     static let frameBytes = 4_096 + 24
 
     @Test func theThreadCopiesTheWALIntoTheDatabaseWithoutTheWriterCheckpointing() throws {
-        let directory = TemporaryDirectory()
-        let path = directory.path("wal.db")
-        let writer = try Self.writer(path)
         // Inline only far beyond what this test writes: any copy into the database file is the thread's.
-        let checkpointer = WALCheckpointer(
-            connection: try CheckpointConnection(path: path, synchronousFull: false), backgroundFrames: 50,
-            inlineFrames: 100_000)
-        defer { checkpointer.stop() }
-        writer.reportWALCommits(to: checkpointer)
-        let before = try Self.size(path)
-        try Self.commit(100, pagesEach: 1, on: writer)
+        let database = try Database(backgroundFrames: 50, inlineFrames: 100_000)
+        defer { database.checkpointer.stop() }
+        let before = try Self.size(database.path)
+        try Self.commit(100, pagesEach: 1, on: database.writer)
         let deadline = ContinuousClock.now + .seconds(30)
-        while try Self.size(path) == before, ContinuousClock.now < deadline { usleep(1_000) }
-        #expect(try Self.size(path) > before, "the checkpoint thread copied the WAL into the database")
+        while try Self.size(database.path) == before, ContinuousClock.now < deadline { usleep(1_000) }
+        #expect(try Self.size(database.path) > before, "the checkpoint thread copied the WAL into the database")
     }
 
     @Test func pastTheInlineSizeACommitCheckpointsItselfSoTheWALStaysBounded() throws {
-        let directory = TemporaryDirectory()
-        let path = directory.path("wal.db")
-        let writer = try Self.writer(path)
-        let checkpointer = WALCheckpointer(
-            connection: try CheckpointConnection(path: path, synchronousFull: false), backgroundFrames: 1_000_000,
-            inlineFrames: 40)
-        checkpointer.stop()  // a thread that never keeps up
-        writer.reportWALCommits(to: checkpointer)
-        try Self.commit(300, pagesEach: 1, on: writer)
+        let database = try Database(backgroundFrames: 1_000_000, inlineFrames: 40)
+        database.checkpointer.stop()  // a thread that never keeps up
+        try Self.commit(300, pagesEach: 1, on: database.writer)
         // Without the inline checkpoint the WAL would hold every page written: 300 commits of two or more frames.
-        let walBytes = try Self.size(path + "-wal")
+        let walBytes = try Self.size(database.path + "-wal")
         #expect(walBytes > 0)
         #expect(walBytes <= 32 + (40 + 10) * Self.frameBytes, "WAL of \(walBytes) bytes")
     }
 
-    private static func writer(_ path: String) throws -> SQLiteConnection {
-        let writer = try SQLiteConnection(path: path, options: .init())
-        try writer.execute("CREATE TABLE pages (content BLOB)")
-        return writer
+    /// A new database file, and a writer whose commits report to a checkpointer of the given sizes.
+    private struct Database {
+        let directory = TemporaryDirectory()
+        let path: String
+        let writer: SQLiteConnection
+        let checkpointer: WALCheckpointer
+
+        init(backgroundFrames: Int, inlineFrames: Int) throws {
+            path = directory.path("wal.db")
+            writer = try SQLiteConnection(path: path, options: .init())
+            try writer.execute("CREATE TABLE pages (content BLOB)")
+            checkpointer = WALCheckpointer(
+                connection: try CheckpointConnection(path: path, synchronousFull: false),
+                backgroundFrames: backgroundFrames, inlineFrames: inlineFrames)
+            writer.reportWALCommits(to: checkpointer)
+        }
     }
 
     /// `count` transactions, each inserting a row about `pagesEach` pages long.
