@@ -7,8 +7,9 @@ import Synchronization
 /// Each connection is confined by a `Mutex`: SQLite connections opened with `SQLITE_OPEN_NOMUTEX` must not be used by
 /// two threads at once, and the mutex is the only way to reach one. Four connections, so that slow work never
 /// queues in front of the delivery path: the writer; the reader for point lookups (`/health`, tombstones, the
-/// deliverer's change counter); one for `stats()`, whose full scans a metrics scrape runs; and one a `WALTruncator`
-/// thread uses to truncate the write-ahead log when writes pause and at least every `walTruncateInterval`.
+/// deliverer's change counter); one for `stats()`, whose full scans a metrics scrape runs; and one that a
+/// `WALCheckpointer` thread copies the write-ahead log into the database with (off the writer's commits), and a
+/// `WALTruncator` thread truncates it with when writes pause and at least every `walTruncateInterval`.
 public final class SQLiteStore: Sendable {
     public struct Options: Sendable {
         /// `synchronous=FULL` (power-loss durable) instead of `NORMAL` (process-crash durable).

@@ -31,6 +31,29 @@ import Testing
         #expect(walBytes <= 32 + (40 + 10) * Self.frameBytes, "WAL of \(walBytes) bytes")
     }
 
+    @Test func withTheHookInstalledSQLitesOwnCheckpointNoLongerRunsInTheCommit() throws {
+        // A thread that never runs and an inline size out of reach: past SQLite's 1,000-page automatic checkpoint,
+        // nothing may copy the WAL into the database file.
+        let database = try Database(backgroundFrames: 1_000_000, inlineFrames: 1_000_000)
+        database.checkpointer.stop()
+        let before = try Self.size(database.path)
+        try Self.commit(600, pagesEach: 1, on: database.writer)
+        #expect(try Self.size(database.path + "-wal") > 1_000 * Self.frameBytes, "past SQLite's automatic size")
+        #expect(try Self.size(database.path) == before, "no checkpoint ran in a commit")
+    }
+
+    @Test func aCopiedCountLargerThanTheWALCountsAsNothingCopied() throws {
+        // As after a restart of the WAL the writer did not see: the thread must still be woken for what is there.
+        let database = try Database(backgroundFrames: 50, inlineFrames: 100_000)
+        defer { database.checkpointer.stop() }
+        database.checkpointer.noteCheckpointed(frames: 90_000)
+        let before = try Self.size(database.path)
+        try Self.commit(100, pagesEach: 1, on: database.writer)
+        let deadline = ContinuousClock.now + .seconds(30)
+        while try Self.size(database.path) == before, ContinuousClock.now < deadline { usleep(1_000) }
+        #expect(try Self.size(database.path) > before, "the checkpoint thread was woken and copied the WAL")
+    }
+
     /// A new database file, and a writer whose commits report to a checkpointer of the given sizes.
     private struct Database {
         let directory = TemporaryDirectory()

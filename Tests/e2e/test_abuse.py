@@ -137,7 +137,9 @@ def test_one_client_cannot_hold_more_than_its_share_of_connections(relay_binary,
             # accepted before the last of these, and that one refused in its place (CI saw exactly that once).
             connection = http.client.HTTPConnection("127.0.0.1", relay.port, timeout=10)
             connection.request("GET", "/health")
-            assert connection.getresponse().read() is not None
+            response = connection.getresponse()
+            response.read()
+            assert response.status == 200
             held.append(connection)
         def refused():
             try:

@@ -4,8 +4,9 @@ import Threading
 
 /// Copies the write-ahead log back into the database on a thread of its own, so that commits do not.
 ///
-/// Why: SQLite's automatic checkpoint runs inside the commit that takes the WAL past 1,000 pages. That commit copies
-/// every page the WAL holds into the database file and syncs both files, all while holding the write lock. With a
+/// Why: SQLite's automatic checkpoint runs in the commit that takes the WAL past 1,000 pages: once the commit is
+/// durable, still inside its `sqlite3_step`, it copies every page the WAL holds into the database file and syncs
+/// both files, while the store's writer connection (and everything queued behind it in this process) waits. With a
 /// million jobs queued a batch of completions dirties about a thousand index pages (each device's head sits in a
 /// `jobs_by_device` leaf of its own), so nearly every deliverer commit paid for a whole checkpoint: `QueueBench`
 /// claimed at 0.54–0.66 of its rate with 10,000 queued. Here the writer only reports its WAL size after each commit
@@ -13,13 +14,15 @@ import Threading
 ///
 /// The bound: a passive checkpoint cannot copy what is committed while it runs, and the WAL only starts again from
 /// its beginning once all of it is copied, so under steady writes it would keep growing. Past `inlineFrames` the
-/// committing writer checkpoints itself, as SQLite would have, and that is then cheap: this thread has already
-/// copied all but the last few commits.
+/// committing writer checkpoints itself, as SQLite would have. To keep that cheap, the thread is woken after every
+/// commit once the WAL is within `backgroundFrames` of it, so only the last commits are left to copy in line. (A
+/// passive checkpoint stops at the oldest snapshot a reader still uses, so the bound is soft; the truncation every
+/// `WAL_TRUNCATE_INTERVAL` is the hard one.)
 final class WALCheckpointer: Sendable {
     /// Pages written since the last checkpoint that wake the thread (32 MiB at 4 KiB pages). Eight times SQLite's
     /// automatic-checkpoint size: a checkpoint copies each page once however often it was rewritten, and at depth
     /// consecutive batches rewrite the same index pages. `QueueBench`, claim rate at 1M against 10k, three runs
-    /// each: 0.70–0.71 at 1,000 pages, 0.76–0.80 at 4,000, 0.76–0.82 at 8,000.
+    /// each: 0.70–0.71 at 1,000 pages, 0.76–0.80 at 4,000, 0.72–0.82 at 8,000.
     static let defaultBackgroundFrames = 8_000
     /// WAL pages (128 MiB) past which a commit checkpoints in line: the most disk the WAL takes under steady writes.
     static let defaultInlineFrames = 32_000
@@ -55,9 +58,17 @@ final class WALCheckpointer: Sendable {
         // Shorter than after the last commit: the WAL has started again from its beginning, and nothing in it is
         // copied yet. (Only the writer's commits call this, one at a time.)
         if frames < lastFrames.exchange(frames, ordering: .relaxed) { checkpointed.store(0, ordering: .relaxed) }
+        // More copied than the WAL holds: a count from before a restart (stored late by the thread, or a restart by
+        // another process this one never saw shorter). Count nothing as copied rather than sleep through the WAL.
         let copied = checkpointed.load(ordering: .relaxed)
-        if frames - min(copied, frames) >= backgroundFrames { wakeUp.signal() }
+        let uncopied = copied > frames ? frames : frames - copied
+        if uncopied >= backgroundFrames || frames >= inlineFrames - backgroundFrames { wakeUp.signal() }
         return false
+    }
+
+    /// A checkpoint copied the WAL up to `frames` pages (the thread's own; tests set it to model a stale count).
+    func noteCheckpointed(frames: Int) {
+        checkpointed.store(frames, ordering: .relaxed)
     }
 
     /// Stops the thread. Blocks until it has ended.
@@ -71,7 +82,7 @@ final class WALCheckpointer: Sendable {
         while true {
             wakeUp.wait(until: nil)
             if stopping.load(ordering: .relaxed) { break }
-            if let frames = connection.checkpointPassive() { checkpointed.store(frames, ordering: .relaxed) }
+            if let frames = connection.checkpointPassive() { noteCheckpointed(frames: frames) }
         }
         stopped.signal()
     }
