@@ -46,8 +46,9 @@ extension DeliveryEngine {
         logger.error(
             "delivery stalled: jobs are due, APNs is not known to be failing, and nothing was sent for STALL_TIMEOUT; resetting the outage breaker and the APNs connections",
             ["stall_timeout": String(describing: timeout)])
-        metrics.increment("relay_delivery_stalls_total")
+        // The flag before the counter: whoever sees the stall counted (a scrape, a test) also sees /health say so.
         stalled.store(true, ordering: .relaxed)
+        metrics.increment("relay_delivery_stalls_total")
         state.breaker.reset()
         pool.recycleAll()
         state.claimDue = true
