@@ -24,7 +24,7 @@ final class WALCheckpointer: Sendable {
     /// consecutive batches rewrite the same index pages. `QueueBench`, claim rate at 1M against 10k, three runs
     /// each: 0.70–0.71 at 1,000 pages, 0.76–0.80 at 4,000, 0.72–0.82 at 8,000.
     static let defaultBackgroundFrames = 8_000
-    /// WAL pages (128 MiB) past which a commit checkpoints in line: the most disk the WAL takes under steady writes.
+    /// WAL pages (128 MiB) past which a commit checkpoints in line (see the bound above).
     static let defaultInlineFrames = 32_000
 
     private let backgroundFrames: Int
