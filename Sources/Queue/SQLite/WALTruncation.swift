@@ -116,9 +116,12 @@ final class CheckpointConnection: Sendable {
     /// `PRAGMA wal_checkpoint(PASSIVE)`: copies what it can of the WAL into the database without waiting for
     /// anyone. The WAL's length in pages, all of it copied, or nil when the checkpoint could not run at all.
     func checkpointPassive() -> Int? {
-        connection.withLock { db in
-            try? db.statement("PRAGMA wal_checkpoint(PASSIVE)").rows { $0.int(0) == 0 ? $0.int(2) : nil }.first ?? nil
-        }
+        connection.withLock { Self.passive($0) }
+    }
+
+    /// The pragma's row is (busy, log frames, checkpointed frames); busy = 1 means it did not complete.
+    private static func passive(_ db: SQLiteConnection) -> Int? {
+        try? db.statement("PRAGMA wal_checkpoint(PASSIVE)").rows { $0.int(0) == 0 ? $0.int(2) : nil }.first ?? nil
     }
 
     /// `PRAGMA wal_checkpoint(TRUNCATE)`: copies the WAL into the database and truncates it to zero bytes. False
@@ -128,7 +131,7 @@ final class CheckpointConnection: Sendable {
             // A TRUNCATE checkpoint holds the write lock while it copies and syncs: every writer waits. A PASSIVE one
             // first copies what is there without the lock, so the TRUNCATE has only the last commits left to copy.
             // (The WAL may hold up to `WALCheckpointer`'s 32 MiB not yet copied.)
-            _ = try? db.statement("PRAGMA wal_checkpoint(PASSIVE)").rows { $0.int(0) }
+            _ = Self.passive(db)
             // The pragma's row is (busy, log frames, checkpointed frames); busy = 1 means it did not complete.
             return (try? db.statement("PRAGMA wal_checkpoint(TRUNCATE)").rows { $0.int(0) }.first) == 0
         }
