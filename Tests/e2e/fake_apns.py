@@ -263,6 +263,7 @@ class _Protocol(asyncio.Protocol):
         self.conn = h2.connection.H2Connection(config=h2.config.H2Configuration(client_side=False, header_encoding="utf-8"))
         self.streams = {}
         self.open = {}      # stream id -> its record in fake.requests, until it is answered, reset or cut
+        self.records = []   # every request record of this connection
         self.transport = None
         self.jwt_iat = None  # when the provider token this connection uses was issued
         self.limit_raised = False
@@ -294,6 +295,11 @@ class _Protocol(asyncio.Protocol):
         self.fake._transports.discard(self.transport)
         _Protocol._by_transport.pop(self.transport, None)
         self.end_all()
+        # Whatever was answered on a connection that is gone may never have reached the client (a killed process:
+        # the fake still reads what it had sent and answers into a dead socket, possibly seconds late).
+        with self.fake.lock:
+            for record in self.records:
+                record["connection_lost"] = True
 
     def end_all(self):
         """Every request still open on this connection ends now, unanswered."""
@@ -341,6 +347,7 @@ class _Protocol(asyncio.Protocol):
                 self.streams[event.stream_id] = {"headers": headers, "header_list": header_list, "body": b"",
                                                  "record": record}
                 self.open[event.stream_id] = record
+                self.records.append(record)
                 with self.fake.lock:
                     self.fake.requests.append(record)
             elif isinstance(event, h2.events.DataReceived):
