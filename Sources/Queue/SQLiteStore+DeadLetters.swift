@@ -40,8 +40,7 @@ extension SQLiteStore {
                 INSERT INTO jobs (public_id, device_id, state, payload, created_at, scheduled_at, expires_at,
                                   reports_outcome, folded, folded_count)
                 SELECT public_id, device_id,
-                       CASE WHEN EXISTS (SELECT 1 FROM jobs h WHERE h.device_id = old.device_id
-                                         AND h.state IN ('available', 'running', 'retryable'))
+                       CASE WHEN EXISTS (SELECT 1 FROM jobs h WHERE h.device_id = old.device_id AND \(Self.isHead("h")))
                             THEN 'pending' ELSE 'available' END,
                        payload, created_at, ?1, ?2, reports_outcome, folded, folded_count
                 FROM jobs old WHERE old.id = ?3 AND old.state = 'discarded'

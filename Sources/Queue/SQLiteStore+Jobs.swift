@@ -1,25 +1,32 @@
 import Common
 
 extension SQLiteStore {
-    /// A new job is the device's head when the device has no live head yet, otherwise it waits as `pending`. Its
-    /// badge is the device's count of down monitors right now (after this alert's own state was recorded).
-    private static let insertJob = """
+    /// The device's live jobs and its badge, the count of down monitors right now (after this alert's own state
+    /// was recorded); no row when the device is gone.
+    static let readDevice = "SELECT d.live_jobs, \(downMonitors("d.id", since: "?2")) FROM devices d WHERE d.id = ?1"
+
+    /// A new job is the device's head when the device has no live job yet, otherwise it waits as `pending` (a
+    /// device with live jobs always has one head: later jobs wait only behind one, and whatever ends a head
+    /// promotes the next). `VALUES`, not `INSERT … SELECT`: SQLite first copies a SELECT's rows into a temporary
+    /// B-tree whenever the table has triggers, which built one for every job.
+    static let insertJob = """
         INSERT INTO jobs (public_id, device_id, state, payload, created_at, scheduled_at, expires_at, reports_outcome, badge)
-        SELECT ?1, d.id,
-               CASE WHEN EXISTS (SELECT 1 FROM jobs h WHERE h.device_id = d.id
-                                 AND h.state IN ('available', 'running', 'retryable'))
-                    THEN 'pending' ELSE 'available' END,
-               ?2, ?3, ?3, ?4, ?6, \(downMonitors("d.id", since: "?7"))
-        FROM devices d WHERE d.id = ?5
+        VALUES (?1, ?2, ?3, ?4, ?5, ?5, ?6, ?7, ?8)
         """
+
+    /// Whether the job `alias` is its device's head: `jobs_one_head_per_device`'s condition word for word, which is
+    /// what lets SQLite answer it from that index. Comparisons, not `IN (…)` (migration 10).
+    static func isHead(_ alias: String) -> String {
+        "(\(alias).state = 'available' OR \(alias).state = 'running' OR \(alias).state = 'retryable')"
+    }
 
     /// The badge: monitors of `device` whose last word, within the retention, was "down".
     static func downMonitors(_ device: String, since: String) -> String {
         "(SELECT count(*) FROM monitor_states m WHERE m.device_id = \(device) AND m.down = 1 AND m.updated_at >= \(since))"
     }
 
-    /// Records a monitor's state for the badge, only for a device that exists (the job insert then says whether
-    /// it did; a state for a device deleted meanwhile would break the foreign key and the whole batch).
+    /// Records a monitor's state for the badge, only for a device that exists (`readDevice` then says whether it
+    /// did; a state for a device deleted meanwhile would break the foreign key and the whole batch).
     private static let recordMonitor = """
         INSERT INTO monitor_states (device_id, monitor, down, updated_at)
         SELECT id, ?2, ?3, ?4 FROM devices WHERE id = ?1
@@ -27,18 +34,19 @@ extension SQLiteStore {
         """
 
     /// Promotes a device's oldest pending job to head after its head left (completed, dead-lettered).
-    private static let promoteNext = """
+    static let promoteNext = """
         UPDATE jobs SET state = 'available'
         WHERE id = (SELECT id FROM jobs WHERE device_id = ?1 AND state = 'pending' ORDER BY id LIMIT 1)
         """
 
     /// Every completion's condition: this job (?1), still leased by this worker (?2) at this attempt (?3).
-    private static let leaseGuard = "id = ?1 AND \(LeaseGuard.condition(worker: "?2", attempt: "?3"))"
+    static let leaseGuard = "id = ?1 AND \(LeaseGuard.condition(worker: "?2", attempt: "?3"))"
 
     public func enqueue(_ jobs: some Sequence<NewJob>, now: Int64, ttl: Duration, deviceCap: Int) throws(StoreError) -> [EnqueueResult] {
         let expiresAt = now + ttl.wholeMilliseconds
         let badgeSince = now - options.monitorRetention.wholeMilliseconds
         return try write { db in
+            let device = try db.statement(Self.readDevice)
             let insert = try db.statement(Self.insertJob)
             let record = try db.statement(Self.recordMonitor)
             var results: [EnqueueResult] = []
@@ -46,15 +54,20 @@ extension SQLiteStore {
                 if let monitor = job.monitor {
                     try record.run([.text(job.deviceID), .text(monitor.key), .integer(monitor.isDown ? 1 : 0), .integer(now)])
                 }
-                if deviceCap < .max, !job.reportsOutcome, try Self.fold(job, deviceCap: deviceCap, badgeSince: badgeSince, db) {
+                guard let (live, badge) = try device.rows([.text(job.deviceID), .integer(badgeSince)], { ($0.int(0), $0.int(1)) }).first
+                else {
+                    results.append(.deviceGone)
+                    continue
+                }
+                if live >= deviceCap, !job.reportsOutcome, try Self.fold(job, badgeSince: badgeSince, db) {
                     results.append(.merged)
                     continue
                 }
-                let changed = try insert.run([
-                    .text(job.publicID), .blob(job.payload), .integer(now), .integer(expiresAt),
-                    .text(job.deviceID), .integer(job.reportsOutcome ? 1 : 0), .integer(badgeSince)
+                try insert.run([
+                    .text(job.publicID), .text(job.deviceID), .text(live > 0 ? JobState.pending.rawValue : JobState.available.rawValue),
+                    .blob(job.payload), .integer(now), .integer(expiresAt), .integer(job.reportsOutcome ? 1 : 0), .integer(Int64(badge))
                 ])
-                results.append(changed == 1 ? .queued : .deviceGone)
+                results.append(.queued)
             }
             return results
         }
@@ -63,9 +76,8 @@ extension SQLiteStore {
     /// SPEC §2.4: a device at its cap of live jobs gets its new alert folded into its newest waiting job (never
     /// a Test-button job, which is answered on its own). False when the device is under its cap (or has no such
     /// job), and the caller stores a job as usual. The count is kept on the device row by triggers (migration 7).
-    private static func fold(_ job: NewJob, deviceCap: Int, badgeSince: Int64, _ db: SQLiteConnection) throws -> Bool {
-        let live = try db.statement("SELECT live_jobs FROM devices WHERE id = ?").rows([.text(job.deviceID)]) { $0.int(0) }.first ?? 0
-        guard live >= deviceCap, let event = AlertEvent(jobPayload: job.payload) else { return false }
+    private static func fold(_ job: NewJob, badgeSince: Int64, _ db: SQLiteConnection) throws -> Bool {
+        guard let event = AlertEvent(jobPayload: job.payload) else { return false }
         let tail = try db.statement(
             """
             SELECT id, folded FROM jobs WHERE device_id = ? AND state = 'pending' AND reports_outcome = 0
