@@ -28,6 +28,8 @@ public final class EventLoop: @unchecked Sendable {
         var nextTimerID = 0
         /// How far tests moved this loop's clock ahead of the real one (`advanceClock`); zero in production.
         var skipped: Duration = .zero
+        /// Run once this turn's events, timers and tasks are done (`atEndOfTurn`).
+        var endOfTurn: [() -> Void] = []
     }
 
     private let tasks = Mutex<(queue: [Task], stopping: Bool)>(([], false))
@@ -54,12 +56,14 @@ public final class EventLoop: @unchecked Sendable {
 
     /// Runs `task` on the loop thread, soon. Safe from any thread, including the loop's own.
     public func execute(_ task: @escaping Task) {
-        let accepted = tasks.withLock { state -> Bool in
+        let wakeLoop = tasks.withLock { state -> Bool in
             guard !state.stopping else { return false }
             state.queue.append(task)
-            return true
+            // Only the task that finds the queue empty wakes the loop: one queued before it already did, and the
+            // loop takes the whole queue at once. A deliverer hands over hundreds of pushes a turn.
+            return state.queue.count == 1
         }
-        if accepted { signal() }
+        if wakeLoop { signal() }
     }
 
     /// Stops the loop after the tasks already queued; blocks until the thread has ended. Not from the loop thread.
@@ -92,6 +96,12 @@ public final class EventLoop: @unchecked Sendable {
     package func advanceClock(by duration: Duration) {
         loopThread.skipped += duration
         runDueTimers()
+    }
+
+    /// Runs `action` on the loop once this turn's socket events, timers and tasks are done, before the loop waits
+    /// again: work that many of them ask for (writing out what they submitted) done once. Loop thread only.
+    func atEndOfTurn(_ action: @escaping () -> Void) {
+        loopThread.endOfTurn.append(action)
     }
 
     /// Timers scheduled and not yet run or cancelled.
@@ -155,6 +165,17 @@ public final class EventLoop: @unchecked Sendable {
         }
     }
 
+    private func runEndOfTurn() {
+        // An action may ask for another (a write that completes a request which submits the next).
+        while !loopThread.endOfTurn.isEmpty {
+            let actions = loopThread.withValue { state in
+                defer { state.endOfTurn.removeAll(keepingCapacity: true) }
+                return state.endOfTurn
+            }
+            for action in actions { action() }
+        }
+    }
+
     private func signal() {
         var one: UInt64 = 1
         _ = write(wakeup, &one, 8)
@@ -191,6 +212,7 @@ public final class EventLoop: @unchecked Sendable {
                 return (state.queue, state.stopping)
             }
             for task in queue { task() }
+            runEndOfTurn()
             if stopping && tasks.withLock({ $0.queue.isEmpty }) { break }
         }
         loopThread.withValue { state in

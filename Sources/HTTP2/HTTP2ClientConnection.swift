@@ -263,7 +263,7 @@ final class ClientCore: HTTP2Transport, HTTP2SessionDelegate, @unchecked Sendabl
             return
         }
         waiting.append(Waiting(request: request, completion: completion, deadline: loop.now + owner.configuration.requestTimeout))
-        settle()
+        settleAtEndOfTurn()
     }
 
     private var acceptsRequests: Bool {

@@ -200,7 +200,7 @@ final class ServerCore: HTTP2Transport, HTTP2SessionDelegate, @unchecked Sendabl
         all += headers.map { HTTP2Header(name: $0.0.lowercased(), value: $0.1) }
         try? session?.submitResponse(stream, headers: all, body: body)
         wantFlush()
-        settle()
+        settleAtEndOfTurn()
     }
 
     /// A loop task: GOAWAY now, close once the streams at or below its last stream id are answered.

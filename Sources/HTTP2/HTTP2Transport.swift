@@ -38,6 +38,8 @@ class HTTP2Transport {
     private var flushWanted = false
     /// `settle()` is running: a nested call (from a completion or event handler it triggered) leaves the work to it.
     private var settling = false
+    /// A `settle()` is due at the end of this loop turn (`settleAtEndOfTurn`).
+    private var settleScheduled = false
     private var outbound: [UInt8] = []
     private var outboundOffset = 0
     private var watchingWritable = false
@@ -120,6 +122,19 @@ class HTTP2Transport {
     /// Does what the last event asked for, until nothing is left: runs the subclass's deferred work, produces
     /// frames, writes them, and walks the close sequence. The only caller of `HTTP2Session.send`; every event
     /// entry point (socket, timer, loop task) ends here, never inside an nghttp2 callback.
+    /// `settle()` once this loop turn's tasks are done, however many ask: the requests (or answers) that a turn's
+    /// tasks submit go out in one write, not one TLS record and one `write` each.
+    func settleAtEndOfTurn() {
+        loop.preconditionInLoop()
+        guard !settleScheduled else { return }
+        settleScheduled = true
+        loop.atEndOfTurn { [weak self] in
+            guard let self else { return }
+            settleScheduled = false
+            settle()
+        }
+    }
+
     func settle() {
         loop.preconditionInLoop()
         guard !settling else { return }
