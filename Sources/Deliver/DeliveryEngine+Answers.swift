@@ -145,7 +145,7 @@ extension DeliveryEngine {
             let at = now + max(1, backoff.delayMillis(afterAttempt: job.attempt))
             kind = at > job.expiresAt ? .abandon(reason: "Expired") : .retry(at: at, error: "Refused")
         }
-        return JobOutcome(jobID: job.id, attempt: job.attempt, kind: kind)
+        return JobOutcome(job, kind: kind)
     }
 
     static func label(_ kind: JobOutcome.Kind) -> String {

@@ -233,11 +233,11 @@ public final class DeliveryEngine: Sendable {
         var outcomes: [JobOutcome] = []
         for job in jobs {
             if now > job.expiresAt {
-                outcomes.append(JobOutcome(jobID: job.id, attempt: job.attempt, kind: .abandon(reason: "Expired")))
+                outcomes.append(JobOutcome(job, kind: .abandon(reason: "Expired")))
                 continue
             }
             if let until = digestWindowEnd(for: job, now: now) {
-                outcomes.append(JobOutcome(jobID: job.id, attempt: job.attempt, kind: .postpone(until: until)))
+                outcomes.append(JobOutcome(job, kind: .postpone(until: until)))
                 state.nextRetryAt = min(state.nextRetryAt ?? until, until)
                 continue
             }
@@ -267,7 +267,7 @@ public final class DeliveryEngine: Sendable {
                 merged.isEmpty && job.folded.isEmpty
                 ? try factory.push(for: job, now: now) : try factory.digest(for: job, merging: merged, now: now)
         } catch {
-            outcomes.append(JobOutcome(jobID: job.id, attempt: job.attempt, kind: .abandon(reason: "InvalidPayload")))
+            outcomes.append(JobOutcome(job, kind: .abandon(reason: "InvalidPayload")))
             return
         }
         do {

@@ -142,14 +142,22 @@ public struct JobOutcome: Sendable, Equatable {
 
     public var jobID: Int64
     public var attempt: Int
+    /// The job's device, public id and whether it reports its outcome, as it was claimed (none of them ever
+    /// changes): what completing it records, so the store need not read them back from the row it deletes.
+    public var deviceID: String
+    public var publicID: String
+    public var reportsOutcome: Bool
     public var kind: Kind
     /// Pending jobs of the same device merged into this one's push (an alert-storm digest): they complete with it
     /// (delivered or dead-lettered); on a retry they stay pending and are merged again.
     public var merged: [MergedJob]
 
-    public init(jobID: Int64, attempt: Int, kind: Kind, merged: [MergedJob] = []) {
-        self.jobID = jobID
-        self.attempt = attempt
+    public init(_ job: ClaimedJob, kind: Kind, merged: [MergedJob] = []) {
+        self.jobID = job.id
+        self.attempt = job.attempt
+        self.deviceID = job.deviceID
+        self.publicID = job.publicID
+        self.reportsOutcome = job.reportsOutcome
         self.kind = kind
         self.merged = merged
     }

@@ -148,23 +148,25 @@ extension SQLiteStore {
         guard !outcomes.isEmpty else { return [] }
         return try write { db in
             let promote = try db.statement(Self.promoteNext)
+            // The outcome names the job's device and public id (as claimed; they never change), so nothing is read
+            // back: `DELETE … RETURNING` buffered its row in a temporary B-tree, ~3.6 µs a delivered push.
+            let delete = try db.statement("DELETE FROM jobs WHERE \(Self.leaseGuard)")
             var delivered: Set<String> = []
             var applied: [Bool] = []
             applied.reserveCapacity(outcomes.count)
             for outcome in outcomes {
                 let guardValues: [SQLiteValue] = [.integer(outcome.jobID), .text(worker), .integer(Int64(outcome.attempt))]
+                let device = outcome.deviceID
                 switch outcome.kind {
                 case .delivered:
-                    let finished = try db.statement("DELETE FROM jobs WHERE \(Self.leaseGuard) RETURNING device_id, public_id, reports_outcome")
-                        .rows(guardValues) { ($0.text(0), $0.text(1), $0.int(2) == 1) }
-                    try Self.report(finished, .delivered, "", now: now, db)
-                    let devices = finished.map(\.0)
-                    for device in devices {
+                    let finished = try delete.run(guardValues) == 1
+                    if finished {
+                        try Self.report(outcome, .delivered, "", now: now, db)
                         try Self.settleMerged(outcome.merged, device: device, deadLetterReason: nil, now: now, db)
                         delivered.insert(device)
                         try promote.run([.text(device)])
                     }
-                    applied.append(!devices.isEmpty)
+                    applied.append(finished)
                 case .retry(let at, let error):
                     let changed = try db.statement(
                         """
@@ -175,23 +177,22 @@ extension SQLiteStore {
                     ).run(guardValues + [.integer(at), .text(error)])
                     applied.append(changed == 1)
                 case .deadLetter(let reason), .abandon(let reason):
-                    let finished = try db.statement(
-                        """
-                        UPDATE jobs SET state = 'discarded', finalized_at = ?4, last_error = ?5,
-                                        attempted_by = NULL, lease_expires_at = NULL
-                        WHERE \(Self.leaseGuard)
-                        RETURNING device_id, public_id, reports_outcome
-                        """
-                    ).rows(guardValues + [.integer(now), .text(reason)]) { ($0.text(0), $0.text(1), $0.int(2) == 1) }
-                    let kind: ReportedOutcome.Kind = if case .abandon = outcome.kind { .failed } else { .rejected }
-                    try Self.report(finished, kind, reason, now: now, db)
-                    let devices = finished.map(\.0)
-                    for device in devices {
+                    let finished =
+                        try db.statement(
+                            """
+                            UPDATE jobs SET state = 'discarded', finalized_at = ?4, last_error = ?5,
+                                            attempted_by = NULL, lease_expires_at = NULL
+                            WHERE \(Self.leaseGuard)
+                            """
+                        ).run(guardValues + [.integer(now), .text(reason)]) == 1
+                    if finished {
+                        let kind: ReportedOutcome.Kind = if case .abandon = outcome.kind { .failed } else { .rejected }
+                        try Self.report(outcome, kind, reason, now: now, db)
                         try Self.settleMerged(outcome.merged, device: device, deadLetterReason: reason, now: now, db)
                         try db.statement("UPDATE devices SET last_delivery_error = ?1 WHERE id = ?2").run([.text(reason), .text(device)])
                         try promote.run([.text(device)])
                     }
-                    applied.append(!devices.isEmpty)
+                    applied.append(finished)
                 case .postpone(let until):
                     let changed = try db.statement(
                         """
@@ -202,16 +203,14 @@ extension SQLiteStore {
                     ).run(guardValues + [.integer(until)])
                     applied.append(changed == 1)
                 case .removeDevice(let reason):
-                    let finished = try db.statement("SELECT device_id, public_id, reports_outcome FROM jobs WHERE \(Self.leaseGuard)")
-                        .rows(guardValues) { ($0.text(0), $0.text(1), $0.int(2) == 1) }
-                    try Self.report(finished, .unregistered, reason, now: now, db)
-                    let devices = finished.map(\.0)
-                    for device in devices {
+                    let leased = try db.statement("SELECT 1 FROM jobs WHERE \(Self.leaseGuard)").rows(guardValues) { $0.int(0) }.isEmpty == false
+                    if leased {
+                        try Self.report(outcome, .unregistered, reason, now: now, db)
                         try db.statement("INSERT OR REPLACE INTO tombstones (device_id, reason, removed_at) VALUES (?, ?, ?)")
                             .run([.text(device), .text(reason), .integer(now)])
                         try db.statement("DELETE FROM devices WHERE id = ?").run([.text(device)])
                     }
-                    applied.append(!devices.isEmpty)
+                    applied.append(leased)
                 }
             }
             // A device's last success is the same `now` for every job of the batch: one update per device.
@@ -261,15 +260,13 @@ extension SQLiteStore {
         }
     }
 
-    /// Records the outcome of the finished jobs that report one.
+    /// Records the outcome of a finished job that reports one.
     private static func report(
-        _ jobs: [(String, String, Bool)], _ kind: ReportedOutcome.Kind, _ reason: String, now: Int64,
-        _ db: SQLiteConnection
+        _ outcome: JobOutcome, _ kind: ReportedOutcome.Kind, _ reason: String, now: Int64, _ db: SQLiteConnection
     ) throws {
-        for (_, publicID, reports) in jobs where reports {
-            try db.statement("INSERT OR REPLACE INTO job_outcomes (public_id, outcome, reason, finished_at) VALUES (?, ?, ?, ?)")
-                .run([.text(publicID), .text(kind.rawValue), .text(reason), .integer(now)])
-        }
+        guard outcome.reportsOutcome else { return }
+        try db.statement("INSERT OR REPLACE INTO job_outcomes (public_id, outcome, reason, finished_at) VALUES (?, ?, ?, ?)")
+            .run([.text(outcome.publicID), .text(kind.rawValue), .text(reason), .integer(now)])
     }
 
     public func reportedOutcome(publicID: String) throws(StoreError) -> ReportedOutcome? {

@@ -71,7 +71,7 @@ import Testing
         let claimed = try #require(job)
         #expect(claimed.reportsOutcome)
         _ = try h.store.finish(
-            [JobOutcome(jobID: claimed.id, attempt: claimed.attempt, kind: kind)],
+            [JobOutcome(claimed, kind: kind)],
             worker: "w", now: SystemClock().nowMillis())
         return try #require(answer.wait(until: deadline))
     }
@@ -132,11 +132,11 @@ typealias ResponseBox = AnswerBox<RawHTTPClient.Response>
         // The deliverer finishes the two held jobs differently; each request gets its own answer.
         let claimed = try store.claim(worker: "w", limit: 10, now: SystemClock().nowMillis(), lease: .seconds(60))
         let first = try #require(claimed.first { $0.publicID == ids[0] })
-        _ = try store.finish([JobOutcome(jobID: first.id, attempt: first.attempt, kind: .delivered)], worker: "w", now: SystemClock().nowMillis())
+        _ = try store.finish([JobOutcome(first, kind: .delivered)], worker: "w", now: SystemClock().nowMillis())
         let second = try #require(try store.claim(worker: "w", limit: 10, now: SystemClock().nowMillis(), lease: .seconds(60)).first)
         #expect(second.publicID == ids[1])
         _ = try store.finish(
-            [JobOutcome(jobID: second.id, attempt: second.attempt, kind: .deadLetter(reason: "BadDeviceToken"))],
+            [JobOutcome(second, kind: .deadLetter(reason: "BadDeviceToken"))],
             worker: "w", now: SystemClock().nowMillis())
         #expect(recorders[0].wait(until: deadline)?.status == 200)
         let rejected = recorders[1].wait(until: deadline)

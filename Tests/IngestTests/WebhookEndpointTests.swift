@@ -142,7 +142,7 @@ import Testing
         #expect(try h.webhook(id, Fixtures.text("a-1.23-http-down.json")).status == 202)
         let job = try #require(try h.store.claim(worker: "w", limit: 1, now: SystemClock().nowMillis(), lease: .seconds(60)).first)
         _ = try h.store.finish(
-            [JobOutcome(jobID: job.id, attempt: job.attempt, kind: .removeDevice(reason: "Unregistered"))],
+            [JobOutcome(job, kind: .removeDevice(reason: "Unregistered"))],
             worker: "w", now: SystemClock().nowMillis())
         let response = try h.webhook(id, Fixtures.text("a-1.23-http-down.json"))
         #expect(response.status == 410 && response.json?["error"] as? String == "device unregistered")

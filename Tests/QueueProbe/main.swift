@@ -63,7 +63,7 @@ case "drain":
         let completingAt = monotonicNanos()
         for job in jobs { output += "completing \(job.id) \(completingAt)\n" }
         let applied = try store.finish(
-            jobs.map { JobOutcome(jobID: $0.id, attempt: $0.attempt, kind: .delivered) },
+            jobs.map { JobOutcome($0, kind: .delivered) },
             worker: worker, now: SystemClock().nowMillis())
         precondition(applied.allSatisfy { $0 }, "a completion lost its lease")
     }

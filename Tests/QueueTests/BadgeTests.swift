@@ -22,7 +22,7 @@ import Testing
         var result: [String: [Int?]] = [:]
         while case let heads = try db.store.claim(worker: "w", limit: 100, now: t0 + 10_000_000, lease: .seconds(60)), !heads.isEmpty {
             for head in heads { result[head.deviceID, default: []].append(head.badge) }
-            _ = try db.store.finish(heads.map { JobOutcome(jobID: $0.id, attempt: $0.attempt, kind: .delivered) }, worker: "w", now: t0)
+            _ = try db.store.finish(heads.map { JobOutcome($0, kind: .delivered) }, worker: "w", now: t0)
         }
         return result
     }

@@ -73,7 +73,7 @@ import Testing
         #expect(read.map(\.folded.count) == [0, 1])
         #expect(try db.store.enqueue([alert(device, 5)], now: t0, ttl: .seconds(60), deviceCap: 3) == [.merged])
         _ = try db.store.finish(
-            [JobOutcome(jobID: head.id, attempt: head.attempt, kind: .delivered, merged: read.map(\.asMerged))],
+            [JobOutcome(head, kind: .delivered, merged: read.map(\.asMerged))],
             worker: "w1", now: t0)
         let left =
             try pending(db, device)
@@ -106,7 +106,7 @@ import Testing
         heads = try db.store.claim(worker: "w", limit: 10, now: t0, lease: .seconds(60))
         let merged = try pending(db, a).map(\.asMerged)
         _ = try db.store.finish(
-            [JobOutcome(jobID: heads[0].id, attempt: heads[0].attempt, kind: .delivered, merged: merged)],
+            [JobOutcome(heads[0], kind: .delivered, merged: merged)],
             worker: "w", now: t0)
         #expect(try agree())
         _ = try db.store.replayDeadLetters(DeadLetterFilter(), limit: 10, now: t0, ttl: .seconds(60))

@@ -70,7 +70,7 @@ import Testing
         try db.enqueue(a, "a1")
         let job = try #require(try db.store.claim(worker: "w", limit: 1, now: TestDatabase.t0, lease: .seconds(60)).first)
         _ = try db.store.finish(
-            [JobOutcome(jobID: job.id, attempt: job.attempt, kind: .removeDevice(reason: "Unregistered"))],
+            [JobOutcome(job, kind: .removeDevice(reason: "Unregistered"))],
             worker: "w", now: TestDatabase.t0 + 10)
         #expect(try db.store.tombstone(deviceID: a) == Tombstone(deviceID: a, reason: "Unregistered", removedAt: TestDatabase.t0 + 10))
         #expect(try db.store.purgeTombstones(before: TestDatabase.t0 + 10) == 0)

@@ -76,7 +76,7 @@ import Testing
         let a = try db.device(1)
         try db.enqueue(a, "a1", "a2", "a3")
         let a1 = try #require(try db.claim().first)
-        let outcome = JobOutcome(jobID: a1.id, attempt: a1.attempt, kind: .removeDevice(reason: "Unregistered"))
+        let outcome = JobOutcome(a1, kind: .removeDevice(reason: "Unregistered"))
         #expect(try db.store.finish([outcome], worker: "w1", now: t0) == [true])
         #expect(try db.store.device(id: a) == nil)
         #expect(try db.store.tombstone(deviceID: a)?.reason == "Unregistered")
@@ -94,7 +94,7 @@ import Testing
         #expect(fresh.id == stale.id && fresh.attempt == 2)
         #expect(try db.store.finish([.delivered(stale)], worker: "w1", now: t0 + 60_001) == [false])
         // Even the same worker answering for the older attempt is ignored.
-        let olderAttempt = JobOutcome(jobID: fresh.id, attempt: stale.attempt, kind: .delivered)
+        let olderAttempt = JobOutcome(stale, kind: .delivered)
         #expect(try db.store.finish([olderAttempt], worker: "w2", now: t0 + 60_001) == [false])
         #expect(try db.store.liveJobCount() == 1)
         #expect(try db.store.finish([.delivered(fresh)], worker: "w2", now: t0 + 60_002) == [true])
@@ -223,7 +223,7 @@ import Testing
         let head = try #require(try db.claim().first)
         #expect(
             try db.store.finish(
-                [JobOutcome(jobID: head.id, attempt: head.attempt, kind: .postpone(until: t0 + 5000))],
+                [JobOutcome(head, kind: .postpone(until: t0 + 5000))],
                 worker: "w1", now: t0) == [true])
         #expect(try db.claim(at: t0 + 4999).isEmpty, "neither the head nor the job behind it")
         let again = try #require(try db.claim(at: t0 + 5000).first)
@@ -238,7 +238,7 @@ import Testing
         let pending = try db.store.pendingJobs(deviceID: a, limit: 2)
         #expect(pending.map { String(decoding: $0.payload, as: UTF8.self) } == ["a2", "a3"])
         _ = try db.store.finish(
-            [JobOutcome(jobID: head.id, attempt: head.attempt, kind: .delivered, merged: pending.map(\.asMerged))],
+            [JobOutcome(head, kind: .delivered, merged: pending.map(\.asMerged))],
             worker: "w1", now: t0)
         #expect(try db.claim().map(\.label) == ["a4"], "a4 was not merged: it is next, in order")
     }
@@ -252,7 +252,7 @@ import Testing
         _ = try db.store.finish(
             [
                 JobOutcome(
-                    jobID: head.id, attempt: head.attempt, kind: .deadLetter(reason: "BadDeviceToken"),
+                    head, kind: .deadLetter(reason: "BadDeviceToken"),
                     merged: pending.map(\.asMerged))
             ], worker: "w1", now: t0)
         #expect(try db.store.countDeadLetters(DeadLetterFilter(reason: "BadDeviceToken")) == 3)

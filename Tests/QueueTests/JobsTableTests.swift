@@ -64,9 +64,13 @@ import Testing
 
         // The head is still one: a second head for the device is refused by the rebuilt unique index.
         #expect(throws: (any Error).self) { try raw.execute("UPDATE jobs SET state = 'available' WHERE id = 10") }
-        // The lease of the head belongs to w1 at attempt 1: delivering it promotes the next job, and the rebuilt
-        // triggers count it; a new alert queues behind.
-        #expect(try store.finish([JobOutcome(jobID: 8, attempt: 1, kind: .delivered)], worker: "w1", now: TestDatabase.t0) == [true])
+        // The head's lease (w1's) runs out; another deliverer claims it and delivers it: the next job is promoted,
+        // the rebuilt triggers count it, and a new alert queues behind.
+        let later: Int64 = 9_999_999_999_999
+        #expect(try store.rescueExpiredLeases(now: later) == 1)
+        let head = try #require(try store.claim(worker: "w2", limit: 10, now: later, lease: .seconds(60)).first)
+        #expect(head.id == 8 && head.attempt == 2 && head.publicID == "p8" && head.reportsOutcome)
+        #expect(try store.finish([.delivered(head)], worker: "w2", now: later) == [true])
         #expect(try raw.query("SELECT state FROM jobs WHERE id IN (9, 10) ORDER BY id") == [["available"], ["pending"]])
         #expect(try raw.query("SELECT live_jobs FROM devices") == [["2"]])
         #expect(try store.reportedOutcome(publicID: "p8")?.kind == .delivered)

@@ -98,11 +98,11 @@ extension ClaimedJob {
 }
 
 extension JobOutcome {
-    static func delivered(_ job: ClaimedJob) -> JobOutcome { JobOutcome(jobID: job.id, attempt: job.attempt, kind: .delivered) }
+    static func delivered(_ job: ClaimedJob) -> JobOutcome { JobOutcome(job, kind: .delivered) }
     static func retry(_ job: ClaimedJob, at: Int64, error: String = "InternalServerError") -> JobOutcome {
-        JobOutcome(jobID: job.id, attempt: job.attempt, kind: .retry(at: at, error: error))
+        JobOutcome(job, kind: .retry(at: at, error: error))
     }
     static func dead(_ job: ClaimedJob, _ reason: String) -> JobOutcome {
-        JobOutcome(jobID: job.id, attempt: job.attempt, kind: .deadLetter(reason: reason))
+        JobOutcome(job, kind: .deadLetter(reason: reason))
     }
 }

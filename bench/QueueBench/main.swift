@@ -108,7 +108,7 @@ func claimAndComplete(_ store: any RelayStore, count: Int) throws -> Double {
     while done < count {
         let jobs = try store.claim(worker: "bench", limit: min(1000, count - done), now: clock.nowMillis(), lease: .seconds(60))
         if jobs.isEmpty { break }
-        _ = try store.finish(jobs.map { JobOutcome(jobID: $0.id, attempt: $0.attempt, kind: .delivered) }, worker: "bench", now: clock.nowMillis())
+        _ = try store.finish(jobs.map { JobOutcome($0, kind: .delivered) }, worker: "bench", now: clock.nowMillis())
         done += jobs.count
     }
     return Double(done) / (ContinuousClock.now - start).seconds
