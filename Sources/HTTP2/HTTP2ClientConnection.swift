@@ -280,8 +280,13 @@ final class ClientCore: HTTP2Transport, HTTP2SessionDelegate, @unchecked Sendabl
 
     private func submitWaiting() {
         guard phase == .ready, !waiting.isEmpty, let session else { return }
-        while !waiting.isEmpty, streams.count < session.peerMaxConcurrentStreams {
-            let next = waiting.removeFirst()
+        // Taken from the front in one go at the end: removing the first of hundreds waiting, one at a time, moved
+        // all the others each time.
+        var submitted = 0
+        defer { waiting.removeFirst(submitted) }
+        while submitted < waiting.count, streams.count < session.peerMaxConcurrentStreams {
+            let next = waiting[submitted]
+            submitted += 1
             let (request, completion) = (next.request, next.completion)
             var headers = [
                 HTTP2Header(name: ":method", value: request.method),
@@ -289,8 +294,10 @@ final class ClientCore: HTTP2Transport, HTTP2SessionDelegate, @unchecked Sendabl
                 HTTP2Header(name: ":authority", value: owner.configuration.authority),
                 HTTP2Header(name: ":path", value: request.path, sensitive: true)
             ]
+            headers.reserveCapacity(headers.count + request.headers.count)
             for (name, value) in request.headers {
-                headers.append(HTTP2Header(name: name.lowercased(), value: value, sensitive: request.sensitiveHeaders.contains(name.lowercased())))
+                let name = Self.lowercased(name)
+                headers.append(HTTP2Header(name: name, value: value, sensitive: request.sensitiveHeaders.contains(name)))
             }
             do {
                 let id = try session.submitRequest(headers, body: request.body)
@@ -302,6 +309,11 @@ final class ClientCore: HTTP2Transport, HTTP2SessionDelegate, @unchecked Sendabl
                 owner.finished(completion, .failure(.refused))
             }
         }
+    }
+
+    /// HTTP/2 header names are lower case; callers mostly write them so already, and then keep their string.
+    private static func lowercased(_ name: String) -> String {
+        name.utf8.contains(where: { (UInt8(ascii: "A")...UInt8(ascii: "Z")).contains($0) }) ? name.lowercased() : name
     }
 
     private func closeIfDrained() {
