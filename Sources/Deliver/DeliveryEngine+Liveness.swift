@@ -17,21 +17,23 @@ extension DeliveryEngine {
     }
 
     /// One answer from the configured environment, for the detector and the breaker.
-    func recordHealth(_ verdict: Verdict, jobID: Int64, now: Int64) -> OutageBreaker.Transition {
-        noteHealth(of: verdict)
+    func recordHealth(_ verdict: Verdict, fromAPNs: Bool, jobID: Int64, now: Int64) -> OutageBreaker.Transition {
+        noteHealth(of: verdict, fromAPNs: fromAPNs)
         return loopState.breaker.record(verdict, jobID: jobID, now: now)
     }
 
     /// Keeps the detector's view of APNs: an outage-class failure or a configuration fault means APNs is known to
-    /// be failing; any answer at all means this deliverer is not stalled.
-    func noteHealth(of verdict: Verdict) {
+    /// be failing; an answer from APNs itself means this deliverer is not stalled. A request the transport failed
+    /// does not: a stall's own reset fails the requests the recycled connections still held, and those failures
+    /// must not clear the report the moment it is made.
+    func noteHealth(of verdict: Verdict, fromAPNs: Bool) {
         switch verdict {
         case .retry(_, outage: true), .pause:
             loopState.lastFailureAt = .now
         default:
             break
         }
-        if stalled.exchange(false, ordering: .relaxed) {
+        if fromAPNs, stalled.exchange(false, ordering: .relaxed) {
             logger.info("delivery resumed after a stall")
         }
     }
