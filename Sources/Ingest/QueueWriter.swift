@@ -4,10 +4,15 @@ import Queue
 import Synchronization
 import Threading
 
-/// The one thread of an ingest process that writes jobs. Webhook handlers hand it jobs and suspend their
-/// connection; it commits whatever has accumulated in one transaction (group commit) and then calls every
-/// completion. While a commit runs, new jobs gather for the next one, so batches grow with load by themselves
-/// and one SQLite writer keeps up with many clients.
+/// The threads of an ingest process that write jobs. Webhook handlers hand them jobs and suspend their
+/// connection; a writer thread commits whatever has accumulated in one transaction (group commit) and then calls
+/// every completion. While a commit runs, new jobs gather for the next one, so batches grow with load by
+/// themselves and one SQLite writer keeps up with many clients.
+///
+/// A store that takes several transactions at once (`JobQueue.concurrentEnqueues`: PostgreSQL, whose commit waits
+/// for the server's disk while the machine idles) gets that many writer threads. A device's jobs still commit in
+/// the order they arrived: a batch leaves out every device a batch being committed holds, so two batches never
+/// share a device, and that device's later jobs wait for the next batch, behind the earlier ones.
 public final class QueueWriter: Sendable {
     public typealias Completion = @Sendable (Result<EnqueueResult, StoreError>) -> Void
 
@@ -22,6 +27,8 @@ public final class QueueWriter: Sendable {
         /// Jobs waiting in the store, as last counted plus what was added since (for QUEUE_MAX).
         var depth = 0
         var depthCountedAt: Int64 = 0
+        /// Devices of the batches being committed now (several writer threads only).
+        var committing: Set<String> = []
     }
 
     private let store: any JobQueue
@@ -35,8 +42,9 @@ public final class QueueWriter: Sendable {
     private let logger: Logger
     private let metrics: MetricsRegistry
     private let onCommit: @Sendable () -> Void
-    /// Signalled when a job is queued or `stop` is called; the writer thread sleeps on it.
-    private let wakeUp = WakeUp()
+    /// One per writer thread, which sleeps on it; all are signalled when a job is queued, a batch is committed (it
+    /// may have held back another's jobs) or `stop` is called.
+    private let wakeUps: [WakeUp]
     private let state = Mutex(State())
     private let finished = DispatchSemaphore(value: 0)
     /// Seconds a depth count may be old.
@@ -46,6 +54,7 @@ public final class QueueWriter: Sendable {
         store: any JobQueue, clock: any WallClock, ttl: Duration, queueMax: Int = .max, deviceCap: Int = .max,
         maxBatch: Int = 1000, logger: Logger, metrics: MetricsRegistry, onCommit: @escaping @Sendable () -> Void = {}
     ) {
+        wakeUps = (0..<max(1, store.concurrentEnqueues)).map { _ in WakeUp() }
         self.deviceCap = deviceCap
         self.onCommit = onCommit
         self.queueMax = queueMax
@@ -59,9 +68,11 @@ public final class QueueWriter: Sendable {
             "kumapush_enqueue_batch_size", .histogram, "Jobs committed per group commit.",
             buckets: [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000])
         refreshDepth()
-        let thread = Thread { [self] in run() }
-        thread.name = "queue-writer"
-        thread.start()
+        for wakeUp in wakeUps {
+            let thread = Thread { [self] in run(wakeUp) }
+            thread.name = "queue-writer"
+            thread.start()
+        }
     }
 
     /// Queues `job` for the next commit; `completion` runs on the writer thread once it is committed (or failed).
@@ -75,7 +86,11 @@ public final class QueueWriter: Sendable {
             completion(.failure(StoreError(.unavailable, "shutting down")))
             return
         }
-        wakeUp.signal()
+        wakeAll()
+    }
+
+    private func wakeAll() {
+        for wakeUp in wakeUps { wakeUp.signal() }
     }
 
     /// Jobs waiting in the queue, counted at most a second ago plus those added since.
@@ -86,16 +101,16 @@ public final class QueueWriter: Sendable {
     /// backlog draining, without a query per request.
     public var acceptsMore: Bool { estimatedDepth < queueMax }
 
-    /// Commits what is pending, then stops the thread. Blocks until it has.
+    /// Commits what is pending, then stops the threads. Blocks until they have.
     public func stop() {
         state.withLock { $0.stopping = true }
-        wakeUp.signal()
-        finished.wait()
+        wakeAll()
+        for _ in wakeUps { finished.wait() }
     }
 
-    private func run() {
+    private func run(_ wakeUp: WakeUp) {
         while true {
-            while state.withLock({ $0.pending.isEmpty && !$0.stopping }) {
+            while state.withLock({ !Self.hasWork($0) && !($0.stopping && $0.pending.isEmpty) }) {
                 if acceptsMore {
                     wakeUp.wait(until: nil)
                 } else if !wakeUp.wait(until: .now + Self.recountInterval) {
@@ -104,16 +119,49 @@ public final class QueueWriter: Sendable {
                 }
             }
             let (batch, stop) = state.withLock { state -> ([Pending], Bool) in
-                let count = min(state.pending.count, maxBatch)
-                let batch = Array(state.pending.prefix(count))
-                state.pending.removeFirst(count)
+                let batch = takeBatch(&state)
                 return (batch, state.stopping && state.pending.isEmpty)
             }
-            if !batch.isEmpty { commit(batch) }
+            if !batch.isEmpty {
+                commit(batch)
+                if wakeUps.count > 1 {
+                    state.withLock { state in
+                        for pending in batch { state.committing.remove(pending.job.deviceID) }
+                    }
+                    wakeAll()
+                }
+            }
             if stop { break }
             if clock.nowMillis() - state.withLock({ $0.depthCountedAt }) > Self.recountInterval.wholeMilliseconds { refreshDepth() }
         }
         finished.signal()
+    }
+
+    /// Whether a pending job's device is free of the batches being committed (always, with one writer thread).
+    private static func hasWork(_ state: State) -> Bool {
+        state.committing.isEmpty ? !state.pending.isEmpty : state.pending.contains { !state.committing.contains($0.job.deviceID) }
+    }
+
+    /// The oldest pending jobs, up to `maxBatch`, leaving out (in order) those of devices another writer thread is
+    /// committing; with several threads, the batch's devices are marked as committing.
+    private func takeBatch(_ state: inout State) -> [Pending] {
+        guard wakeUps.count > 1 else {
+            let count = min(state.pending.count, maxBatch)
+            defer { state.pending.removeFirst(count) }
+            return Array(state.pending.prefix(count))
+        }
+        var batch: [Pending] = []
+        var heldBack: [Pending] = []
+        for pending in state.pending {
+            if batch.count < maxBatch, !state.committing.contains(pending.job.deviceID) {
+                batch.append(pending)
+            } else {
+                heldBack.append(pending)
+            }
+        }
+        for pending in batch { state.committing.insert(pending.job.deviceID) }
+        state.pending = heldBack
+        return batch
     }
 
     private func commit(_ batch: [Pending]) {

@@ -36,6 +36,8 @@ public protocol JobQueue: Sendable {
     /// holds `deviceCap` live jobs is folded into the device's newest waiting job and reported as `.merged`
     /// (Test-button jobs, which wait for their own answer, are always stored as jobs).
     func enqueue(_ jobs: some Sequence<NewJob>, now: Int64, ttl: Duration, deviceCap: Int) throws(StoreError) -> [EnqueueResult]
+    /// How many `enqueue` transactions the store runs at once to advantage (`QueueWriter` keeps that many going).
+    var concurrentEnqueues: Int { get }
     /// Leases up to `limit` due head jobs (at most one per device) to `worker` until `now + lease`.
     func claim(worker: String, limit: Int, now: Int64, lease: Duration) throws(StoreError) -> [ClaimedJob]
     /// Applies outcomes in one transaction. Returns, per outcome, whether the job was still leased to `worker` at

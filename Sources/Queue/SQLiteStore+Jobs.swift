@@ -42,6 +42,9 @@ extension SQLiteStore {
     /// Every completion's condition: this job (?1), still leased by this worker (?2) at this attempt (?3).
     static let leaseGuard = "id = ?1 AND \(LeaseGuard.condition(worker: "?2", attempt: "?3"))"
 
+    /// One: SQLite has one writer at a time.
+    public var concurrentEnqueues: Int { 1 }
+
     public func enqueue(_ jobs: some Sequence<NewJob>, now: Int64, ttl: Duration, deviceCap: Int) throws(StoreError) -> [EnqueueResult] {
         let expiresAt = now + ttl.wholeMilliseconds
         let badgeSince = now - options.monitorRetention.wholeMilliseconds

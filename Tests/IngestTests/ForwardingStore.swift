@@ -22,6 +22,7 @@ class ForwardingStore: RelayStore, @unchecked Sendable {
     func tombstone(deviceID: String) throws(StoreError) -> Tombstone? { try inner.tombstone(deviceID: deviceID) }
     func importDevice(_ device: Device) throws(StoreError) -> Bool { try inner.importDevice(device) }
     func purgeTombstones(before: Int64) throws(StoreError) -> Int { try inner.purgeTombstones(before: before) }
+    var concurrentEnqueues: Int { inner.concurrentEnqueues }
     func claim(worker: String, limit: Int, now: Int64, lease: Duration) throws(StoreError) -> [ClaimedJob] {
         try inner.claim(worker: worker, limit: limit, now: now, lease: lease)
     }

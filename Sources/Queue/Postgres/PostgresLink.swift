@@ -4,7 +4,9 @@
 /// instead of each waiting out `connect_timeout`.
 ///
 /// Not thread-safe: `PostgresStore` keeps each link inside a `Mutex`.
-final class PostgresLink {
+final class PostgresLink: @unchecked Sendable {
+    // @unchecked Sendable: reached only inside the `Mutex` of `PostgresStore` that holds it, so by one thread at a
+    // time; Sendable so that a transaction helper may take it as an argument from inside that lock.
     private let conninfo: String
     private let options: PGConnection.Options
     private var connection: PGConnection?

@@ -32,6 +32,9 @@ extension PostgresStore {
         return Dictionary(rows, uniquingKeysWith: { first, _ in first })
     }
 
+    /// Two: while one batch's commit waits for the server's disk, the next executes (`writeEnqueue`).
+    public var concurrentEnqueues: Int { 2 }
+
     public func enqueue(_ jobs: some Sequence<NewJob>, now: Int64, ttl: Duration, deviceCap: Int) throws(StoreError) -> [EnqueueResult] {
         let context = EnqueueContext(
             now: now, expiresAt: now + ttl.wholeMilliseconds,
@@ -41,7 +44,7 @@ extension PostgresStore {
         var source = jobs.makeIterator()
         var batch: [NewJob] = []
         var exhausted = false
-        let results: [EnqueueResult] = try write { db in
+        let results: [EnqueueResult] = try writeEnqueue { db in
             var results: [EnqueueResult] = []
             var start = 0
             while true {

@@ -7,6 +7,8 @@ import Synchronization
 ///
 /// Two connections per store, each confined by a `Mutex` (a `PGconn` must not be used by two threads at once):
 /// one for writes, one for reads, so a webhook's tombstone lookup or `/health` does not queue behind a group commit.
+/// An ingest process opens a second write connection the first time two group commits overlap
+/// (`concurrentEnqueues`), so one batch executes while the other's commit waits for the server's disk.
 /// Both reconnect with backoff after the server went away (`PostgresLink`); meanwhile calls fail with `.unavailable`.
 public final class PostgresStore: Sendable {
     public struct Options: Sendable {
@@ -35,6 +37,8 @@ public final class PostgresStore: Sendable {
 
     let options: Options
     private let writer: Mutex<PostgresLink>
+    /// The second connection enqueues run on while `writer` is busy; opened when first needed.
+    private let secondWriter = Mutex<PostgresLink?>(nil)
     private let reader: Mutex<PostgresLink>
     /// Opened on the first `changeCounter()`: only deliverers listen, so ingest processes hold two connections.
     private let listener = Mutex<PostgresListener?>(nil)
@@ -90,30 +94,51 @@ public final class PostgresStore: Sendable {
     /// the transaction may or may not have committed.
     func write<T: Sendable>(_ body: (PGConnection) throws -> T) throws(StoreError) -> T {
         do {
-            return try writer.withLock { link in
-                var attempt = 0
-                while true {
-                    attempt += 1
-                    var began = false
-                    do {
-                        let connection = try link.connected()
-                        try connection.execute("BEGIN")
-                        began = true
-                        do {
-                            let result = try body(connection)
-                            try connection.execute("COMMIT")
-                            return result
-                        } catch {
-                            if !connection.isBroken { try? connection.execute("ROLLBACK") }
-                            throw error
-                        }
-                    } catch let error as PGError where attempt < 5 && (error.isTransient || error.connectionBroken && !began && attempt == 1) {
-                        continue
-                    }
-                }
-            }
+            return try writer.withLock { link in try Self.transaction(on: link, body) }
         } catch {
             throw Self.storeError(error)
+        }
+    }
+
+    /// `write` for an enqueue: on the write connection when it is free, otherwise on the second one (opened now if
+    /// need be). Two ingest writer threads then overlap their transactions; if the second connection cannot be
+    /// opened, the enqueue waits for the first.
+    func writeEnqueue<T: Sendable>(_ body: (PGConnection) throws -> T) throws(StoreError) -> T {
+        do {
+            if let result = try writer.withLockIfAvailable({ link in try Self.transaction(on: link, body) }) { return result }
+            let second = try secondWriter.withLock { link -> T? in
+                if link == nil { link = try? PostgresLink(conninfo: url, options: options.connection) }
+                guard let link else { return nil }
+                return try Self.transaction(on: link, body)
+            }
+            if let second { return second }
+            return try writer.withLock { link in try Self.transaction(on: link, body) }
+        } catch {
+            throw Self.storeError(error)
+        }
+    }
+
+    /// Runs `body` between BEGIN and COMMIT on `link`'s connection, again after a transient failure (see `write`).
+    private static func transaction<T: Sendable>(on link: PostgresLink, _ body: (PGConnection) throws -> T) throws -> T {
+        var attempt = 0
+        while true {
+            attempt += 1
+            var began = false
+            do {
+                let connection = try link.connected()
+                try connection.execute("BEGIN")
+                began = true
+                do {
+                    let result = try body(connection)
+                    try connection.execute("COMMIT")
+                    return result
+                } catch {
+                    if !connection.isBroken { try? connection.execute("ROLLBACK") }
+                    throw error
+                }
+            } catch let error as PGError where attempt < 5 && (error.isTransient || error.connectionBroken && !began && attempt == 1) {
+                continue
+            }
         }
     }
 
