@@ -1,14 +1,17 @@
 import Common
 
 extension SQLiteStore {
-    /// The device's live jobs and its badge, the count of down monitors right now (after this alert's own state
-    /// was recorded); no row when the device is gone.
-    static let readDevice = "SELECT d.live_jobs, \(downMonitors("d.id", since: "?2")) FROM devices d WHERE d.id = ?1"
+    /// The device's live jobs, whether it has a head (read from `jobs_one_head_per_device`), and its badge, the
+    /// count of down monitors right now (after this alert's own state was recorded); no row when the device is gone.
+    static let readDevice = """
+        SELECT d.live_jobs, EXISTS (SELECT 1 FROM jobs h WHERE h.device_id = d.id AND \(isHead("h"))),
+               \(downMonitors("d.id", since: "?2"))
+        FROM devices d WHERE d.id = ?1
+        """
 
-    /// A new job is the device's head when the device has no live job yet, otherwise it waits as `pending` (a
-    /// device with live jobs always has one head: later jobs wait only behind one, and whatever ends a head
-    /// promotes the next). `VALUES`, not `INSERT … SELECT`: SQLite first copies a SELECT's rows into a temporary
-    /// B-tree whenever the table has triggers, which built one for every job.
+    /// A new job is the device's head when the device has no head, otherwise it waits as `pending`. `VALUES`, not
+    /// `INSERT … SELECT`: SQLite first copies a SELECT's rows into a temporary B-tree whenever the table has
+    /// triggers, which built one for every job.
     static let insertJob = """
         INSERT INTO jobs (public_id, device_id, state, payload, created_at, scheduled_at, expires_at, reports_outcome, badge)
         VALUES (?1, ?2, ?3, ?4, ?5, ?5, ?6, ?7, ?8)
@@ -57,7 +60,10 @@ extension SQLiteStore {
                 if let monitor = job.monitor {
                     try record.run([.text(job.deviceID), .text(monitor.key), .integer(monitor.isDown ? 1 : 0), .integer(now)])
                 }
-                guard let (live, badge) = try device.rows([.text(job.deviceID), .integer(badgeSince)], { ($0.int(0), $0.int(1)) }).first
+                guard
+                    let (live, hasHead, badge) = try device.rows(
+                        [.text(job.deviceID), .integer(badgeSince)], { ($0.int(0), $0.int(1) == 1, $0.int(2)) }
+                    ).first
                 else {
                     results.append(.deviceGone)
                     continue
@@ -67,7 +73,7 @@ extension SQLiteStore {
                     continue
                 }
                 try insert.run([
-                    .text(job.publicID), .text(job.deviceID), .text(live > 0 ? JobState.pending.rawValue : JobState.available.rawValue),
+                    .text(job.publicID), .text(job.deviceID), .text(hasHead ? JobState.pending.rawValue : JobState.available.rawValue),
                     .blob(job.payload), .integer(now), .integer(expiresAt), .integer(job.reportsOutcome ? 1 : 0), .integer(Int64(badge))
                 ])
                 results.append(.queued)
