@@ -11,8 +11,6 @@ extension DeliveryEngine {
         /// The push as it was sent.
         let flight: InFlight
         let verdict: Verdict
-        /// APNs itself answered (an HTTP response), rather than the transport failing the request.
-        let fromAPNs: Bool
         /// The connection that carried it (recycled when its provider token expired).
         let connection: HTTP2ClientConnection
         /// When the answer was handled (ms), the time every step uses.
@@ -33,9 +31,8 @@ extension DeliveryEngine {
     func handle(_ answer: Answer, into outcomes: inout [JobOutcome]) {
         guard let flight = loopState.inFlight.removeValue(forKey: answer.jobID) else { return }
         let verdict = verdict(for: answer.result, of: flight)
-        let fromAPNs = if case .success = answer.result { true } else { false }
-        let answered = AnsweredPush(
-            flight: flight, verdict: verdict, fromAPNs: fromAPNs, connection: answer.connection, now: clock.nowMillis())
+        if case .success = answer.result { noteAnswerFromAPNs() }
+        let answered = AnsweredPush(flight: flight, verdict: verdict, connection: answer.connection, now: clock.nowMillis())
         updateBreaker(with: answered)
         guard case .recorded(let outcome) = disposition(of: answered) else { return }
         recordMetrics(of: outcome, for: answered)
@@ -65,7 +62,7 @@ extension DeliveryEngine {
     private func updateBreaker(with answered: AnsweredPush) {
         guard answered.flight.environment == configuration.environment else { return }
         let now = answered.now
-        switch recordHealth(answered.verdict, fromAPNs: answered.fromAPNs, jobID: answered.job.id, now: now) {
+        switch recordHealth(answered.verdict, jobID: answered.job.id, now: now) {
         case .opened:
             logger.error("APNs outage: most recent pushes failed; pausing, probing with one push at a time")
         case .recovered:

@@ -17,23 +17,27 @@ extension DeliveryEngine {
     }
 
     /// One answer from the configured environment, for the detector and the breaker.
-    func recordHealth(_ verdict: Verdict, fromAPNs: Bool, jobID: Int64, now: Int64) -> OutageBreaker.Transition {
-        noteHealth(of: verdict, fromAPNs: fromAPNs)
+    func recordHealth(_ verdict: Verdict, jobID: Int64, now: Int64) -> OutageBreaker.Transition {
+        noteHealth(of: verdict)
         return loopState.breaker.record(verdict, jobID: jobID, now: now)
     }
 
     /// Keeps the detector's view of APNs: an outage-class failure or a configuration fault means APNs is known to
-    /// be failing; an answer from APNs itself means this deliverer is not stalled. A request the transport failed
-    /// does not: a stall's own reset fails the requests the recycled connections still held, and those failures
-    /// must not clear the report the moment it is made.
-    func noteHealth(of verdict: Verdict, fromAPNs: Bool) {
+    /// be failing.
+    func noteHealth(of verdict: Verdict) {
         switch verdict {
         case .retry(_, outage: true), .pause:
             loopState.lastFailureAt = .now
         default:
             break
         }
-        if fromAPNs, stalled.exchange(false, ordering: .relaxed) {
+    }
+
+    /// APNs (either environment) answered a push: this deliverer is not stalled. A request the transport failed
+    /// does not say so: a stall's own reset fails the requests the recycled connections still held, and those
+    /// failures must not clear the report the moment it is made.
+    func noteAnswerFromAPNs() {
+        if stalled.exchange(false, ordering: .relaxed) {
             logger.info("delivery resumed after a stall")
         }
     }
@@ -44,7 +48,16 @@ extension DeliveryEngine {
         let timeout = configuration.stallTimeout
         guard ContinuousClock.now - state.lastSentAt >= timeout, !state.breaker.isPaused else { return }
         if let failed = state.lastFailureAt, ContinuousClock.now - failed < timeout { return }
-        guard (try? store.hasDueJobs(now: now)) == true else { return }
+        switch try? store.hasDueJobs(now: now) {
+        case true?:
+            break
+        case false?:
+            // Nothing is due any more (the jobs expired, their devices went): whatever stalled has nothing to stall.
+            if stalled.exchange(false, ordering: .relaxed) { logger.info("no jobs due any more: no longer stalled") }
+            return
+        case nil:
+            return
+        }
         logger.error(
             "delivery stalled: jobs are due, APNs is not known to be failing, and nothing was sent for STALL_TIMEOUT; resetting the outage breaker and the APNs connections",
             ["stall_timeout": String(describing: timeout)])

@@ -119,9 +119,6 @@ class HTTP2Transport {
         settle()
     }
 
-    /// Does what the last event asked for, until nothing is left: runs the subclass's deferred work, produces
-    /// frames, writes them, and walks the close sequence. The only caller of `HTTP2Session.send`; every event
-    /// entry point (socket, timer, loop task) ends here, never inside an nghttp2 callback.
     /// `settle()` once this loop turn's tasks are done, however many ask: the requests (or answers) that a turn's
     /// tasks submit go out in one write, not one TLS record and one `write` each.
     func settleAtEndOfTurn() {
@@ -135,6 +132,9 @@ class HTTP2Transport {
         }
     }
 
+    /// Does what the last event asked for, until nothing is left: runs the subclass's deferred work, produces
+    /// frames, writes them, and walks the close sequence. The only caller of `HTTP2Session.send`; every event
+    /// entry point (socket, timer, loop task) ends here, never inside an nghttp2 callback.
     func settle() {
         loop.preconditionInLoop()
         guard !settling else { return }

@@ -71,4 +71,19 @@ import Testing
         #expect(h.waitUntil { h.acceptedBodies(first.token).count == 1 && h.acceptedBodies(second.token).count == 1 })
         #expect(h.waitUntil { h.engine.isHealthy })
     }
+
+    /// A stall whose jobs leave without a push (their devices deleted, their TTL past) ends with them: nothing due
+    /// is nothing stalled, and `/health` must not stay 503 until some unrelated push goes out.
+    @Test func aStallEndsWhenNothingIsDueAnyMore() throws {
+        let h = try DeliveryHarness(streams: 0, connections: 1, requestTimeout: .seconds(120), stallTimeout: .seconds(1))
+        defer { h.stop() }
+        let device = try h.device(1)
+        #expect(h.waitUntil { h.pool.readyConnections == 1 && h.pool.freeStreams == 0 }, "the server's SETTINGS arrived")
+        try h.enqueue(device.id, ["due, never sent"])
+        #expect(h.waitUntil { h.metrics.value("relay_delivery_stalls_total") >= 1 })
+        #expect(!h.engine.isHealthy)
+        #expect(try h.store.deleteDevice(id: device.id))
+        #expect(h.waitUntil { h.engine.isHealthy })
+        #expect(h.metrics.value("relay_delivery_stalls_total") == 1)
+    }
 }
