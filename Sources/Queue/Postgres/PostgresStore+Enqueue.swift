@@ -39,20 +39,18 @@ extension PostgresStore {
         let context = EnqueueContext(
             now: now, expiresAt: now + ttl.wholeMilliseconds,
             badgeSince: now - options.monitorRetention.wholeMilliseconds, deviceCap: deviceCap)
-        // The batch is read from `jobs` inside the first transaction (chunk by chunk) and kept, so a transaction
-        // PostgreSQL aborts to break a deadlock can run again with the same jobs.
-        var source = jobs.makeIterator()
-        var batch: [NewJob] = []
-        var exhausted = false
+        // Kept as an array, so a transaction PostgreSQL aborts to break a deadlock can run again with the same jobs.
+        let batch = Array(jobs)
         let results: [EnqueueResult] = try writeEnqueue { db in
+            // A batch of several chunks locks all its devices first, in one sorted statement (as a single chunk and
+            // `finish` do): chunk by chunk it would lock in an order of its own, and two transactions holding devices
+            // the other wants (another ingest process, or `finish` in this one) would wait for each other until
+            // PostgreSQL broke the deadlock (1 s).
+            if batch.count > Self.enqueueChunk { try Self.lockDevices(batch.map(\.deviceID), db) }
             var results: [EnqueueResult] = []
             var start = 0
-            while true {
-                while !exhausted && batch.count < start + Self.enqueueChunk {
-                    if let job = source.next() { batch.append(job) } else { exhausted = true }
-                }
+            while start < batch.count {
                 let chunk = batch[start..<min(batch.count, start + Self.enqueueChunk)]
-                if chunk.isEmpty { break }
                 results += try Self.enqueue(chunk, context, db)
                 start += chunk.count
             }

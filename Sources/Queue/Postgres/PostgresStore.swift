@@ -38,9 +38,10 @@ public final class PostgresStore: Sendable {
     let options: Options
     private let writer: Mutex<PostgresLink>
     /// The second connection enqueues run on while `writer` is busy; opened when first needed.
-    private let secondWriter = Mutex<PostgresLink?>(nil)
+    private let secondWriter = Mutex(SecondWriter())
     private let reader: Mutex<PostgresLink>
-    /// Opened on the first `changeCounter()`: only deliverers listen, so ingest processes hold two connections.
+    /// Opened on the first `changeCounter()`: only deliverers listen, so ingest processes hold two connections (three
+    /// once their group commits overlap, `secondWriter`).
     private let listener = Mutex<PostgresListener?>(nil)
     private let url: String
 
@@ -106,15 +107,30 @@ public final class PostgresStore: Sendable {
     func writeEnqueue<T: Sendable>(_ body: (PGConnection) throws -> T) throws(StoreError) -> T {
         do {
             if let result = try writer.withLockIfAvailable({ link in try Self.transaction(on: link, body) }) { return result }
-            let second = try secondWriter.withLock { link -> T? in
-                if link == nil { link = try? PostgresLink(conninfo: url, options: options.connection) }
-                guard let link else { return nil }
+            let onSecond = try secondWriter.withLockIfAvailable { second -> T? in
+                guard let link = second.usable(url, options.connection) else { return nil }
                 return try Self.transaction(on: link, body)
             }
-            if let second { return second }
+            if let onSecond, let result = onSecond { return result }
             return try writer.withLock { link in try Self.transaction(on: link, body) }
         } catch {
             throw Self.storeError(error)
+        }
+    }
+
+    /// The second write connection, and when to try opening it again after that failed.
+    private struct SecondWriter {
+        var link: PostgresLink?
+        var retryAt = ContinuousClock.now
+
+        /// The link, opened now if it is time; nil while it cannot be had (the enqueue then waits for the first
+        /// connection rather than fail): not yet opened again after a failure, or reconnecting with backoff.
+        mutating func usable(_ url: String, _ options: PGConnection.Options) -> PostgresLink? {
+            if let link { return link.isBackingOff ? nil : link }
+            guard ContinuousClock.now >= retryAt else { return nil }
+            link = try? PostgresLink(conninfo: url, options: options)
+            if link == nil { retryAt = .now + .seconds(5) }
+            return link
         }
     }
 
