@@ -34,6 +34,9 @@ public final class DeliveryEngine: Sendable {
         public var deadLetterMax: Int
         /// The environment the relay is configured for (ENV / APNS_ENVIRONMENT); `pool` talks to it.
         public var environment: Settings.APNsEnvironment
+        /// APNS_REQUEST_TIMEOUT: how long a request sent now may wait for APNs. A push is sent only while its lease
+        /// outlives that (LEASE_TIMEOUT must be longer, checked at start-up).
+        public var requestTimeout: Duration
 
         public init(settings: Settings, worker: String) {
             self.worker = worker
@@ -46,6 +49,7 @@ public final class DeliveryEngine: Sendable {
             stallTimeout = settings.stallTimeout
             deadLetterMax = settings.deadLetterMax
             environment = settings.apnsEnvironment
+            requestTimeout = settings.apnsRequestTimeout
         }
     }
 
@@ -258,6 +262,14 @@ public final class DeliveryEngine: Sendable {
         let state = loopState
         let (job, resends) = (attempt.job, attempt.resends)
         let now = clock.nowMillis()
+        // A request still open when the lease ends could reach APNs after another worker took the job over and
+        // delivered the device's next one: out of order. A push resent late in its lease (refused, a new provider
+        // token, the other environment), or sent after the loop fell behind, is given back instead, unsent and its
+        // attempt not counted, and claimed again with a fresh lease.
+        guard job.leaseExpiresAt - now > configuration.requestTimeout.wholeMilliseconds else {
+            outcomes.append(JobOutcome(job, kind: .postpone(until: now)))
+            return
+        }
         let request: HTTP2Request
         let generation: Int
         let merged = resends == 0 ? stormBacklog(of: job, now: now) : []

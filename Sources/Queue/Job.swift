@@ -119,6 +119,8 @@ public struct ClaimedJob: Sendable, Equatable {
     /// Pushes APNs accepted for the device in the current minute, by any deliverer (DEVICE_BURST), and the last one.
     public var recentPushes = 0
     public var lastPushAt: Int64?
+    /// When this worker's lease on the job ends (ms since 1970): past it another worker may take the job over.
+    public var leaseExpiresAt: Int64 = .max
 }
 
 /// The result of one attempt, applied with `JobQueue.finish`. Each names the job and the attempt it answers, so a

@@ -146,7 +146,7 @@ extension SQLiteStore {
                         downNotificationLevel: Device.DownNotificationLevel(rawValue: level) ?? .normal,
                         payload: payload, attempt: attempt, createdAt: createdAt, expiresAt: expiresAt,
                         reportsOutcome: reportsOutcome, folded: folded, badge: badge, environment: environment,
-                        recentPushes: recentPushes, lastPushAt: lastPushAt))
+                        recentPushes: recentPushes, lastPushAt: lastPushAt, leaseExpiresAt: now + lease.wholeMilliseconds))
             }
             // Acceptance order, which is what callers log and send in.
             return claimed.sorted { $0.id < $1.id }

@@ -32,7 +32,8 @@ final class DeliveryHarness {
 
     init(
         streams: UInt32 = 1000, connections: Int = 2, requestTimeout: Duration = .seconds(5), ttl: Duration = .seconds(3600),
-        deviceBurst: Int? = nil, stallTimeout: Duration = .seconds(30), withSandbox: Bool = false
+        deviceBurst: Int? = nil, stallTimeout: Duration = .seconds(30), withSandbox: Bool = false,
+        leaseBeyondRequest: Duration = .seconds(30)
     ) throws {
         store = try SQLiteStore(path: directory.path("relay.db"), now: SystemClock().nowMillis())
         var simConfig = APNsSimulator.Configuration(
@@ -55,7 +56,9 @@ final class DeliveryHarness {
         var settings = Settings()
         settings.retryBase = .milliseconds(10)
         settings.retryMax = .milliseconds(200)
-        settings.leaseTimeout = .seconds(30)
+        // As the start-up check demands: the lease outlives a request (the engine sends only while it does).
+        settings.apnsRequestTimeout = requestTimeout
+        settings.leaseTimeout = requestTimeout + leaseBeyondRequest
         settings.jobTTL = ttl
         settings.deviceBurst = deviceBurst
         settings.stallTimeout = stallTimeout

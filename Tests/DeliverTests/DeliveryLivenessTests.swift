@@ -72,6 +72,23 @@ import Testing
         #expect(h.waitUntil { h.engine.isHealthy })
     }
 
+    /// A request still open when its lease ends could reach APNs after another worker delivered the device's next
+    /// job. With a lease no longer than a request may last (what the start-up check refuses), no push may be sent:
+    /// each claim gives the job back unsent, its attempt not spent, and the next claim tries again.
+    @Test func aPushIsNotSentWhenItsLeaseCannotOutliveTheRequest() throws {
+        let h = try DeliveryHarness(leaseBeyondRequest: .zero)
+        defer { h.stop() }
+        let device = try h.device(1)
+        try h.enqueue(device.id, ["never sent"])
+        let database = try RawSQLite(path: h.directory.path("relay.db"))
+        func claimedAt() throws -> String { try database.query("SELECT coalesce(attempted_at, 0) FROM jobs").first?.first ?? "delivered" }
+        #expect(try h.waitUntil { try claimedAt() != "0" }, "claimed once")
+        let first = try claimedAt()
+        #expect(try h.waitUntil { try claimedAt() != first }, "given back and claimed again")
+        #expect(h.simulator.received.isEmpty)
+        #expect(try database.query("SELECT max(attempt) <= 1 FROM jobs") == [["1"]], "no attempt spent by giving it back")
+    }
+
     /// A stall whose jobs leave without a push (their devices deleted, their TTL past) ends with them: nothing due
     /// is nothing stalled, and `/health` must not stay 503 until some unrelated push goes out.
     @Test func aStallEndsWhenNothingIsDueAnyMore() throws {

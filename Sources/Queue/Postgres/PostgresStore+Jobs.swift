@@ -44,7 +44,8 @@ extension PostgresStore {
                     reportsOutcome: row.bool(7), folded: row.isNull(10) ? FoldedAlerts() : FoldedAlerts(encoded: row.bytes(10)),
                     badge: row.isNull(11) ? nil : row.int(11),
                     environment: row.optionalText(12).flatMap(Settings.APNsEnvironment.init(rawValue:)),
-                    recentPushes: row.int(13), lastPushAt: row.isNull(14) ? nil : row.int64(14))
+                    recentPushes: row.int(13), lastPushAt: row.isNull(14) ? nil : row.int64(14),
+                    leaseExpiresAt: now + lease.wholeMilliseconds)
             }
         }
         // Acceptance order, which is what callers log and send in.
