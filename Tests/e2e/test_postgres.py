@@ -10,7 +10,7 @@ import pytest
 from conftest import TLS
 from postgres_server import PostgresServer
 from relayproc import free_port, request, wait_until
-from test_delivery import alert, register, token
+from test_delivery import alert, first_deliveries, register, token
 
 
 @pytest.fixture(scope="module")
@@ -91,8 +91,7 @@ def test_ingest_and_two_deliverers_on_postgres_deliver_every_acknowledged_webhoo
     wait_until(lambda: set(accepted) <= delivered_ids(), timeout=120, what="every acknowledged webhook to be delivered")
     for index in range(200):
         bodies = fake_apns.bodies(token(5000 + index))
-        deduplicated = [b for i, b in enumerate(bodies) if i == 0 or bodies[i - 1] != b]
-        assert deduplicated == [str(n) for n in range(20)], f"device {index}: {bodies}"
+        assert first_deliveries(bodies) == [str(n) for n in range(20)], f"device {index}: {bodies}"
     assert postgres.query(name, "SELECT count(*) FROM jobs WHERE state <> 'discarded'") == [["0"]]
 
 
@@ -149,8 +148,7 @@ def test_two_ingests_and_three_deliverers_with_an_ingest_and_a_deliverer_killed_
     wait_until(lambda: set(accepted) <= delivered_ids(), timeout=300, what="every acknowledged webhook to be delivered")
     for index in range(DEVICES):
         bodies = fake_apns.bodies(token(20_000 + index))
-        deduplicated = [b for i, b in enumerate(bodies) if i == 0 or bodies[i - 1] != b]
-        assert deduplicated == [str(n) for n in range(ALERTS)], f"device {index}: {bodies}"
+        assert first_deliveries(bodies) == [str(n) for n in range(ALERTS)], f"device {index}: {bodies}"
     assert len({r["token"] for r in fake_apns.requests if r["status"] == 200}) == DEVICES  # the check below sees them all
     overlapping = devices_sent_two_at_once(fake_apns.requests)
     assert not overlapping, "a device had two requests open at APNs at once: " + repr(
