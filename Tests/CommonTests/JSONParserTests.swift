@@ -29,6 +29,23 @@ import Testing
     ])
     func rejectsInvalidDocuments(text: String) {
         #expect(throws: JSONParser.SyntaxError.self) { _ = try parse(text) }
+        // A member the caller does not keep is skipped without being built, and must be refused all the same.
+        let dropped = Array(#"{"kept": 1, "dropped": \#(text)}"#.utf8)
+        #expect(throws: JSONParser.SyntaxError.self) { _ = try JSONParser.parse(dropped, keeping: ["kept"]) }
+        let droppedInArray = Array(#"{"dropped": [0, \#(text)], "kept": 1}"#.utf8)
+        #expect(throws: JSONParser.SyntaxError.self) { _ = try JSONParser.parse(droppedInArray, keeping: ["kept"]) }
+    }
+
+    @Test func keepsOnlyTheNamedMembersAtEveryDepth() throws {
+        let text = #"{"a": [1, {"k": "x"}, -0.5e-3, "\u00e9"], "k": {"a": {"k": null}, "k": [true, false]}, "b": "\"k\""}"#
+        #expect(try JSONParser.parse(Array(text.utf8), keeping: ["k"]) == .object([("k", .object([("k", .array([.bool(true), .bool(false)]))]))]))
+    }
+
+    @Test func refusesNestingDeeperThanTheLimitInADroppedMember() throws {
+        let nested = String(repeating: "[", count: JSONParser.maximumDepth) + String(repeating: "]", count: JSONParser.maximumDepth)
+        #expect(throws: JSONParser.SyntaxError.self) { _ = try JSONParser.parse(Array(#"{"dropped": \#(nested)}"#.utf8), keeping: ["kept"]) }
+        let shallower = String(repeating: "[", count: JSONParser.maximumDepth - 1) + String(repeating: "]", count: JSONParser.maximumDepth - 1)
+        #expect(try JSONParser.parse(Array(#"{"dropped": \#(shallower)}"#.utf8), keeping: ["kept"]) == .object([]))
     }
 
     @Test func rejectsInvalidUTF8InStrings() {
