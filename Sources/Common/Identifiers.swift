@@ -75,11 +75,11 @@ public enum Base64URL {
     }
 }
 
-/// Job ids: random (version 4) UUIDs in lower case, from OpenSSL's CSPRNG. Foundation's UUID() reads
-/// /dev/urandom with an open() per call, which showed up in ingest's profile.
+/// Job ids: random (version 4) UUIDs in lower case, from OpenSSL's CSPRNG through `RandomReserve`. Foundation's
+/// UUID() reads /dev/urandom with an open() per call, which showed up in ingest's profile.
 public enum JobID {
     public static func generate() throws(Crypto.RandomnessUnavailable) -> String {
-        var bytes = try Crypto.randomBytes(16)
+        var bytes = try RandomReserve.bytes(16)
         bytes[6] = bytes[6] & 0x0f | 0x40  // version 4
         bytes[8] = bytes[8] & 0x3f | 0x80  // RFC 4122 variant
         let digits: [UInt8] = Array("0123456789abcdef".utf8)

@@ -126,3 +126,18 @@ import Testing
         #expect(seen.count == 1000)
     }
 }
+
+@Suite struct RandomReserveTests {
+    /// Four threads drawing through several refills never get the same bytes: the reserve hands each byte out once.
+    @Test func threadsDrawingThroughRefillsNeverShareBytes() async {
+        let perThread = 3 * RandomReserve.refillSize / 16
+        let draws = await withTaskGroup(of: [[UInt8]].self) { group in
+            for _ in 0..<4 {
+                group.addTask { (0..<perThread).map { _ in (try? RandomReserve.bytes(16)) ?? [] } }
+            }
+            return await group.reduce(into: []) { $0 += $1 }
+        }
+        #expect(draws.count == 4 * perThread && draws.allSatisfy { $0.count == 16 })
+        #expect(Set(draws).count == draws.count)
+    }
+}
