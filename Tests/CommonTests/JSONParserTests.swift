@@ -39,6 +39,9 @@ import Testing
     @Test func keepsOnlyTheNamedMembersAtEveryDepth() throws {
         let text = #"{"a": [1, {"k": "x"}, -0.5e-3, "\u00e9"], "k": {"a": {"k": null}, "k": [true, false]}, "b": "\"k\""}"#
         #expect(try JSONParser.parse(Array(text.utf8), keeping: ["k"]) == .object([("k", .object([("k", .array([.bool(true), .bool(false)]))]))]))
+        // A key is compared as text: an escaped spelling of a kept key is kept, one of the same length is not.
+        let escaped = #"{"\u006b": 1, "kk": 2, "j": 3}"#
+        #expect(try JSONParser.parse(Array(escaped.utf8), keeping: ["k", "jj"]) == .object([("k", .number("1"))]))
     }
 
     @Test func refusesNestingDeeperThanTheLimitInADroppedMember() throws {

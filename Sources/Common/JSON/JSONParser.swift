@@ -20,6 +20,8 @@ public struct JSONParser {
     /// When set, object members with other keys are validated but not kept (webhooks carry ~60 monitor fields
     /// of which the relay reads two). Compared as raw bytes, so a dropped key never becomes a String.
     private var keeping: [[UInt8]]?
+    /// Bit n set: some kept key is n bytes long (n < 64). Most dropped keys fail this before any comparison.
+    private var keptLengths: UInt64 = 0
 
     /// Parses a whole document (surrounding whitespace allowed, nothing else). With `keeping`, only members whose
     /// key is in the set are materialised, at every depth; the rest is still fully validated.
@@ -27,6 +29,7 @@ public struct JSONParser {
         let result: Result<JSONValue, SyntaxError> = bytes.withUnsafeBufferPointer { buffer in
             var parser = JSONParser(bytes: buffer)
             parser.keeping = keeping.map { $0.map { Array($0.utf8) } }
+            for key in parser.keeping ?? [] where key.count < 64 { parser.keptLengths |= 1 << key.count }
             do throws(SyntaxError) {
                 parser.skipWhitespace()
                 let value = try parser.parseValue()
@@ -149,16 +152,18 @@ public struct JSONParser {
     /// Reads past the key at `index` and says whether its member is kept. Keys with escapes are decoded to compare.
     private mutating func keyIsKept() throws(SyntaxError) -> Bool {
         let start = index + 1
-        try skipString()
+        let escaped = try skipString()
         guard let keeping else { return true }
-        let raw = UnsafeBufferPointer(rebasing: bytes[start..<(index - 1)])
-        if raw.contains(UInt8(ascii: "\\")) {
+        if escaped {
             var probe = self
             probe.index = start - 1
             let decoded = Array(try probe.parseString().utf8)
             return keeping.contains(decoded)
         }
-        return keeping.contains { $0.count == raw.count && $0.elementsEqual(raw) }
+        let length = index - 1 - start
+        if length < 64, keptLengths & (1 << length) == 0 { return false }
+        let raw = UnsafeRawBufferPointer(UnsafeBufferPointer(rebasing: bytes[start..<(index - 1)]))
+        return keeping.contains { key in key.count == length && key.withUnsafeBytes { $0.elementsEqual(raw) } }
     }
 
     /// The key string whose opening quote preceded `start` (already validated by `keyIsKept`).
@@ -211,8 +216,9 @@ public struct JSONParser {
         }
     }
 
-    /// Validates a string (escapes and UTF-8) without building it.
-    private mutating func skipString() throws(SyntaxError) {
+    /// Validates a string (escapes and UTF-8) without building it; true when it holds an escape.
+    @discardableResult
+    private mutating func skipString() throws(SyntaxError) -> Bool {
         index += 1
         let start = index
         var combined: UInt8 = 0
@@ -223,14 +229,16 @@ public struct JSONParser {
                     throw error("invalid UTF-8 in string")
                 }
                 index += 1
-                return
+                return false
             }
             if byte == UInt8(ascii: "\\") || byte < 0x20 { break }
             combined |= byte
             index += 1
         }
+        // An escape (or a control character, which parseString refuses): the full decoder checks it.
         index = start - 1
         _ = try parseString()
+        return true
     }
 
     /// RFC 3629 UTF-8: no overlong forms, no surrogates, nothing above U+10FFFF.

@@ -27,7 +27,8 @@ public struct ClientAddressResolver: Sendable {
     /// The client as logs and rate limits see it.
     public func client(for request: HTTPRequest) -> Client {
         guard let address = resolvedAddress(for: request) else { return Client(address: "unknown", limitKey: "unknown") }
-        return Client(address: address.description, limitKey: Client.limitKey(address))
+        let text = address.description  // an IPv4 address is its own limit key: written once per request
+        return Client(address: text, limitKey: address.isIPv4 ? text : Client.limitKey(address))
     }
 
     private func resolvedAddress(for request: HTTPRequest) -> IPAddress? {
