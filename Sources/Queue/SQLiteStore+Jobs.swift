@@ -160,7 +160,9 @@ extension SQLiteStore {
             // The outcome names the job's device and public id (as claimed; they never change), so nothing is read
             // back: `DELETE … RETURNING` buffered its row in a temporary B-tree, ~3.6 µs a delivered push.
             let delete = try db.statement("DELETE FROM jobs WHERE \(Self.leaseGuard)")
-            var delivered: Set<String> = []
+            // Device → the live jobs this batch delivered (a head and the jobs merged into it): `devices.live_jobs`
+            // is lowered by the statements that end live jobs (migration 11), here in the device's success update.
+            var delivered: [String: Int] = [:]
             var applied: [Bool] = []
             applied.reserveCapacity(outcomes.count)
             for outcome in outcomes {
@@ -171,8 +173,8 @@ extension SQLiteStore {
                     let finished = try delete.run(guardValues) == 1
                     if finished {
                         try Self.report(outcome, .delivered, "", now: now, db)
-                        try Self.settleMerged(outcome.merged, device: device, deadLetterReason: nil, now: now, db)
-                        delivered.insert(device)
+                        let settled = try Self.settleMerged(outcome.merged, device: device, deadLetterReason: nil, now: now, db)
+                        delivered[device, default: 0] += 1 + settled
                         try promote.run([.text(device)])
                     }
                     applied.append(finished)
@@ -197,8 +199,9 @@ extension SQLiteStore {
                     if finished {
                         let kind: ReportedOutcome.Kind = if case .abandon = outcome.kind { .failed } else { .rejected }
                         try Self.report(outcome, kind, reason, now: now, db)
-                        try Self.settleMerged(outcome.merged, device: device, deadLetterReason: reason, now: now, db)
-                        try db.statement("UPDATE devices SET last_delivery_error = ?1 WHERE id = ?2").run([.text(reason), .text(device)])
+                        let settled = try Self.settleMerged(outcome.merged, device: device, deadLetterReason: reason, now: now, db)
+                        try db.statement("UPDATE devices SET last_delivery_error = ?1, live_jobs = live_jobs - ?3 WHERE id = ?2")
+                            .run([.text(reason), .text(device), .integer(Int64(1 + settled))])
                         try promote.run([.text(device)])
                     }
                     applied.append(finished)
@@ -225,10 +228,11 @@ extension SQLiteStore {
             // A device's last success is the same `now` for every job of the batch: one update per device.
             let success = try db.statement(
                 """
-                UPDATE devices SET last_successful_notification = ?1, last_delivery_error = '', \(DeviceBurst.recordPush(now: "?1"))
+                UPDATE devices SET live_jobs = live_jobs - ?3, last_successful_notification = ?1, last_delivery_error = '',
+                                   \(DeviceBurst.recordPush(now: "?1"))
                 WHERE id = ?2
                 """)
-            for device in delivered { try success.run([.integer(now), .text(device)]) }
+            for (device, ended) in delivered { try success.run([.integer(now), .text(device), .integer(Int64(ended))]) }
             return applied
         }
     }
@@ -252,21 +256,24 @@ extension SQLiteStore {
     /// Completes the jobs merged into a digest with the digest's head: deleted when it was delivered,
     /// dead-lettered with its reason when it was rejected. Only jobs still pending on that device, holding the
     /// folded alerts the digest carried, are touched: one that gained folded alerts meanwhile stays, and goes out
-    /// again with them (at least once: never lost, at worst one alert shown twice).
+    /// again with them (at least once: never lost, at worst one alert shown twice). Returns how many it settled:
+    /// live jobs that ended, which the caller takes off the device's live count.
     private static func settleMerged(
         _ merged: [MergedJob], device: String, deadLetterReason: String?, now: Int64,
         _ db: SQLiteConnection
-    ) throws {
-        guard !merged.isEmpty else { return }
+    ) throws -> Int {
+        guard !merged.isEmpty else { return 0 }
         let fence = "id = ? AND device_id = ? AND state = 'pending' AND folded_count = ?"
         let settle = try db.statement(
             deadLetterReason == nil
                 ? "DELETE FROM jobs WHERE \(fence)"
                 : "UPDATE jobs SET state = 'discarded', finalized_at = \(now), last_error = ? WHERE \(fence)")
         let reason: [SQLiteValue] = deadLetterReason.map { [.text($0)] } ?? []
+        var settled = 0
         for job in merged {
-            try settle.run(reason + [.integer(job.id), .text(device), .integer(Int64(job.foldedCount))])
+            settled += try settle.run(reason + [.integer(job.id), .text(device), .integer(Int64(job.foldedCount))])
         }
+        return settled
     }
 
     /// Records the outcome of a finished job that reports one.

@@ -84,8 +84,9 @@ import Testing
         #expect(left.first?.folded.entries.map(\.name) == ["M4", "M5"])
     }
 
-    /// The cap reads a count the triggers of migration 7 keep; it must agree with the jobs through every way a
-    /// job comes and goes: enqueue, delivery, dead letter, digest completion, replay, device deletion.
+    /// The cap reads a count kept by an insert trigger and by the statements that end live jobs (migration 11); it
+    /// must agree with the jobs through every way a job comes and goes: enqueue, delivery, dead letter, abandon,
+    /// a digest delivered or dead-lettered with the jobs merged into it, replay, device deletion.
     @Test(arguments: StoreKind.allCases) func theLiveJobCountTheCapReadsAgreesWithTheJobs(_ kind: StoreKind) throws {
         let db = try TestDatabase(kind)
         let a = try db.device(1)
@@ -110,6 +111,19 @@ import Testing
             worker: "w", now: t0)
         #expect(try agree())
         _ = try db.store.replayDeadLetters(DeadLetterFilter(), limit: 10, now: t0, ttl: .seconds(60))
+        #expect(try agree())
+        // A digest refused by APNs takes the jobs merged into it to the dead letters; an abandoned job leaves too.
+        _ = try db.store.enqueue((7...12).map { alert(a, $0) }, now: t0, ttl: .seconds(60), deviceCap: 4)
+        #expect(try agree())
+        heads = try db.store.claim(worker: "w", limit: 10, now: t0, lease: .seconds(60))
+        let head = try #require(heads.first { $0.deviceID == a })
+        let waiting = try pending(db, a).map(\.asMerged)
+        #expect(!waiting.isEmpty)
+        _ = try db.store.finish([JobOutcome(head, kind: .deadLetter(reason: "PayloadTooLarge"), merged: waiting)], worker: "w", now: t0)
+        #expect(try agree())
+        _ = try db.store.enqueue([alert(a, 13)], now: t0, ttl: .seconds(60), deviceCap: 4)
+        let last = try #require(try db.store.claim(worker: "w", limit: 10, now: t0, lease: .seconds(60)).first { $0.deviceID == a })
+        _ = try db.store.finish([JobOutcome(last, kind: .abandon(reason: "expired"))], worker: "w", now: t0)
         #expect(try agree())
         _ = try db.store.deleteDevice(id: b)
         #expect(try agree())

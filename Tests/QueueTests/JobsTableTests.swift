@@ -29,7 +29,7 @@ import Testing
     }
 
     /// Upgrading rebuilds `jobs` (a CHECK cannot be altered): every job keeps its id, state and content, the
-    /// indexes and live-count triggers come back, and the queue goes on where it was.
+    /// indexes and the live-count insert trigger come back, and the queue goes on where it was.
     @Test func aQueueFromSchemaNineIsRebuiltWithEveryJobKept() throws {
         let directory = TemporaryDirectory()
         let path = directory.path("relay.db")
@@ -60,12 +60,12 @@ import Testing
         let indexes = Set(try raw.query("SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'jobs'").map { $0[0] })
         #expect(indexes == ["jobs_one_head_per_device", "jobs_by_device", "jobs_due", "jobs_leased", "jobs_dead"])
         let triggers = Set(try raw.query("SELECT name FROM sqlite_master WHERE type = 'trigger' AND tbl_name = 'jobs'").map { $0[0] })
-        #expect(triggers == ["jobs_live_on_insert", "jobs_live_on_delete", "jobs_live_on_discard"])
+        #expect(triggers == ["jobs_live_on_insert"])  // the others gave way to explicit counting (migration 11)
 
         // The head is still one: a second head for the device is refused by the rebuilt unique index.
         #expect(throws: (any Error).self) { try raw.execute("UPDATE jobs SET state = 'available' WHERE id = 10") }
         // The head's lease (w1's) runs out; another deliverer claims it and delivers it: the next job is promoted,
-        // the rebuilt triggers count it, and a new alert queues behind.
+        // the live count drops by one, and a new alert queues behind.
         let later: Int64 = 9_999_999_999_999
         #expect(try store.rescueExpiredLeases(now: later) == 1)
         let head = try #require(try store.claim(worker: "w2", limit: 10, now: later, lease: .seconds(60)).first)
