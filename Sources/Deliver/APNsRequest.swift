@@ -63,7 +63,10 @@ public struct APNsRequestFactory: Sendable {
                 ("content-type", "application/json")
             ],
             body: APNsPayload.encode(push),
-            // Unique per request: kept out of the HPACK table, as Apple asks for :path (which never is indexed).
-            sensitiveHeaders: ["apns-id", "apns-collapse-id", "apns-expiration"])
+            sensitiveHeaders: Self.uniquePerRequest)
     }
+
+    /// Unique per request: kept out of the HPACK table, as Apple asks for :path (which never is indexed). Built
+    /// once, not per push.
+    static let uniquePerRequest: Set<String> = ["apns-id", "apns-collapse-id", "apns-expiration"]
 }

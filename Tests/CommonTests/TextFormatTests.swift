@@ -16,6 +16,14 @@ import Testing
         #expect(JSONText.quoted("a\"b\\c\nd\u{1}🔴") == "\"a\\\"b\\\\c\\nd\\u0001🔴\"")
     }
 
+    /// The byte writer the APNs payload uses must escape exactly as `quoted` does.
+    @Test(arguments: ["", "plain", "a\"b\\c\nd\r\t\u{1}\u{1f}\u{7f}", "é🔴 ünïcode", String(repeating: "\u{0}x", count: 3)])
+    func quotingIntoBytesMatchesQuoting(_ text: String) {
+        var bytes: [UInt8] = []
+        JSONText.appendQuoted(text, to: &bytes)
+        #expect(String(decoding: bytes, as: UTF8.self) == JSONText.quoted(text))
+    }
+
     @Test func ipNetworksMatchByPrefix() throws {
         let net = try #require(IPNetwork("10.1.0.0/16"))
         #expect(net.contains(try #require(IPAddress("10.1.200.3"))))

@@ -9,31 +9,44 @@ public enum APNsPayload {
     public static func encode(_ notification: PushMessage) -> [UInt8] {
         var title = notification.title
         var body = notification.body
-        var text = render(notification, title: title, body: body)
-        var excess = text.utf8.count - maximumBytes
+        var bytes = render(notification, title: title, body: body)
+        var excess = bytes.count - maximumBytes
         if excess > 0 {
             body = cut(body, by: excess)
-            text = render(notification, title: title, body: body)
-            excess = text.utf8.count - maximumBytes
+            bytes = render(notification, title: title, body: body)
+            excess = bytes.count - maximumBytes
         }
         if excess > 0 {
             title = cut(title, by: excess)
-            text = render(notification, title: title, body: body)
+            bytes = render(notification, title: title, body: body)
         }
-        return Array(text.utf8)
+        return bytes
     }
 
     /// Whether `encode` has to cut `notification` to fit.
     static func needsCut(_ notification: PushMessage) -> Bool {
-        render(notification, title: notification.title, body: notification.body).utf8.count > maximumBytes
+        render(notification, title: notification.title, body: notification.body).count > maximumBytes
     }
 
-    private static func render(_ notification: PushMessage, title: String, body: String) -> String {
-        var aps = "\"alert\":{\"title\":\(JSONText.quoted(title)),\"body\":\(JSONText.quoted(body + notification.bodySuffix))}"
-        aps += ",\"sound\":\"default\",\"interruption-level\":\"\(notification.interruptionLevel.rawValue)\""
-        if let thread = notification.threadID { aps += ",\"thread-id\":\(JSONText.quoted(thread))" }
-        if let badge = notification.badge { aps += ",\"badge\":\(badge)" }
-        return "{\"aps\":{\(aps)}}"
+    /// The payload's bytes, written into one buffer (once per push: the delivery path's hottest text).
+    private static func render(_ notification: PushMessage, title: String, body: String) -> [UInt8] {
+        var out: [UInt8] = []
+        out.reserveCapacity(160 + title.utf8.count + body.utf8.count + notification.bodySuffix.utf8.count)
+        out += #"{"aps":{"alert":{"title":"#.utf8
+        JSONText.appendQuoted(title, to: &out)
+        out += #","body":""#.utf8
+        JSONText.appendEscaped(body, to: &out)
+        JSONText.appendEscaped(notification.bodySuffix, to: &out)
+        out += #""},"sound":"default","interruption-level":""#.utf8
+        out += notification.interruptionLevel.rawValue.utf8
+        out.append(UInt8(ascii: "\""))
+        if let thread = notification.threadID {
+            out += #","thread-id":"#.utf8
+            JSONText.appendQuoted(thread, to: &out)
+        }
+        if let badge = notification.badge { out += ",\"badge\":\(badge)".utf8 }
+        out += "}}".utf8
+        return out
     }
 
     /// `text` shortened by at least `excess` bytes of its JSON-escaped form, at a character boundary, plus `…`
