@@ -1,0 +1,80 @@
+"""Instructions SQLite spends per delivered push in the relay's claim and finish statements, counted by callgrind
+(deterministic where timings on a shared host are not). Prefills a relay database with `QueueBench prefill`
+(20,000 jobs over 1,000 devices), then for each variant claims and finishes three batches of 1,000 on a copy of
+it under `valgrind --tool=callgrind --toggle-collect=sqlite3_step` and prints instructions per push:
+  schema-11   as shipped: the device's success update lowers its live-job count
+  triggers    migration 7's delete and state-change triggers put back, the count left to them (schema 10)
+Usage: python3 bench/sqlite_finish_instructions.py   (needs `apt-get install valgrind` and a release build)
+On 2026-12-01: triggers 117,639, schema-11 87,909 instructions per push."""
+import os
+import re
+import shutil
+import sqlite3
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BATCHES, BATCH = 3, 1000
+TRIGGERS = """
+CREATE TRIGGER jobs_live_on_delete AFTER DELETE ON jobs WHEN OLD.state != 'discarded'
+BEGIN UPDATE devices SET live_jobs = live_jobs - 1 WHERE id = OLD.device_id; END;
+CREATE TRIGGER jobs_live_on_discard AFTER UPDATE OF state ON jobs
+WHEN (OLD.state = 'discarded') != (NEW.state = 'discarded')
+BEGIN UPDATE devices SET live_jobs = live_jobs + CASE WHEN NEW.state = 'discarded' THEN -1 ELSE 1 END
+      WHERE id = NEW.device_id; END;
+"""
+GUARD = "id = ?1 AND state = 'running' AND attempted_by = ?2 AND attempt = ?3"
+PROMOTE = ("UPDATE jobs SET state = 'available' WHERE id = "
+           "(SELECT id FROM jobs WHERE device_id = ?1 AND state = 'pending' ORDER BY id LIMIT 1)")
+SUCCESS = ("UPDATE devices SET {live}last_successful_notification = ?1, last_delivery_error = '', "
+           "burst_count = CASE WHEN burst_started_at > ?1 - 60000 THEN burst_count + 1 ELSE 1 END, "
+           "burst_started_at = CASE WHEN burst_started_at > ?1 - 60000 THEN burst_started_at ELSE ?1 END WHERE id = ?2")
+
+
+def deliver(path, variant):
+    """The measured part (run under callgrind): claims and finishes BATCHES × BATCH jobs as SQLiteStore does."""
+    db = sqlite3.connect(path, isolation_level=None)
+    db.execute("PRAGMA foreign_keys=ON")
+    db.execute("PRAGMA secure_delete=ON")
+    if variant == "triggers":
+        db.executescript(TRIGGERS)
+    success = SUCCESS.format(live="" if variant == "triggers" else "live_jobs = live_jobs - ?3, ")
+    for _ in range(BATCHES):
+        heads = db.execute("SELECT id, device_id FROM jobs WHERE state = 'available' OR state = 'retryable' "
+                           "ORDER BY id LIMIT ?", (BATCH,)).fetchall()
+        db.execute("BEGIN IMMEDIATE")
+        db.execute("UPDATE jobs SET state = 'running', attempt = attempt + 1, attempted_by = 'w', "
+                   "lease_expires_at = 9e15 WHERE id IN (%s)" % ",".join(str(job) for job, _ in heads))
+        db.execute("COMMIT")
+        db.execute("BEGIN IMMEDIATE")
+        for job, device in heads:
+            db.execute(f"DELETE FROM jobs WHERE {GUARD}", (job, "w", 1))
+            db.execute(PROMOTE, (device,))
+            arguments = (1, device) if variant == "triggers" else (1, device, 1)
+            db.execute(success, arguments)
+        db.execute("COMMIT")
+
+
+def main():
+    if len(sys.argv) == 3:
+        return deliver(sys.argv[1], sys.argv[2])
+    work = tempfile.mkdtemp()
+    try:
+        base = os.path.join(work, "base.db")
+        subprocess.run([os.path.join(ROOT, ".build", "release", "QueueBench"), "prefill", base, "20000", "1000"], check=True)
+        sqlite3.connect(base).execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        for variant in ("triggers", "schema-11"):
+            copy = os.path.join(work, f"{variant}.db")
+            shutil.copy(base, copy)
+            run = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null",
+                                  "--toggle-collect=sqlite3_step", sys.executable, __file__, copy, variant],
+                                 capture_output=True, text=True, check=True)
+            collected = int(re.search(r"Collected : (\d+)", run.stderr).group(1))
+            print(f"{variant:10} {collected / (BATCHES * BATCH):>9,.0f} instructions per delivered push inside SQLite")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
