@@ -114,7 +114,7 @@ public enum WebhookParser {
     static let genericBodyKeys = ["body", "message", "text", "msg"]
 
     /// The only keys the relay reads, at any depth; everything else is validated and dropped while parsing.
-    static let keysRead: Set<String> = Set(
+    static let keysRead = JSONParser.KeptKeys(
         ["heartbeat", "monitor", "status", "important", "monitorID", "name", "id"]
             + genericTitleKeys + genericBodyKeys)
 
