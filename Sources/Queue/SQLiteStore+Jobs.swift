@@ -84,7 +84,8 @@ extension SQLiteStore {
 
     /// SPEC §2.4: a device at its cap of live jobs gets its new alert folded into its newest waiting job (never
     /// a Test-button job, which is answered on its own). False when the device is under its cap (or has no such
-    /// job), and the caller stores a job as usual. The count is kept on the device row by triggers (migration 7).
+    /// job), and the caller stores a job as usual. The count is kept on the device row: raised by a trigger on insert,
+    /// lowered by `finish` (migrations 7 and 11).
     private static func fold(_ job: NewJob, badgeSince: Int64, _ db: SQLiteConnection) throws -> Bool {
         guard let event = AlertEvent(jobPayload: job.payload) else { return false }
         let tail = try db.statement(
@@ -362,7 +363,7 @@ extension SQLiteStore {
 
     public func liveJobCount() throws(StoreError) -> Int {
         try read { db in
-            // The per-device counts the triggers keep (migration 7): counting the jobs themselves scanned the whole
+            // The per-device live counts (migrations 7 and 11): counting the jobs themselves scanned the whole
             // table, once a second on ingest's writer thread (QUEUE_MAX), a million rows deep in a backlog.
             try db.statement("SELECT coalesce(sum(live_jobs), 0) FROM devices").rows { $0.int(0) }.first ?? 0
         }

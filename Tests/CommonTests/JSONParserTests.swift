@@ -42,6 +42,8 @@ import Testing
         // A key is compared as text: an escaped spelling of a kept key is kept, one of the same length is not.
         let escaped = #"{"\u006b": 1, "kk": 2, "j": 3}"#
         #expect(try JSONParser.parse(Array(escaped.utf8), keeping: ["k", "jj"]) == .object([("k", .number("1"))]))
+        // An empty name can be kept too (its filter bit has no first byte to go by).
+        #expect(try JSONParser.parse(Array(#"{"": [], "a": 1}"#.utf8), keeping: ["", "b"]) == .object([("", .array([]))]))
     }
 
     @Test func refusesNestingDeeperThanTheLimitInADroppedMember() throws {

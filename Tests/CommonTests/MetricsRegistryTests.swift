@@ -20,6 +20,23 @@ import Testing
         #expect(metrics.value("requests_total", [("path", "/x/0")]) == 2)
     }
 
+    /// Updates of an existing series are made in place; each must still land in its buckets, sum and count.
+    @Test func aHistogramAndACounterAccumulateEveryUpdate() {
+        let metrics = MetricsRegistry()
+        metrics.describe("wait_seconds", .histogram, "test", buckets: [0.1, 1])
+        metrics.describe("done_total", .counter, "test")
+        for value in [0.05, 0.5, 2.0] {
+            metrics.observe("wait_seconds", [("route", "a")], value: value)
+            metrics.increment("done_total", [("route", "a")], by: 2)
+        }
+        let text = metrics.exposition()
+        #expect(text.contains(#"wait_seconds_bucket{route="a",le="0.1"} 1"#))
+        #expect(text.contains(#"wait_seconds_bucket{route="a",le="1"} 2"#))
+        #expect(text.contains(#"wait_seconds_bucket{route="a",le="+Inf"} 3"#))
+        #expect(text.contains(#"wait_seconds_sum{route="a"} 2.55"#) && text.contains(#"wait_seconds_count{route="a"} 3"#))
+        #expect(metrics.value("done_total", [("route", "a")]) == 6)
+    }
+
     @Test func labelValuesAreCutAndEscaped() {
         let metrics = MetricsRegistry()
         metrics.describe("t_total", .counter, "test")

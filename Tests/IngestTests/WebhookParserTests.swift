@@ -195,5 +195,8 @@ import Testing
         ]
         for event in events { #expect(AlertEvent(jobPayload: event.jobPayload) == event) }
         #expect(AlertEvent(jobPayload: Array("not json".utf8)) == nil)
+        // The stored form, byte for byte: jobs queued by one version are delivered by the next.
+        let stored = AlertEvent(kind: .monitor, status: .down, important: false, monitorID: 4, monitorName: "N", title: "", message: "m\"\u{1}")
+        #expect(String(decoding: stored.jobPayload, as: UTF8.self) == #"{"k":"monitor","s":0,"i":false,"id":4,"n":"N","m":"m\"\u0001"}"#)
     }
 }

@@ -39,9 +39,7 @@ public struct JSONParser {
         func contains(_ key: UnsafeRawBufferPointer) -> Bool {
             let first = key.first ?? 0
             guard filter & Self.bit(key.count, first) != 0 else { return false }
-            return names.contains { name in
-                name.count == key.count && name.first == first && name.withUnsafeBytes { $0.elementsEqual(key) }
-            }
+            return names.contains { name in name.count == key.count && name.withUnsafeBytes { $0.elementsEqual(key) } }
         }
     }
 

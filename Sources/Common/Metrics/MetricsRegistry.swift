@@ -29,6 +29,12 @@ public final class MetricsRegistry: Sendable {
         var bucketCounts: [UInt64]
         var sum: Double = 0
         var count: UInt64 = 0
+
+        mutating func record(_ value: Double, buckets: [Double]) {
+            for (index, bound) in buckets.enumerated() where value <= bound { bucketCounts[index] += 1 }
+            sum += value
+            count += 1
+        }
     }
 
     struct State: Sendable {
@@ -73,8 +79,9 @@ public final class MetricsRegistry: Sendable {
     public func increment(_ name: String, _ labels: [(String, String)] = [], by amount: Double = 1) {
         let series = Series(name: name, labels: Self.render(labels))
         state.withLock { state in
-            if let value = state.values[series] {
-                state.values[series] = value + amount
+            // One hash of the series for an existing one (the hot path: every request and push updates a few).
+            if let index = state.values.index(forKey: series) {
+                state.values.values[index] += amount
             } else if state.admitSeries(name) {
                 state.values[series] = amount
             }
@@ -93,12 +100,14 @@ public final class MetricsRegistry: Sendable {
         let series = Series(name: name, labels: Self.render(labels))
         state.withLock { state in
             let buckets = state.families[name]?.buckets ?? []
-            guard state.histograms[series] != nil || state.admitSeries(name) else { return }
-            var histogram = state.histograms[series] ?? HistogramState(bucketCounts: Array(repeating: 0, count: buckets.count))
-            for (index, bound) in buckets.enumerated() where value <= bound { histogram.bucketCounts[index] += 1 }
-            histogram.sum += value
-            histogram.count += 1
-            state.histograms[series] = histogram
+            // Updated in place: copying the state out and back copied its bucket array on every observation.
+            if let index = state.histograms.index(forKey: series) {
+                state.histograms.values[index].record(value, buckets: buckets)
+            } else if state.admitSeries(name) {
+                var histogram = HistogramState(bucketCounts: Array(repeating: 0, count: buckets.count))
+                histogram.record(value, buckets: buckets)
+                state.histograms[series] = histogram
+            }
         }
     }
 
