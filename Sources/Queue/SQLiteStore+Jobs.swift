@@ -61,12 +61,20 @@ extension SQLiteStore {
                     try record.run([.text(job.deviceID), .text(monitor.key), .integer(monitor.isDown ? 1 : 0), .integer(now)])
                 }
                 guard
-                    let (live, hasHead, badge) = try device.rows(
+                    let (counted, hasHead, badge) = try device.rows(
                         [.text(job.deviceID), .integer(badgeSince)], { ($0.int(0), $0.int(1) == 1, $0.int(2)) }
                     ).first
                 else {
                     results.append(.deviceGone)
                     continue
+                }
+                var live = counted
+                if !hasHead, live != 0 {
+                    // Every live job waits behind its device's head, so no head means none is live. A count left
+                    // high (a deliverer older than schema 11 still running through the upgrade, whose finish does
+                    // not lower it) heals here, the next time the device is idle.
+                    try db.statement("UPDATE devices SET live_jobs = 0 WHERE id = ?").run([.text(job.deviceID)])
+                    live = 0
                 }
                 if live >= deviceCap, !job.reportsOutcome, try Self.fold(job, badgeSince: badgeSince, db) {
                     results.append(.merged)

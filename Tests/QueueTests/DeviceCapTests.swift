@@ -84,6 +84,16 @@ import Testing
         #expect(left.first?.folded.entries.map(\.name) == ["M4", "M5"])
     }
 
+    /// A device's count left high (by a deliverer older than schema 11 that kept running through the upgrade) would
+    /// fold its alerts for good; it is taken back to zero when the device has no head, the next time it gets an alert.
+    @Test func aLiveCountLeftHighHealsWhenTheDeviceIsIdle() throws {
+        let db = try TestDatabase(.sqlite)
+        let a = try db.device(1)
+        try RawSQLite(path: db.location).execute("UPDATE devices SET live_jobs = 5000 WHERE id = '\(a)'")
+        #expect(try db.store.enqueue([alert(a, 1), alert(a, 2)], now: t0, ttl: .seconds(60), deviceCap: 4) == [.queued, .queued])
+        #expect(try StoreKind.sqlite.rawQuery(db.location, "SELECT live_jobs FROM devices WHERE id = '\(a)'") == [["2"]])
+    }
+
     /// The cap reads a count kept by an insert trigger and by the statements that end live jobs (migration 11); it
     /// must agree with the jobs through every way a job comes and goes: enqueue, delivery, dead letter, abandon,
     /// a digest delivered or dead-lettered with the jobs merged into it, replay, device deletion.
