@@ -15,6 +15,7 @@ streams) are also listed in `violations`.
 """
 import asyncio
 import base64
+import itertools
 import json
 import re
 import ssl
@@ -70,6 +71,7 @@ class FakeAPNs:
         self.latency = 0.0          # seconds before each answer (a latency spike while nonzero)
         self.hold = False           # park every push unanswered until release() (to act while one is in flight)
         self.requests = []          # every request, answered or not: token, apns_id, payload, started, ended, status
+        self.answers = itertools.count()  # answer_seq of each answered request: the order APNs accepted them in
         self.connections = 0
         self._held = []
         self._transports = set()
@@ -255,6 +257,33 @@ class FakeAPNs:
         return value == 0 or value <= time.time() + 365 * 86400
 
 
+class _ClientResets:
+    """Finds the client's RST_STREAM frames in the bytes of a connection before h2 reads them. h2 drops a reset of
+    a stream it has already answered without a word, and that reset is what shows the client gave up on the request
+    (APNS_REQUEST_TIMEOUT) before the answer reached it: the order checks forgive a late copy of such a job only."""
+    PREFACE = 24  # "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+
+    def __init__(self):
+        self.pending = b""
+        self.preface_left = self.PREFACE
+
+    def feed(self, data):
+        """The stream ids of the RST_STREAM frames completed by `data`."""
+        buffer, at, resets = self.pending + data, 0, []
+        if self.preface_left:
+            at = min(self.preface_left, len(buffer))
+            self.preface_left -= at
+        while len(buffer) - at >= 9:
+            length = int.from_bytes(buffer[at:at + 3], "big")
+            if len(buffer) - at < 9 + length:
+                break
+            if buffer[at + 3] == 0x3:
+                resets.append(int.from_bytes(buffer[at + 5:at + 9], "big") & 0x7FFFFFFF)
+            at += 9 + length
+        self.pending = buffer[at:]
+        return resets
+
+
 class _Protocol(asyncio.Protocol):
     _by_transport = {}
 
@@ -264,6 +293,9 @@ class _Protocol(asyncio.Protocol):
         self.streams = {}
         self.open = {}      # stream id -> its record in fake.requests, until it is answered, reset or cut
         self.records = []   # every request record of this connection
+        self.by_stream = {}  # stream id -> its record, answered or not (the client may reset it after the answer)
+        self.resets = _ClientResets()
+        self.reset_early = set()  # streams reset in the same read as their request, before h2 reported it
         self.transport = None
         self.jwt_iat = None  # when the provider token this connection uses was issued
         self.limit_raised = False
@@ -315,6 +347,13 @@ class _Protocol(asyncio.Protocol):
         self.transport.abort()
 
     def data_received(self, data):
+        for stream_id in self.resets.feed(data):
+            record = self.by_stream.get(stream_id)
+            if record is None:
+                self.reset_early.add(stream_id)
+            else:
+                with self.fake.lock:
+                    record["reset_by_client"] = True
         try:
             events = self.conn.receive_data(data)
         except h2.exceptions.TooManyStreamsError:
@@ -348,6 +387,9 @@ class _Protocol(asyncio.Protocol):
                                                  "record": record}
                 self.open[event.stream_id] = record
                 self.records.append(record)
+                self.by_stream[event.stream_id] = record
+                if event.stream_id in self.reset_early:
+                    record["reset_by_client"] = True
                 with self.fake.lock:
                     self.fake.requests.append(record)
             elif isinstance(event, h2.events.DataReceived):
@@ -463,6 +505,7 @@ class _Protocol(asyncio.Protocol):
             fake.received.append({"token": token, "status": status, "reason": reason, "headers": request["headers"],
                                   "payload": payload, "jwt": claims, "at": now})
             record["status"], record["reason"] = status, reason
+            record["answer_seq"] = next(fake.answers)
         headers = [(":status", str(status)), ("apns-id", apns_id)]
         body = b""
         if status != 200:

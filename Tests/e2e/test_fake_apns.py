@@ -219,7 +219,23 @@ def test_a_request_reset_in_the_bytes_that_end_it_goes_unanswered_and_the_connec
     assert connection.request(*valid_request())[0] == 200
     assert len(fake_apns.pushes()) == 2
     [reset] = [r for r in fake_apns.requests if r["apns_id"] == dict(headers)["apns-id"]]
-    assert reset["status"] is None and reset["ended"] is not None
+    assert reset["status"] is None and reset["ended"] is not None and reset["reset_by_client"]
+
+
+def test_a_reset_after_the_answer_marks_the_request_the_client_gave_up_on(client, fake_apns):
+    """The relay resets a request at APNS_REQUEST_TIMEOUT even if the answer is already on its way; a fake far
+    behind answers first and reads the reset after. h2 drops that reset without an event, so the fake reads the
+    frame itself: the kill tests forgive a late copy of a job only when its request was given up on like this."""
+    connection = client()
+    headers, body = valid_request()
+    stream = connection.send(headers, body)
+    assert connection.answer(stream)[0] == 200
+    # RST_STREAM (type 3), CANCEL (8), on the stream just answered: h2 would not send it on a closed stream.
+    connection.sock.sendall((4).to_bytes(3, "big") + bytes([3, 0]) + stream.to_bytes(4, "big") + (8).to_bytes(4, "big"))
+    assert connection.request(*valid_request())[0] == 200  # read after the reset, on the same connection
+    records = {r["apns_id"]: r for r in fake_apns.requests}
+    assert records[dict(headers)["apns-id"]].get("reset_by_client") is True
+    assert all(not r.get("reset_by_client") for key, r in records.items() if key != dict(headers)["apns-id"])
 
 
 def test_a_provider_token_replaced_within_20_minutes_on_a_connection_gets_too_many_provider_token_updates(client):

@@ -10,7 +10,7 @@ import pytest
 from conftest import TLS
 from postgres_server import PostgresServer
 from relayproc import free_port, request, wait_until
-from test_delivery import alert, first_deliveries, register, token
+from test_delivery import alert, assert_accepted_in_order, register, token
 
 
 @pytest.fixture(scope="module")
@@ -90,8 +90,7 @@ def test_ingest_and_two_deliverers_on_postgres_deliver_every_acknowledged_webhoo
         return {p["headers"]["apns-id"] for p in fake_apns.pushes(status=200)}
     wait_until(lambda: set(accepted) <= delivered_ids(), timeout=120, what="every acknowledged webhook to be delivered")
     for index in range(200):
-        bodies = fake_apns.bodies(token(5000 + index))
-        assert first_deliveries(bodies) == [str(n) for n in range(20)], f"device {index}: {bodies}"
+        assert_accepted_in_order(fake_apns, 5000 + index, [str(n) for n in range(20)], f"device {index}")
     assert postgres.query(name, "SELECT count(*) FROM jobs WHERE state <> 'discarded'") == [["0"]]
 
 
@@ -147,8 +146,7 @@ def test_two_ingests_and_three_deliverers_with_an_ingest_and_a_deliverer_killed_
         return {p["headers"]["apns-id"] for p in fake_apns.pushes(status=200)}
     wait_until(lambda: set(accepted) <= delivered_ids(), timeout=300, what="every acknowledged webhook to be delivered")
     for index in range(DEVICES):
-        bodies = fake_apns.bodies(token(20_000 + index))
-        assert first_deliveries(bodies) == [str(n) for n in range(ALERTS)], f"device {index}: {bodies}"
+        assert_accepted_in_order(fake_apns, 20_000 + index, [str(n) for n in range(ALERTS)], f"device {index}")
     assert len({r["token"] for r in fake_apns.requests if r["status"] == 200}) == DEVICES  # the check below sees them all
     overlapping = devices_sent_two_at_once(fake_apns.requests)
     assert not overlapping, "a device had two requests open at APNs at once: " + repr(
