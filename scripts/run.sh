@@ -55,6 +55,12 @@ for _ in $(seq 1 100); do
   sleep 0.1
 done
 "$binary" healthcheck || { echo "the relay did not become healthy; see $dev/relay.log"; exit 1; }
+if [ -n "${simulated:-}" ]; then
+  # A simulator that could not listen (its port taken) has exited by now: say so instead of failing later.
+  for log in apns-sim apns-sandbox-sim; do
+    grep -q "cannot" "$dev/$log.log" && { echo "a simulator did not start: $(cat "$dev/$log.log")"; exit 1; }
+  done
+fi
 
 token=$(printf 'ab%.0s' $(seq 1 32))
 sandbox_token=$(printf '5a%.0s' $(seq 1 32))
