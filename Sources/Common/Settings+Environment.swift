@@ -64,12 +64,12 @@ extension Settings {
             throw ConfigurationError(variable: "RETRY_MAX", message: "must not be shorter than RETRY_BASE")
         }
         // A lease that expires while its push may still be waiting for APNs hands the job to another worker, which
-        // sends it a second time (issue 12).
-        if leaseTimeout <= apnsRequestTimeout {
+        // sends it a second time (issue 12); one barely longer than a request leaves no time to send a push at all.
+        if leaseTimeout < shortestLease {
             throw ConfigurationError(
                 variable: "LEASE_TIMEOUT",
-                message: "\(DurationSyntax.format(leaseTimeout)) must be longer than APNS_REQUEST_TIMEOUT "
-                    + "(\(DurationSyntax.format(apnsRequestTimeout))), or a push still waiting for APNs is sent again by another worker")
+                message: "\(DurationSyntax.format(leaseTimeout)) must be at least APNS_REQUEST_TIMEOUT + 1.5s "
+                    + "(\(DurationSyntax.format(shortestLease))), or a push still waiting for APNs is sent again by another worker")
         }
     }
 
@@ -187,7 +187,7 @@ extension Settings {
         },
         Variable(
             name: "APNS_REQUEST_TIMEOUT", defaultText: "30s",
-            summary: "how long a push waits for APNs' answer before it is retried; below LEASE_TIMEOUT"
+            summary: "how long a push waits for APNs' answer before it is retried; at least 1.5s below LEASE_TIMEOUT"
         ) { s, text throws(ConfigurationError) in
             s.apnsRequestTimeout = try parseDuration(text, "APNS_REQUEST_TIMEOUT")
         },
@@ -208,7 +208,7 @@ extension Settings {
         },
         Variable(
             name: "LEASE_TIMEOUT", defaultText: "60s",
-            summary: "after this a crashed worker's jobs are claimable again; must be longer than APNS_REQUEST_TIMEOUT"
+            summary: "after this a crashed worker's jobs are claimable again; at least APNS_REQUEST_TIMEOUT + 1.5s"
         ) { s, text throws(ConfigurationError) in
             s.leaseTimeout = try parseDuration(text, "LEASE_TIMEOUT")
         },

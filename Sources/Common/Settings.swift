@@ -47,6 +47,13 @@ public struct Settings: Sendable, Equatable {
     public var apnsConnections = 2
     /// How long one push may wait for APNs' answer before it is retried. A lease must outlive it (LEASE_TIMEOUT).
     public var apnsRequestTimeout: Duration = .seconds(30)
+    /// What a claimed push's lease must still hold for it to be sent: its request's timeout, and a second for the
+    /// deliverer's threads to get the CPU on a loaded host (the timeout is enforced by the event loop, which may run
+    /// late). With less, the request could still be open at APNs when the lease ends and another worker sends the
+    /// job again: two requests for one device at once, and the device's next push could overtake the first.
+    public var leaseNeededToSend: Duration { apnsRequestTimeout + .seconds(1) }
+    /// The shortest LEASE_TIMEOUT: what a push needs to be sent, and half a second to send it in after the claim.
+    public var shortestLease: Duration { leaseNeededToSend + .milliseconds(500) }
     public var deliverConcurrency = 1000
 
     // Delivery semantics

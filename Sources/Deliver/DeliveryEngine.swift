@@ -34,9 +34,9 @@ public final class DeliveryEngine: Sendable {
         public var deadLetterMax: Int
         /// The environment the relay is configured for (ENV / APNS_ENVIRONMENT); `pool` talks to it.
         public var environment: Settings.APNsEnvironment
-        /// APNS_REQUEST_TIMEOUT: how long a request sent now may wait for APNs. A push is sent only while its lease
-        /// outlives that (LEASE_TIMEOUT must be longer, checked at start-up).
-        public var requestTimeout: Duration
+        /// What a push's lease must still hold for it to be sent (`Settings.leaseNeededToSend`: APNS_REQUEST_TIMEOUT
+        /// and a scheduling allowance; LEASE_TIMEOUT leaves room for it, checked at start-up).
+        public var leaseNeededToSend: Duration
 
         public init(settings: Settings, worker: String) {
             self.worker = worker
@@ -49,7 +49,7 @@ public final class DeliveryEngine: Sendable {
             stallTimeout = settings.stallTimeout
             deadLetterMax = settings.deadLetterMax
             environment = settings.apnsEnvironment
-            requestTimeout = settings.apnsRequestTimeout
+            leaseNeededToSend = settings.leaseNeededToSend
         }
     }
 
@@ -266,7 +266,7 @@ public final class DeliveryEngine: Sendable {
         // delivered the device's next one: out of order. A push resent late in its lease (refused, a new provider
         // token, the other environment), or sent after the loop fell behind, is given back instead, unsent and its
         // attempt not counted, and claimed again with a fresh lease.
-        guard job.leaseExpiresAt - now > configuration.requestTimeout.wholeMilliseconds else {
+        guard job.leaseExpiresAt - now > configuration.leaseNeededToSend.wholeMilliseconds else {
             outcomes.append(JobOutcome(job, kind: .postpone(until: now)))
             return
         }

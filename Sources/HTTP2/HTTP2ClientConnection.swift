@@ -179,8 +179,8 @@ final class ClientCore: HTTP2Transport, HTTP2SessionDelegate, @unchecked Sendabl
         var status = 0
         var headers: [String: String] = [:]
         var body: [UInt8] = []
-        /// When the request times out. Checked by one periodic sweep instead of a timer per stream: with a
-        /// thousand streams in flight, per-stream timers cost more than the requests (seen in a profile).
+        /// When the request times out: set when it was queued, kept when it got its stream, so a request that
+        /// waited for a slot is not given its whole timeout again.
         var deadline: ContinuousClock.Instant
     }
 
@@ -219,7 +219,7 @@ final class ClientCore: HTTP2Transport, HTTP2SessionDelegate, @unchecked Sendabl
 
     /// The connection's timers, one slot each; a PING is outstanding exactly while `.pingDeadline` is set.
     enum Timer: CaseIterable {
-        case connect, sweep, ping, pingDeadline
+        case connect, deadline, ping, pingDeadline
     }
     private let timers: TimerSlots<Timer>
 
@@ -232,7 +232,6 @@ final class ClientCore: HTTP2Transport, HTTP2SessionDelegate, @unchecked Sendabl
 
     func start() {
         attach(connecting: true)
-        scheduleTimeoutSweep()
         timers.set(.connect, after: owner.configuration.connectTimeout) { [weak self] in
             guard let self, self.phase == .starting, !self.isClosed else { return }
             self.fail("connect timed out after \(self.owner.configuration.connectTimeout)")
@@ -263,6 +262,8 @@ final class ClientCore: HTTP2Transport, HTTP2SessionDelegate, @unchecked Sendabl
             return
         }
         waiting.append(Waiting(request: request, completion: completion, deadline: loop.now + owner.configuration.requestTimeout))
+        // Every deadline already held is earlier than this one: a set timer stays right.
+        if !timers.isSet(.deadline) { armDeadlineTimer() }
         settleAtEndOfTurn()
     }
 
@@ -287,7 +288,7 @@ final class ClientCore: HTTP2Transport, HTTP2SessionDelegate, @unchecked Sendabl
         while submitted < waiting.count, streams.count < session.peerMaxConcurrentStreams {
             let next = waiting[submitted]
             submitted += 1
-            let (request, completion) = (next.request, next.completion)
+            let (request, completion, deadline) = (next.request, next.completion, next.deadline)
             var headers = [
                 HTTP2Header(name: ":method", value: request.method),
                 HTTP2Header(name: ":scheme", value: "https"),
@@ -301,9 +302,8 @@ final class ClientCore: HTTP2Transport, HTTP2SessionDelegate, @unchecked Sendabl
             }
             do {
                 let id = try session.submitRequest(headers, body: request.body)
-                let now = loop.now
-                streams[id] = Stream(completion: completion, deadline: now + owner.configuration.requestTimeout)
-                lastActivity = now
+                streams[id] = Stream(completion: completion, deadline: deadline)
+                lastActivity = loop.now
                 wantFlush()
             } catch {
                 owner.finished(completion, .failure(.refused))
@@ -322,15 +322,23 @@ final class ClientCore: HTTP2Transport, HTTP2SessionDelegate, @unchecked Sendabl
         closeGracefully(reason: cause == .serverGoAway ? "server sent GOAWAY" : "closed by client")
     }
 
-    /// Every quarter of the request timeout (at most 1 s), fails the streams past their deadline.
-    private func scheduleTimeoutSweep() {
-        let interval = min(owner.configuration.requestTimeout / 4, .seconds(1))
-        timers.set(.sweep, after: interval) { [weak self] in
+    /// Fails the requests whose deadline passed, then waits for the next deadline. One timer for the earliest,
+    /// not one per stream: with a thousand streams in flight, per-stream timers cost more than the requests (seen in
+    /// a profile). Not a periodic sweep either: that let a request outlive its timeout by the sweep's period, and a
+    /// deliverer counts on a request being settled by its timeout to keep it inside the job's lease.
+    private func armDeadlineTimer() {
+        // Deadlines follow the order requests were queued, and every stream was queued before every waiting
+        // request: the earliest is among the streams, or else the first waiting.
+        guard let earliest = streams.values.lazy.map(\.deadline).min() ?? waiting.first?.deadline else {
+            timers.cancel(.deadline)
+            return
+        }
+        timers.set(.deadline, after: max(.zero, earliest - loop.now)) { [weak self] in
             guard let self, !self.isClosed else { return }
             let now = self.loop.now
             for (id, stream) in self.streams where stream.deadline <= now { self.timedOut(id) }
             self.timeOutWaiting(now: now)
-            self.scheduleTimeoutSweep()
+            self.armDeadlineTimer()
             self.settle()
         }
     }

@@ -65,7 +65,8 @@ final class DeliveryRuntime: Sendable {
             throw ConfigurationError(variable: "APNS_SANDBOX_URL", message: "cannot use \(url)")
         }
         var connection = HTTP2ClientConnection.Configuration(host: endpoint.host, port: endpoint.port)
-        connection.requestTimeout = .seconds(30)
+        // The same timeout as the main pool: the deliverer's lease check counts on it for every push it sends.
+        connection.requestTimeout = settings.apnsRequestTimeout
         let environment = settings.otherAPNsEnvironment
         return OtherAPNsEnvironment(environment: environment) { [connection] in
             let pool = APNsConnectionPool(

@@ -171,18 +171,20 @@ import Testing
         #expect(error?.variable == "RETRY_MAX")
     }
 
-    /// Issue 12: a lease shorter than the APNs request timeout hands a push still in flight to another worker.
-    @Test func aLeaseNotLongerThanTheAPNsRequestTimeoutStopsStartUpNamingBoth() throws {
+    /// Issue 12: a lease shorter than the APNs request timeout hands a push still in flight to another worker. The
+    /// lease must also leave the second a loaded host may take to reset a request, and time to send the push.
+    @Test func aLeaseThatCannotOutliveARequestStopsStartUpNamingBoth() throws {
         for environment in [
-            ["LEASE_TIMEOUT": "20s"], ["LEASE_TIMEOUT": "30s"], ["APNS_REQUEST_TIMEOUT": "2m"],
-            ["LEASE_TIMEOUT": "2s", "APNS_REQUEST_TIMEOUT": "5s"]
+            ["LEASE_TIMEOUT": "20s"], ["LEASE_TIMEOUT": "30s"], ["LEASE_TIMEOUT": "31s"], ["APNS_REQUEST_TIMEOUT": "2m"],
+            ["LEASE_TIMEOUT": "2s", "APNS_REQUEST_TIMEOUT": "5s"], ["LEASE_TIMEOUT": "2s", "APNS_REQUEST_TIMEOUT": "1500ms"]
         ] {
             let error = #expect(throws: ConfigurationError.self) { _ = try Settings.load(environment: environment, arguments: []) }
             #expect(error?.variable == "LEASE_TIMEOUT")
-            #expect(error?.message.contains("APNS_REQUEST_TIMEOUT") == true)
+            #expect(error?.message.contains("APNS_REQUEST_TIMEOUT + 1.5s") == true)
         }
-        let (short, _) = try Settings.load(environment: ["LEASE_TIMEOUT": "2s", "APNS_REQUEST_TIMEOUT": "1s"], arguments: [])
-        #expect(short.leaseTimeout == .seconds(2) && short.apnsRequestTimeout == .seconds(1))
+        let (short, _) = try Settings.load(environment: ["LEASE_TIMEOUT": "3s", "APNS_REQUEST_TIMEOUT": "1500ms"], arguments: [])
+        #expect(short.leaseTimeout == .seconds(3) && short.apnsRequestTimeout == .milliseconds(1500))
+        #expect(short.leaseNeededToSend == .milliseconds(2500))
     }
 
     @Test func deliveryNeedsTheAPNsCredentials() throws {

@@ -50,10 +50,10 @@ def generate(seed, duration=20.0):
         "JOB_TTL": rng.choice(["3s", "5s", "8s"]),
         "RETRY_BASE": rng.choice(["50ms", "100ms", "200ms"]),
         "RETRY_MAX": rng.choice(["500ms", "1s"]),
-        # Latency spikes (at most 1 s) stay below the request timeout, which stays below the lease (the relay
+        # Latency spikes (at most 1 s) stay below the request timeout, which stays 1.5 s below the lease (the relay
         # insists), so a slow answer is never taken for a crashed worker.
         "APNS_REQUEST_TIMEOUT": "2s",
-        "LEASE_TIMEOUT": "3s",
+        "LEASE_TIMEOUT": "4s",
     }
     steps = []
     rounds = max(1, round(duration / 20))  # longer runs get proportionally more crashes, replays and churn
