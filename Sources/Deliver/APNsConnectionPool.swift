@@ -72,8 +72,9 @@ public final class APNsConnectionPool: Sendable {
         for connection in connections { recycle(connection) }
     }
 
+    /// Closes every connection at once (their open requests fail) and stops the loops. Only the first call acts.
     public func shutdown() {
-        stopped.store(true, ordering: .relaxed)
+        guard !stopped.exchange(true, ordering: .relaxed) else { return }
         let connections = slots.withLock { $0.compactMap(\.connection) }
         for connection in connections { connection.close(immediately: true) }
         reconnects.sync {}

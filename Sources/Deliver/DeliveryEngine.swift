@@ -37,6 +37,9 @@ public final class DeliveryEngine: Sendable {
         /// What a push's lease must still hold for it to be sent (`Settings.leaseNeededToSend`: APNS_REQUEST_TIMEOUT
         /// and a scheduling allowance; LEASE_TIMEOUT leaves room for it, checked at start-up).
         public var leaseNeededToSend: Duration
+        /// How long a probe may go without word from APNs before it counts as lost: a little over
+        /// APNS_REQUEST_TIMEOUT, which answers or resets every request that was written.
+        public var probeTimeout: Duration
 
         public init(settings: Settings, worker: String) {
             self.worker = worker
@@ -50,6 +53,7 @@ public final class DeliveryEngine: Sendable {
             deadLetterMax = settings.deadLetterMax
             environment = settings.apnsEnvironment
             leaseNeededToSend = settings.leaseNeededToSend
+            probeTimeout = settings.apnsRequestTimeout + .seconds(5)
         }
     }
 
@@ -93,7 +97,7 @@ public final class DeliveryEngine: Sendable {
     private let wakeUp = WakeUp()
     private let finished = DispatchSemaphore(value: 0)
     /// Loop-thread state, confined to the delivery thread (claimed when it starts, checked on every access).
-    let loopState = ThreadConfined(DeliveryLoopState(), name: "delivery loop state")
+    let loopState: ThreadConfined<DeliveryLoopState>
     /// Set by `shutdown`: how long the loop still waits for pushes in flight.
     private let graceDeadline = Mutex<ContinuousClock.Instant?>(nil)
     /// Set when the stall detector fired, cleared by the next answer from APNs; `serve`'s `/health` reads it.
@@ -112,6 +116,8 @@ public final class DeliveryEngine: Sendable {
         self.clock = clock
         self.logger = logger
         self.metrics = metrics
+        loopState = ThreadConfined(
+            DeliveryLoopState(breaker: OutageBreaker(probeTimeout: configuration.probeTimeout)), name: "delivery loop state")
         DeliveryMetrics.describe(metrics, pool: pool, tokens: tokens)
     }
 
@@ -295,6 +301,12 @@ public final class DeliveryEngine: Sendable {
                     backoff: configuration.backoff, now: now))
             return
         }
+        // Again, now that the push is built: the backlog query and the signature took time the first check did not
+        // count.
+        guard job.leaseExpiresAt - clock.nowMillis() > configuration.leaseNeededToSend.wholeMilliseconds else {
+            outcomes.append(JobOutcome(job, kind: .postpone(until: clock.nowMillis())))
+            return
+        }
         if !merged.isEmpty || !job.folded.isEmpty {
             metrics.increment("kumapush_digests_total")
             let carried = 1 + job.folded.count + merged.reduce(0) { $0 + 1 + $1.folded.count }
@@ -387,6 +399,12 @@ public final class DeliveryEngine: Sendable {
         if state.breaker.isPaused { try? store.recordPause(worker: configuration.worker, reason: nil, now: clock.nowMillis()) }
         let remaining = Array(state.inFlight.keys) + state.resendQueue.map(\.job.id)
         guard !remaining.isEmpty else { return }
+        // A request still open at APNs must end before its job goes back: another worker could otherwise send the
+        // job again, and the device's next one, while APNs still holds the first. Closing the connections ends them.
+        if !state.inFlight.isEmpty {
+            pool.shutdown()
+            other?.shutdown()
+        }
         let released = (try? store.release(jobIDs: remaining, worker: configuration.worker, now: clock.nowMillis())) ?? 0
         logger.warning("released leases of pushes still in flight at shutdown", ["count": String(released)])
     }

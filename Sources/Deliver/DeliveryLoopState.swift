@@ -7,7 +7,7 @@ struct DeliveryLoopState {
     var inFlight: [Int64: DeliveryEngine.InFlight] = [:]
     /// Pushes to send again at once (refused streams, a new provider token, the other APNs environment).
     var resendQueue: [DeliveryEngine.Resend] = []
-    var breaker = OutageBreaker()
+    var breaker: OutageBreaker
     /// When a push was last handed to a connection, and when APNs last failed for everyone (an outage-class
     /// answer, a configuration fault, every connection down): the stall detector's two clocks.
     var lastSentAt = ContinuousClock.now

@@ -100,7 +100,8 @@ public final class HTTP2ClientConnection: Sendable {
         }
     }
 
-    /// Sends GOAWAY and closes once nothing is in flight (or at once with `immediately`).
+    /// Sends GOAWAY and closes once nothing is in flight; with `immediately`, at once, and with requests still open
+    /// by aborting the TCP connection (they fail as `.connectionLost`).
     public func close(immediately: Bool = false) {
         loop.execute { [self] in
             guard let connection = core.withLock({ $0 }) else { return }
@@ -285,10 +286,16 @@ final class ClientCore: HTTP2Transport, HTTP2SessionDelegate, @unchecked Sendabl
         // all the others each time.
         var submitted = 0
         defer { waiting.removeFirst(submitted) }
+        let now = loop.now
         while submitted < waiting.count, streams.count < session.peerMaxConcurrentStreams {
             let next = waiting[submitted]
             submitted += 1
             let (request, completion, deadline) = (next.request, next.completion, next.deadline)
+            // Past its deadline (the loop ran late): the caller already counts it as unanswered, so it never goes.
+            guard deadline > now else {
+                owner.finished(completion, .failure(.timedOut))
+                continue
+            }
             var headers = [
                 HTTP2Header(name: ":method", value: request.method),
                 HTTP2Header(name: ":scheme", value: "https"),
@@ -303,7 +310,7 @@ final class ClientCore: HTTP2Transport, HTTP2SessionDelegate, @unchecked Sendabl
             do {
                 let id = try session.submitRequest(headers, body: request.body)
                 streams[id] = Stream(completion: completion, deadline: deadline)
-                lastActivity = loop.now
+                lastActivity = now
                 wantFlush()
             } catch {
                 owner.finished(completion, .failure(.refused))
@@ -336,10 +343,18 @@ final class ClientCore: HTTP2Transport, HTTP2SessionDelegate, @unchecked Sendabl
         timers.set(.deadline, after: max(.zero, earliest - loop.now)) { [weak self] in
             guard let self, !self.isClosed else { return }
             let now = self.loop.now
-            for (id, stream) in self.streams where stream.deadline <= now { self.timedOut(id) }
+            var expired: [HTTP2ClientConnection.Completion] = []
+            for (id, stream) in self.streams where stream.deadline <= now {
+                self.streams[id] = nil
+                self.session?.resetStream(id, errorCode: HTTP2Session.cancel)
+                expired.append(stream.completion)
+            }
+            // The resets are written before the caller hears of the timeouts: it may send the job again at once.
+            self.wantFlush()
+            self.settle()
+            for completion in expired { self.owner.finished(completion, .failure(.timedOut)) }
             self.timeOutWaiting(now: now)
             self.armDeadlineTimer()
-            self.settle()
         }
     }
 
@@ -348,13 +363,6 @@ final class ClientCore: HTTP2Transport, HTTP2SessionDelegate, @unchecked Sendabl
         let expired = waiting.filter { $0.deadline <= now }
         waiting.removeAll { $0.deadline <= now }
         for entry in expired { owner.finished(entry.completion, .failure(.timedOut)) }
-    }
-
-    private func timedOut(_ id: Int32) {
-        guard let stream = streams.removeValue(forKey: id) else { return }
-        session?.resetStream(id, errorCode: HTTP2Session.cancel)
-        wantFlush()
-        owner.finished(stream.completion, .failure(.timedOut))
     }
 
     // MARK: HTTP2SessionDelegate (called from inside nghttp2: settle streams and record, never send)
@@ -440,6 +448,12 @@ final class ClientCore: HTTP2Transport, HTTP2SessionDelegate, @unchecked Sendabl
         if !isOpen {
             // Nothing was sent yet (or the transport is closing anyway).
             closeGracefully(reason: "closed by client")
+        } else if immediately, !streams.isEmpty {
+            // Requests still open when the owner wants them gone (a deliverer giving their jobs back at shutdown):
+            // abort, so the server stops reading this connection now instead of answering them later, after
+            // another worker may have sent the same jobs again.
+            abort("closed by client with requests open")
+            return
         } else if immediately {
             session?.submitGoAway()
             closeGracefully(reason: "closed by client")

@@ -144,6 +144,18 @@ import Testing
         #expect(breaker.allowance(now: 36_000) == .probe)
     }
 
+    /// A probe is a request like any other: it may wait for APNs as long as `APNS_REQUEST_TIMEOUT` allows, so it
+    /// counts as lost only a little after that, however the timeout is set.
+    @Test(arguments: [Duration.seconds(1), .seconds(30), .seconds(90)])
+    func theProbeTimeoutFollowsTheRequestTimeout(requestTimeout: Duration) throws {
+        var settings = Settings()
+        settings.apnsRequestTimeout = requestTimeout
+        settings.leaseTimeout = requestTimeout + .seconds(60)
+        let configuration = DeliveryEngine.Configuration(settings: settings, worker: "w")
+        #expect(configuration.probeTimeout == requestTimeout + .seconds(5))
+        #expect(configuration.leaseNeededToSend == requestTimeout + .seconds(1))
+    }
+
     @Test func resendsKeepTheProbeOutstanding() {
         var breaker = openBreaker()
         breaker.probeSent(jobID: 100, now: 1000)

@@ -223,8 +223,8 @@ def test_split_processes_with_a_deliverer_killed_midway_deliver_everything_once_
     ingest = relays("ingest", RATE_LIMIT_WEBHOOK_IP="off", RATE_LIMIT_REGISTER="off")
     # Digests would merge each device's 20 alerts; this test is about crashes, so every alert is its own push.
     # A lease must outlive the APNs request timeout (else a push still in flight is sent again), so both are short.
-    first = relays("deliver", LEASE_TIMEOUT="3s", APNS_REQUEST_TIMEOUT="1500ms", DEVICE_BURST="off")
-    second = relays("deliver", LEASE_TIMEOUT="3s", APNS_REQUEST_TIMEOUT="1500ms", DEVICE_BURST="off")
+    first = relays("deliver", LEASE_TIMEOUT="4s", APNS_REQUEST_TIMEOUT="1500ms", DEVICE_BURST="off")
+    second = relays("deliver", LEASE_TIMEOUT="4s", APNS_REQUEST_TIMEOUT="1500ms", DEVICE_BURST="off")
     devices = [register(ingest, 1000 + n)[0] for n in range(500)]
     accepted = {}
     killed = threading.Event()

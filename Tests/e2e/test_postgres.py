@@ -65,8 +65,8 @@ def test_ingest_and_two_deliverers_on_postgres_deliver_every_acknowledged_webhoo
     name, url = database
     ingest = relays("ingest", DATABASE_URL=url, RATE_LIMIT_WEBHOOK="off", RATE_LIMIT_REGISTER="off")
     # Digests would merge each device's alerts; this test is about order across processes, so each alert is a push.
-    first = relays("deliver", DATABASE_URL=url, LEASE_TIMEOUT="3s", APNS_REQUEST_TIMEOUT="1500ms", DEVICE_BURST="off")
-    relays("deliver", DATABASE_URL=url, LEASE_TIMEOUT="3s", APNS_REQUEST_TIMEOUT="1500ms", DEVICE_BURST="off")
+    first = relays("deliver", DATABASE_URL=url, LEASE_TIMEOUT="4s", APNS_REQUEST_TIMEOUT="1500ms", DEVICE_BURST="off")
+    relays("deliver", DATABASE_URL=url, LEASE_TIMEOUT="4s", APNS_REQUEST_TIMEOUT="1500ms", DEVICE_BURST="off")
     devices = [register(ingest, 5000 + n)[0] for n in range(200)]
     accepted = {}
     killed = threading.Event()
@@ -108,7 +108,7 @@ def test_two_ingests_and_three_deliverers_with_an_ingest_and_a_deliverer_killed_
     name, url = database
     settings = dict(DATABASE_URL=url, RATE_LIMIT_WEBHOOK="off", RATE_LIMIT_REGISTER="off", RATE_LIMIT_WEBHOOK_IP="off")
     ingests = [relays("ingest", **settings), relays("ingest", **settings)]
-    deliverers = [relays("deliver", DATABASE_URL=url, LEASE_TIMEOUT="3s", APNS_REQUEST_TIMEOUT="1500ms", DEVICE_BURST="off")
+    deliverers = [relays("deliver", DATABASE_URL=url, LEASE_TIMEOUT="4s", APNS_REQUEST_TIMEOUT="1500ms", DEVICE_BURST="off")
                   for _ in range(3)]
     with concurrent.futures.ThreadPoolExecutor(max_workers=8) as pool:
         devices = [ids[0] for ids in pool.map(lambda n: register(ingests[n % 2], 20_000 + n), range(DEVICES))]
