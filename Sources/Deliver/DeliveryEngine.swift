@@ -272,7 +272,7 @@ public final class DeliveryEngine: Sendable {
         // delivered the device's next one: out of order. A push resent late in its lease (refused, a new provider
         // token, the other environment), or sent after the loop fell behind, is given back instead, unsent and its
         // attempt not counted, and claimed again with a fresh lease.
-        guard job.leaseExpiresAt - now > configuration.leaseNeededToSend.wholeMilliseconds else {
+        guard leaseAllowsSending(job, now: now) else {
             outcomes.append(JobOutcome(job, kind: .postpone(until: now)))
             return
         }
@@ -303,8 +303,9 @@ public final class DeliveryEngine: Sendable {
         }
         // Again, now that the push is built: the backlog query and the signature took time the first check did not
         // count.
-        guard job.leaseExpiresAt - clock.nowMillis() > configuration.leaseNeededToSend.wholeMilliseconds else {
-            outcomes.append(JobOutcome(job, kind: .postpone(until: clock.nowMillis())))
+        let built = clock.nowMillis()
+        guard leaseAllowsSending(job, now: built) else {
+            outcomes.append(JobOutcome(job, kind: .postpone(until: built)))
             return
         }
         if !merged.isEmpty || !job.folded.isEmpty {
@@ -327,6 +328,12 @@ public final class DeliveryEngine: Sendable {
             self.shared.withLock { $0.answers.append(Answer(jobID: job.id, result: result, connection: connection)) }
             self.wakeUp.signal()
         }
+    }
+
+    /// Whether a request for `job` sent at `now` is sure to be answered or reset before its lease ends (with the
+    /// allowance of `Settings.leaseNeededToSend`).
+    private func leaseAllowsSending(_ job: ClaimedJob, now: Int64) -> Bool {
+        job.leaseExpiresAt - now > configuration.leaseNeededToSend.wholeMilliseconds
     }
 
     private func dispatchResends() {
