@@ -57,7 +57,9 @@ extension HTTP2ConnectionTests {
     /// timeout again when it got the slot).
     @Test func requestsTimeOutAtTheDeadlineTheyGotWhenQueued() throws {
         let held = Mutex<HTTP2ServerResponder?>(nil)
+        let seenByServer = Mutex<[String]>([])
         let server = try server(streams: 1) { request, responder in
+            seenByServer.withLock { $0.append(request.path) }
             switch request.path {
             case "/ready": responder.respond(status: 200)
             case "/first": held.withLock { $0 = responder }
@@ -87,6 +89,9 @@ extension HTTP2ConnectionTests {
         }
         let seen = results.withLock { $0 }
         #expect((try? seen["/first"]?.result.get())?.status == 200)
+        // The second's reset frees the slot while the third, queued with it, is already past its deadline: it is
+        // failed, never sent.
+        #expect(!seenByServer.withLock { $0 }.contains("/third"))
         for path in ["/second", "/third"] {
             #expect(seen[path]?.result == .failure(.timedOut), "\(path)")
             // Not before its deadline either (the second got its slot at step 30); real time may move the clock a
