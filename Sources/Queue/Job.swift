@@ -121,6 +121,9 @@ public struct ClaimedJob: Sendable, Equatable {
     public var lastPushAt: Int64?
     /// When this worker's lease on the job ends (ms since 1970): past it another worker may take the job over.
     public var leaseExpiresAt: Int64 = .max
+    /// The job's number in its device's queue, where SQLite finds the job after it (migration 12,
+    /// SQLiteStore+DeviceJobs.swift); 0 on PostgreSQL, which finds a device's jobs by device.
+    public var queueNumber: Int64 = 0
 }
 
 /// The result of one attempt, applied with `JobQueue.finish`. Each names the job and the attempt it answers, so a
@@ -144,10 +147,12 @@ public struct JobOutcome: Sendable, Equatable {
 
     public var jobID: Int64
     public var attempt: Int
-    /// The job's device, public id and whether it reports its outcome, as it was claimed (none of them ever
-    /// changes): what completing it records, so the store need not read them back from the row it deletes.
+    /// The job's device, public id, number in its device's queue and whether it reports its outcome, as it was
+    /// claimed (none of them ever changes): what completing it needs, so the store does not read them back from the
+    /// row it deletes.
     public var deviceID: String
     public var publicID: String
+    public var queueNumber: Int64
     public var reportsOutcome: Bool
     public var kind: Kind
     /// Pending jobs of the same device merged into this one's push (an alert-storm digest): they complete with it
@@ -159,6 +164,7 @@ public struct JobOutcome: Sendable, Equatable {
         self.attempt = job.attempt
         self.deviceID = job.deviceID
         self.publicID = job.publicID
+        self.queueNumber = job.queueNumber
         self.reportsOutcome = job.reportsOutcome
         self.kind = kind
         self.merged = merged

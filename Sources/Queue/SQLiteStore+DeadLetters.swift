@@ -33,16 +33,17 @@ extension SQLiteStore {
             let ids = try db.statement("SELECT id FROM jobs WHERE \(whereClause) ORDER BY id LIMIT ?")
                 .rows(values + [.integer(Int64(limit))]) { $0.int64(0) }
             // One row at a time: whether a replayed job becomes its device's head depends on the rows before it.
-            // It is stored again under a new id, so it queues behind every job its device already has (ids are
-            // acceptance order; keeping the old id put replayed jobs ahead of newer ones).
+            // It is stored again under a new id and its device's next number, so it queues behind every job its
+            // device already has (acceptance order; keeping the old id put replayed jobs ahead of newer ones).
             let requeue = try db.statement(
                 """
                 INSERT INTO jobs (public_id, device_id, state, payload, created_at, scheduled_at, expires_at,
-                                  reports_outcome, folded, folded_count)
+                                  reports_outcome, folded, folded_count, device_seq)
                 SELECT public_id, device_id,
                        CASE WHEN EXISTS (SELECT 1 FROM jobs h WHERE h.device_id = old.device_id AND \(Self.isHead("h")))
                             THEN 'pending' ELSE 'available' END,
-                       payload, created_at, ?1, ?2, reports_outcome, folded, folded_count
+                       payload, created_at, ?1, ?2, reports_outcome, folded, folded_count,
+                       (SELECT next_seq FROM devices WHERE id = old.device_id)
                 FROM jobs old WHERE old.id = ?3 AND old.state = 'discarded'
                 """)
             let remove = try db.statement("DELETE FROM jobs WHERE id = ? AND state = 'discarded'")

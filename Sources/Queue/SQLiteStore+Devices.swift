@@ -79,8 +79,8 @@ extension SQLiteStore {
     }
 
     public func deleteDevice(id: String) throws(StoreError) -> Bool {
-        // Foreign keys cascade: the device's jobs, pending and dead, go with it.
-        try write { db in try db.statement("DELETE FROM devices WHERE id = ?").run([.text(id)]) > 0 }
+        // The device's jobs, live and dead, go with it (SQLiteStore+DeviceJobs.swift).
+        try write { db in try Self.deleteDevice(id, db) }
     }
 
     public func importDevice(_ device: Device) throws(StoreError) -> Bool {

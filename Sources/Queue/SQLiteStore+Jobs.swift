@@ -1,20 +1,23 @@
 import Common
 
 extension SQLiteStore {
-    /// The device's live jobs, whether it has a head (read from `jobs_one_head_per_device`), and its badge, the
-    /// count of down monitors right now (after this alert's own state was recorded); no row when the device is gone.
+    /// The device's live jobs, whether it has a head (read from `jobs_one_head_per_device`), its badge, the count
+    /// of down monitors right now (after this alert's own state was recorded), and the number its next job gets
+    /// (SQLiteStore+DeviceJobs.swift); no row when the device is gone.
     static let readDevice = """
         SELECT d.live_jobs, EXISTS (SELECT 1 FROM jobs h WHERE h.device_id = d.id AND \(isHead("h"))),
-               \(downMonitors("d.id", since: "?2"))
+               \(downMonitors("d.id", since: "?2")), d.next_seq
         FROM devices d WHERE d.id = ?1
         """
 
     /// A new job is the device's head when the device has no head, otherwise it waits as `pending`. `VALUES`, not
     /// `INSERT … SELECT`: SQLite first copies a SELECT's rows into a temporary B-tree whenever the table has
-    /// triggers, which built one for every job.
+    /// triggers, which built one for every job. Its insert trigger counts the job live and moves the device's next
+    /// number past `device_seq` (?9).
     static let insertJob = """
-        INSERT INTO jobs (public_id, device_id, state, payload, created_at, scheduled_at, expires_at, reports_outcome, badge)
-        VALUES (?1, ?2, ?3, ?4, ?5, ?5, ?6, ?7, ?8)
+        INSERT INTO jobs (public_id, device_id, state, payload, created_at, scheduled_at, expires_at, reports_outcome, badge,
+                          device_seq)
+        VALUES (?1, ?2, ?3, ?4, ?5, ?5, ?6, ?7, ?8, ?9)
         """
 
     /// Whether the job `alias` is its device's head: `jobs_one_head_per_device`'s condition word for word, which is
@@ -36,12 +39,6 @@ extension SQLiteStore {
         ON CONFLICT (device_id, monitor) DO UPDATE SET down = excluded.down, updated_at = excluded.updated_at
         """
 
-    /// Promotes a device's oldest pending job to head after its head left (completed, dead-lettered).
-    static let promoteNext = """
-        UPDATE jobs SET state = 'available'
-        WHERE id = (SELECT id FROM jobs WHERE device_id = ?1 AND state = 'pending' ORDER BY id LIMIT 1)
-        """
-
     /// Every completion's condition: this job (?1), still leased by this worker (?2) at this attempt (?3).
     static let leaseGuard = "id = ?1 AND \(LeaseGuard.condition(worker: "?2", attempt: "?3"))"
 
@@ -61,8 +58,8 @@ extension SQLiteStore {
                     try record.run([.text(job.deviceID), .text(monitor.key), .integer(monitor.isDown ? 1 : 0), .integer(now)])
                 }
                 guard
-                    let (counted, hasHead, badge) = try device.rows(
-                        [.text(job.deviceID), .integer(badgeSince)], { ($0.int(0), $0.int(1) == 1, $0.int(2)) }
+                    let (counted, hasHead, badge, number) = try device.rows(
+                        [.text(job.deviceID), .integer(badgeSince)], { ($0.int(0), $0.int(1) == 1, $0.int(2), $0.int64(3)) }
                     ).first
                 else {
                     results.append(.deviceGone)
@@ -82,7 +79,8 @@ extension SQLiteStore {
                 }
                 try insert.run([
                     .text(job.publicID), .text(job.deviceID), .text(hasHead ? JobState.pending.rawValue : JobState.available.rawValue),
-                    .blob(job.payload), .integer(now), .integer(expiresAt), .integer(job.reportsOutcome ? 1 : 0), .integer(Int64(badge))
+                    .blob(job.payload), .integer(now), .integer(expiresAt), .integer(job.reportsOutcome ? 1 : 0), .integer(Int64(badge)),
+                    .integer(number)
                 ])
                 results.append(.queued)
             }
@@ -95,14 +93,9 @@ extension SQLiteStore {
     /// job), and the caller stores a job as usual. The count is kept on the device row: raised by a trigger on insert,
     /// lowered by `finish` (migrations 7 and 11).
     private static func fold(_ job: NewJob, badgeSince: Int64, _ db: SQLiteConnection) throws -> Bool {
-        guard let event = AlertEvent(jobPayload: job.payload) else { return false }
-        let tail = try db.statement(
-            """
-            SELECT id, folded FROM jobs WHERE device_id = ? AND state = 'pending' AND reports_outcome = 0
-            ORDER BY id DESC LIMIT 1
-            """
-        ).rows([.text(job.deviceID)]) { ($0.int64(0), $0.isNull(1) ? [] : $0.blob(1)) }.first
-        guard let (tailID, stored) = tail else { return false }
+        guard let event = AlertEvent(jobPayload: job.payload),
+            let (tailID, stored) = try newestFoldableJob(device: job.deviceID, db)
+        else { return false }
         var folded = FoldedAlerts(encoded: stored)
         folded.add(event)
         // The tail's push now ends with this alert, so it carries the badge as of this alert.
@@ -120,12 +113,13 @@ extension SQLiteStore {
                                 lease_expires_at = ?3
                 WHERE id IN (SELECT id FROM jobs WHERE state IN ('available', 'retryable') AND scheduled_at <= ?1
                              ORDER BY scheduled_at LIMIT ?4)
-                RETURNING id, public_id, device_id, payload, attempt, created_at, expires_at, reports_outcome, folded, badge
+                RETURNING id, public_id, device_id, payload, attempt, created_at, expires_at, reports_outcome, folded, badge,
+                          device_seq
                 """
             ).rows([.integer(now), .text(worker), .integer(now + lease.wholeMilliseconds), .integer(Int64(limit))]) {
                 (
                     $0.int64(0), $0.text(1), $0.text(2), $0.blob(3), $0.int(4), $0.int64(5), $0.int64(6), $0.int(7) == 1,
-                    $0.isNull(8) ? FoldedAlerts() : FoldedAlerts(encoded: $0.blob(8)), $0.isNull(9) ? nil : $0.int(9)
+                    $0.isNull(8) ? FoldedAlerts() : FoldedAlerts(encoded: $0.blob(8)), $0.isNull(9) ? nil : $0.int(9), $0.int64(10)
                 )
             }
             let lookup = try db.statement(
@@ -136,8 +130,9 @@ extension SQLiteStore {
                 """)
             var claimed: [ClaimedJob] = []
             claimed.reserveCapacity(leased.count)
-            for (id, publicID, deviceID, payload, attempt, createdAt, expiresAt, reportsOutcome, folded, badge) in leased {
-                // The foreign key guarantees the device exists while its job does.
+            for (id, publicID, deviceID, payload, attempt, createdAt, expiresAt, reportsOutcome, folded, badge, number) in leased {
+                // Deleting a device deletes its jobs in the same transaction (deleteDevice), so a job whose device is
+                // gone should not exist; if one does, it could never be delivered and would come round forever.
                 guard
                     let (token, level, environment, recentPushes, lastPushAt) = try lookup.rows(
                         [.text(deviceID), .integer(now)],
@@ -148,14 +143,18 @@ extension SQLiteStore {
                             )
                         }
                     ).first
-                else { continue }
+                else {
+                    try db.statement("DELETE FROM jobs WHERE id = ?").run([.integer(id)])
+                    continue
+                }
                 claimed.append(
                     ClaimedJob(
                         id: id, publicID: publicID, deviceID: deviceID, deviceToken: token,
                         downNotificationLevel: Device.DownNotificationLevel(rawValue: level) ?? .normal,
                         payload: payload, attempt: attempt, createdAt: createdAt, expiresAt: expiresAt,
                         reportsOutcome: reportsOutcome, folded: folded, badge: badge, environment: environment,
-                        recentPushes: recentPushes, lastPushAt: lastPushAt, leaseExpiresAt: now + lease.wholeMilliseconds))
+                        recentPushes: recentPushes, lastPushAt: lastPushAt, leaseExpiresAt: now + lease.wholeMilliseconds,
+                        queueNumber: number))
             }
             // Acceptance order, which is what callers log and send in.
             return claimed.sorted { $0.id < $1.id }
@@ -165,9 +164,8 @@ extension SQLiteStore {
     public func finish(_ outcomes: [JobOutcome], worker: String, now: Int64) throws(StoreError) -> [Bool] {
         guard !outcomes.isEmpty else { return [] }
         return try write { db in
-            let promote = try db.statement(Self.promoteNext)
-            // The outcome names the job's device and public id (as claimed; they never change), so nothing is read
-            // back: `DELETE … RETURNING` buffered its row in a temporary B-tree, ~3.6 µs a delivered push.
+            // The outcome names the job's device, public id and number (as claimed; they never change), so nothing is
+            // read back: `DELETE … RETURNING` buffered its row in a temporary B-tree, ~3.6 µs a delivered push.
             let delete = try db.statement("DELETE FROM jobs WHERE \(Self.leaseGuard)")
             // Device → the live jobs this batch delivered (a head and the jobs merged into it): `devices.live_jobs`
             // is lowered by the statements that end live jobs (migration 11), here in the device's success update.
@@ -184,7 +182,7 @@ extension SQLiteStore {
                         try Self.report(outcome, .delivered, "", now: now, db)
                         let settled = try Self.settleMerged(outcome.merged, device: device, deadLetterReason: nil, now: now, db)
                         delivered[device, default: 0] += 1 + settled
-                        try promote.run([.text(device)])
+                        try Self.promoteNext(device: device, after: outcome.queueNumber, db)
                     }
                     applied.append(finished)
                 case .retry(let at, let error):
@@ -211,7 +209,7 @@ extension SQLiteStore {
                         let settled = try Self.settleMerged(outcome.merged, device: device, deadLetterReason: reason, now: now, db)
                         try db.statement("UPDATE devices SET last_delivery_error = ?1, live_jobs = live_jobs - ?3 WHERE id = ?2")
                             .run([.text(reason), .text(device), .integer(Int64(1 + settled))])
-                        try promote.run([.text(device)])
+                        try Self.promoteNext(device: device, after: outcome.queueNumber, db)
                     }
                     applied.append(finished)
                 case .postpone(let until):
@@ -229,7 +227,7 @@ extension SQLiteStore {
                         try Self.report(outcome, .unregistered, reason, now: now, db)
                         try db.statement("INSERT OR REPLACE INTO tombstones (device_id, reason, removed_at) VALUES (?, ?, ?)")
                             .run([.text(device), .text(reason), .integer(now)])
-                        try db.statement("DELETE FROM devices WHERE id = ?").run([.text(device)])
+                        _ = try Self.deleteDevice(device, db)
                     }
                     applied.append(leased)
                 }
@@ -247,19 +245,7 @@ extension SQLiteStore {
     }
 
     public func pendingJobs(deviceID: String, limit: Int) throws(StoreError) -> [PendingJob] {
-        try read { db in
-            try db.statement(
-                """
-                SELECT id, payload, created_at, reports_outcome, folded, badge FROM jobs WHERE device_id = ? AND state = 'pending'
-                ORDER BY id LIMIT ?
-                """
-            ).rows([.text(deviceID), .integer(Int64(limit))]) {
-                PendingJob(
-                    id: $0.int64(0), payload: $0.blob(1), createdAt: $0.int64(2), reportsOutcome: $0.int(3) == 1,
-                    folded: $0.isNull(4) ? FoldedAlerts() : FoldedAlerts(encoded: $0.blob(4)),
-                    badge: $0.isNull(5) ? nil : $0.int(5))
-            }
-        }
+        try read { db in try Self.pendingJobs(device: deviceID, limit: limit, db) }
     }
 
     /// Completes the jobs merged into a digest with the digest's head: deleted when it was delivered,

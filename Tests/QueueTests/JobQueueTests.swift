@@ -81,6 +81,7 @@ import Testing
         #expect(try db.store.device(id: a) == nil)
         #expect(try db.store.tombstone(deviceID: a)?.reason == "Unregistered")
         #expect(try db.store.liveJobCount() == 0)
+        #expect(try db.kind.rawQuery(db.location, "SELECT count(*) FROM jobs") == [["0"]])
     }
 
     @Test(arguments: StoreKind.allCases) func anAnswerForALeaseThatExpiredAndWasTakenOverChangesNothing(_ kind: StoreKind) throws {

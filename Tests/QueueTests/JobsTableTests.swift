@@ -15,7 +15,7 @@ import Testing
         let db = try TestDatabase()
         let raw = try RawSQLite(path: db.path)
         let statements = [
-            SQLiteStore.readDevice, SQLiteStore.insertJob, SQLiteStore.promoteNext,
+            SQLiteStore.readDevice, SQLiteStore.insertJob, SQLiteStore.promoteNumbered,
             "DELETE FROM jobs WHERE \(SQLiteStore.leaseGuard)",
             "UPDATE jobs SET state = 'retryable', scheduled_at = ?4, attempted_by = NULL, lease_expires_at = NULL WHERE \(SQLiteStore.leaseGuard)",
             "UPDATE jobs SET state = 'discarded', finalized_at = ?4, attempted_by = NULL, lease_expires_at = NULL WHERE \(SQLiteStore.leaseGuard)"
@@ -58,7 +58,13 @@ import Testing
         #expect(try raw.query("SELECT max(version) FROM schema_migrations") == [[String(SQLiteStore.schemaVersion)]])
         #expect(try raw.query("SELECT \(columns) FROM jobs ORDER BY id") == before)
         let indexes = Set(try raw.query("SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'jobs'").map { $0[0] })
-        #expect(indexes == ["jobs_one_head_per_device", "jobs_by_device", "jobs_due", "jobs_leased", "jobs_dead"])
+        #expect(
+            indexes == ["jobs_one_head_per_device", "jobs_by_device_seq", "jobs_dead_by_device", "jobs_due", "jobs_leased", "jobs_dead"])
+        // Schema 12 numbers each device's jobs in acceptance order, dead letters included, and the device row holds
+        // the next number; the foreign key is gone (its cascade needed an index ordered by device).
+        #expect(try raw.query("SELECT id, device_seq FROM jobs ORDER BY id") == [["7", "0"], ["8", "1"], ["9", "2"], ["10", "3"]])
+        #expect(try raw.query("SELECT next_seq FROM devices") == [["4"]])
+        #expect(try raw.query("PRAGMA foreign_key_list(jobs)").isEmpty)
         let triggers = Set(try raw.query("SELECT name FROM sqlite_master WHERE type = 'trigger' AND tbl_name = 'jobs'").map { $0[0] })
         #expect(triggers == ["jobs_live_on_insert"])  // the others gave way to explicit counting (migration 11)
 
@@ -75,6 +81,6 @@ import Testing
         #expect(try raw.query("SELECT live_jobs FROM devices") == [["2"]])
         #expect(try store.reportedOutcome(publicID: "p8")?.kind == .delivered)
         _ = try store.enqueue([NewJob(deviceID: "dev-a", publicID: "p11", payload: Array("new".utf8))], now: TestDatabase.t0, ttl: .seconds(60))
-        #expect(try raw.query("SELECT state FROM jobs WHERE id > 10") == [["pending"]])
+        #expect(try raw.query("SELECT state, device_seq FROM jobs WHERE id > 10") == [["pending", "4"]])
     }
 }

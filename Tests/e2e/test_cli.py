@@ -75,8 +75,8 @@ def _plant_dead_letters(path, reasons):
             connection.execute("INSERT INTO devices (id, device_token, date_added) VALUES (?, ?, 0)",
                                (device, f"{index:064x}"))
             connection.execute(
-                "INSERT INTO jobs (public_id, device_id, state, payload, created_at, scheduled_at, expires_at,"
-                " finalized_at, last_error) VALUES (?, ?, 'discarded', x'00', 0, 0, 0, 1, ?)",
+                "INSERT INTO jobs (public_id, device_id, device_seq, state, payload, created_at, scheduled_at,"
+                " expires_at, finalized_at, last_error) VALUES (?, ?, 0, 'discarded', x'00', 0, 0, 0, 1, ?)",
                 (f"job-{index}", device, reason))
 
 

@@ -7,8 +7,8 @@ import Threading
 /// Why: SQLite's automatic checkpoint runs in the commit that takes the WAL past 1,000 pages: once the commit is
 /// durable, still inside its `sqlite3_step`, it copies every page the WAL holds into the database file and syncs
 /// both files, while the store's writer connection (and everything queued behind it in this process) waits. With a
-/// million jobs queued a batch of completions dirties about a thousand index pages (each device's head sits in a
-/// `jobs_by_device` leaf of its own), so nearly every deliverer commit paid for a whole checkpoint: `QueueBench`
+/// million jobs queued a batch of completions dirtied about a thousand index pages (each device's head sat in a
+/// leaf of the index by device of its own, until migration 12), so nearly every deliverer commit paid for a whole checkpoint: `QueueBench`
 /// claimed at 0.54–0.66 of its rate with 10,000 queued. Here the writer only reports its WAL size after each commit
 /// (`SQLiteConnection.reportWALCommits`) and this thread checkpoints PASSIVE on its own connection meanwhile.
 ///

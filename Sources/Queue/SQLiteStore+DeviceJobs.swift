@@ -1,0 +1,95 @@
+import Common
+
+/// A device's jobs, found by their number in its queue (migration 12).
+///
+/// Each job carries `device_seq`, its place in its device's acceptance order, and `devices.next_seq` is the number
+/// the device's next job gets. Jobs are found through `jobs_by_device_seq (device_seq, device_id)`, not through an
+/// index ordered by device. Why: completing a head deletes its index entry, and with the index ordered by device
+/// every device's head sat in a leaf page of its own, so a batch of a thousand completions at depth wrote a
+/// thousand pages; ordered by number, the heads of devices that move in step share a few (docs/performance.md).
+///
+/// What makes walking by number cheap: a device's live jobs are its head and the jobs pending behind it, numbered
+/// from the head's number up to `next_seq` in acceptance order. A number in that range is missing only where a job
+/// merged into a digest was settled with its head (a few at a time), and a dead letter keeps a number below any
+/// live job's. A device without a head has no live job: every live job waits behind its head.
+extension SQLiteStore {
+    /// The number of the device's head (nil without one) and the number its next job gets; nil when the device is gone.
+    static func jobNumbers(device: String, _ db: SQLiteConnection) throws -> (head: Int64?, next: Int64)? {
+        try db.statement(
+            """
+            SELECT d.next_seq, (SELECT h.device_seq FROM jobs h WHERE h.device_id = d.id AND \(isHead("h")))
+            FROM devices d WHERE d.id = ?
+            """
+        ).rows([.text(device)]) { ($0.optionalInt64(1), $0.int64(0)) }.first.map { (head: $0.0, next: $0.1) }
+    }
+
+    /// Makes the device's (?2) job numbered ?1 its head, if that job is waiting.
+    static let promoteNumbered = "UPDATE jobs SET state = 'available' WHERE device_seq = ?1 AND device_id = ?2 AND state = 'pending'"
+
+    /// After the head numbered `seq` left (delivered, dead-lettered), makes the device's oldest pending job its head.
+    static func promoteNext(device: String, after seq: Int64, _ db: SQLiteConnection) throws {
+        let promote = try db.statement(promoteNumbered)
+        // The usual case, and the one a backlog drains by: the next number waits. Otherwise walk on, past jobs
+        // settled with a digest, up to the device's next number.
+        if try promote.run([.integer(seq + 1), .text(device)]) == 1 { return }
+        guard let next = try db.statement("SELECT next_seq FROM devices WHERE id = ?").rows([.text(device)], { $0.int64(0) }).first
+        else { return }
+        var candidate = seq + 2
+        while candidate < next {
+            if try promote.run([.integer(candidate), .text(device)]) == 1 { return }
+            candidate += 1
+        }
+    }
+
+    /// The device's pending jobs, oldest first, at most `limit`.
+    static func pendingJobs(device: String, limit: Int, _ db: SQLiteConnection) throws -> [PendingJob] {
+        guard limit > 0, let numbers = try jobNumbers(device: device, db), let head = numbers.head else { return [] }
+        let job = try db.statement(
+            """
+            SELECT id, payload, created_at, reports_outcome, folded, badge FROM jobs
+            WHERE device_seq = ?1 AND device_id = ?2 AND state = 'pending'
+            """)
+        var pending: [PendingJob] = []
+        var seq = head + 1
+        while seq < numbers.next, pending.count < limit {
+            pending += try job.rows([.integer(seq), .text(device)]) {
+                PendingJob(
+                    id: $0.int64(0), payload: $0.blob(1), createdAt: $0.int64(2), reportsOutcome: $0.int(3) == 1,
+                    folded: $0.isNull(4) ? FoldedAlerts() : FoldedAlerts(encoded: $0.blob(4)),
+                    badge: $0.isNull(5) ? nil : $0.int(5))
+            }
+            seq += 1
+        }
+        return pending
+    }
+
+    /// The device's newest pending job that does not report its outcome (the one SPEC §2.4 folds an alert into):
+    /// its id and folded alerts, or nil.
+    static func newestFoldableJob(device: String, _ db: SQLiteConnection) throws -> (id: Int64, folded: [UInt8])? {
+        guard let numbers = try jobNumbers(device: device, db), let head = numbers.head else { return nil }
+        let job = try db.statement(
+            """
+            SELECT id, folded FROM jobs
+            WHERE device_seq = ?1 AND device_id = ?2 AND state = 'pending' AND reports_outcome = 0
+            """)
+        var seq = numbers.next - 1
+        while seq > head {
+            if let found = try job.rows([.integer(seq), .text(device)], { (id: $0.int64(0), folded: $0.isNull(1) ? [] : $0.blob(1)) }).first {
+                return found
+            }
+            seq -= 1
+        }
+        return nil
+    }
+
+    /// Deletes the device and every job it has, live or dead. What the foreign key's cascade did before migration 12:
+    /// the live jobs by number from the head's, the dead letters through their partial index by device.
+    static func deleteDevice(_ device: String, _ db: SQLiteConnection) throws -> Bool {
+        if let numbers = try jobNumbers(device: device, db), let head = numbers.head {
+            let delete = try db.statement("DELETE FROM jobs WHERE device_seq = ?1 AND device_id = ?2")
+            for seq in head..<numbers.next { try delete.run([.integer(seq), .text(device)]) }
+        }
+        try db.statement("DELETE FROM jobs WHERE device_id = ? AND state = 'discarded'").run([.text(device)])
+        return try db.statement("DELETE FROM devices WHERE id = ?").run([.text(device)]) > 0
+    }
+}
