@@ -122,7 +122,10 @@ func rawInserts(path: String, ids: [String], count: Int) throws -> Double {
     defer { sqlite3_close(db) }
     sqlite3_exec(db, "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA secure_delete=ON", nil, nil, nil)
     var statement: OpaquePointer?
-    let insert = "INSERT INTO jobs (public_id, device_id, state, payload, created_at, scheduled_at, expires_at) VALUES (?, ?, 'pending', ?, 0, 0, 0)"
+    let insert = """
+        INSERT INTO jobs (public_id, device_id, device_seq, state, payload, created_at, scheduled_at, expires_at)
+        VALUES (?, ?, ?, 'pending', ?, 0, 0, 0)
+        """
     guard sqlite3_prepare_v2(db, insert, -1, &statement, nil) == SQLITE_OK else {
         throw RawInsertFailed(message: String(cString: sqlite3_errmsg(db)))
     }
@@ -132,7 +135,9 @@ func rawInserts(path: String, ids: [String], count: Int) throws -> Double {
         if index % 1000 == 0 { sqlite3_exec(db, "BEGIN IMMEDIATE", nil, nil, nil) }
         sqlite3_bind_text(statement, 1, "raw-\(index)", -1, CSQLite_transient())
         sqlite3_bind_text(statement, 2, ids[index % ids.count], -1, CSQLite_transient())
-        _ = payload.withUnsafeBytes { sqlite3_bind_blob(statement, 3, $0.baseAddress, Int32($0.count), CSQLite_transient()) }
+        // Each device's job number, as the relay gives it (the insert trigger moves the device's counter on).
+        sqlite3_bind_int64(statement, 3, Int64(index / ids.count))
+        _ = payload.withUnsafeBytes { sqlite3_bind_blob(statement, 4, $0.baseAddress, Int32($0.count), CSQLite_transient()) }
         guard sqlite3_step(statement) == SQLITE_DONE else { throw RawInsertFailed(message: String(cString: sqlite3_errmsg(db))) }
         sqlite3_reset(statement)
         if index % 1000 == 999 { sqlite3_exec(db, "COMMIT", nil, nil, nil) }
