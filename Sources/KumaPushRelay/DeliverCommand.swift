@@ -18,7 +18,7 @@ enum DeliverCommand: Command {
         try OptionParser(arguments).finish()
         TerminationSignals.block()
         let logger = Logger(label: "deliver", settings: settings)
-        let store = try openStore(settings)
+        let store = try openStore(settings, logger: logger)
         let metrics = MetricsRegistry()
         let runtime = try DeliveryRuntime(settings: settings, store: store, logger: logger, metrics: metrics)
         let metricsServer = try startMetrics(settings, metrics)

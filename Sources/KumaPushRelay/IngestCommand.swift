@@ -18,7 +18,7 @@ enum IngestCommand: Command {
         try FileDescriptorBudget.ensure(settings)
         TerminationSignals.block()
         let logger = Logger(label: "ingest", settings: settings)
-        let store = try openStore(settings)
+        let store = try openStore(settings, logger: logger)
         let service = IngestService(settings: settings, store: store, logger: logger)
         do {
             try service.start()

@@ -18,7 +18,7 @@ enum ServeCommand: Command {
         try FileDescriptorBudget.ensure(settings)
         TerminationSignals.block()
         let logger = Logger(label: "relay", settings: settings)
-        let store = try openStore(settings)
+        let store = try openStore(settings, logger: logger)
         let metrics = MetricsRegistry()
         let delivery = try DeliveryRuntime(settings: settings, store: store, logger: logger.child(label: "deliver"), metrics: metrics)
         var withoutMetrics = settings

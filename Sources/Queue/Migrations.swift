@@ -1,3 +1,5 @@
+import Common
+
 /// The schema, as numbered, append-only migrations. Never edit a shipped migration: add the next number.
 /// Each applied version is recorded in `schema_migrations`; a database holding a version this list does not know
 /// was migrated by a newer binary and is refused.
@@ -294,8 +296,10 @@ enum Migrations {
 
     static var latestVersion: Int { all.map(\.version).max() ?? 0 }
 
-    /// Brings the database up to `latestVersion`, applying each missing migration in its own transaction.
-    static func apply(on connection: SQLiteConnection, now: Int64) throws {
+    /// Brings the database up to `latestVersion`, applying each missing migration in its own transaction. On a
+    /// database that already had a schema (an upgrade, not a new file) each migration is announced on `logger`
+    /// before it runs and again with its duration when it is done.
+    static func apply(on connection: SQLiteConnection, now: Int64, logger: Logger? = nil) throws {
         try connection.writeTransaction {
             let tables = try connection.statement("SELECT name FROM sqlite_master WHERE type = 'table'").rows { $0.text(0) }
             if !tables.isEmpty && !tables.contains("schema_migrations") {
@@ -316,7 +320,11 @@ enum Migrations {
                 .newerSchema,
                 "the database is at schema version \(newest) but this binary knows only up to \(latestVersion): run a newer kumapush-relay")
         }
+        let upgrading = !applied.isEmpty
         for migration in all where !applied.contains(migration.version) {
+            let started = ContinuousClock.now
+            let announced = ["schema.version": String(migration.version), "schema.migration": migration.name]
+            if upgrading { logger?.info("upgrading the database schema; this process goes on when it is done", announced) }
             try connection.writeTransaction {
                 // Re-check inside the write lock: another process may have applied it since we looked.
                 let done =
@@ -326,6 +334,10 @@ enum Migrations {
                 try connection.execute(migration.sql)
                 try connection.statement("INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)")
                     .run([.integer(Int64(migration.version)), .text(migration.name), .integer(now)])
+            }
+            if upgrading {
+                let took = ContinuousClock.now - started
+                logger?.info("database schema upgraded", announced.merging(["duration_ms": String(took.wholeMilliseconds)]) { _, new in new })
             }
         }
     }

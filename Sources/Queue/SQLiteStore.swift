@@ -20,15 +20,20 @@ public final class SQLiteStore: Sendable {
         public var monitorRetention: Duration = .seconds(30 * 86_400)
         /// The longest written (and deleted) content may stay in the `-wal` file; nil never truncates it.
         public var walTruncateInterval: Duration? = .seconds(60)
+        /// Where an upgrade of an existing database says what it does and how long it took: some migrations rebuild
+        /// the queue (migration 12: about 20 s for a million queued jobs), and a process that starts silently for
+        /// that long looks hung.
+        public var logger: Logger?
 
         public init(
             synchronousFull: Bool = false, busyTimeout: Duration = .seconds(5),
-            monitorRetention: Duration = .seconds(30 * 86_400), walTruncateInterval: Duration? = .seconds(60)
+            monitorRetention: Duration = .seconds(30 * 86_400), walTruncateInterval: Duration? = .seconds(60), logger: Logger? = nil
         ) {
             self.synchronousFull = synchronousFull
             self.busyTimeout = busyTimeout
             self.monitorRetention = monitorRetention
             self.walTruncateInterval = walTruncateInterval
+            self.logger = logger
         }
     }
 
@@ -53,7 +58,7 @@ public final class SQLiteStore: Sendable {
                 options: .init(
                     busyTimeoutMillis: Int32(clamping: options.busyTimeout.wholeMilliseconds),
                     synchronousFull: options.synchronousFull))
-            try Migrations.apply(on: opened, now: now)
+            try Migrations.apply(on: opened, now: now, logger: options.logger)
             // Reads are point lookups and the occasional stats scan: a small cache keeps the process small.
             let readConnection = try SQLiteConnection(
                 path: path,

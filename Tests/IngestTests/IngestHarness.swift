@@ -2,7 +2,6 @@ import Common
 import Foundation
 import Ingest
 import Queue
-import Synchronization
 import TestSupport
 
 /// An ingest service on port 0 over a fresh database, with a client pointed at it.
@@ -66,11 +65,4 @@ final class IngestHarness {
     func jobIDs() throws -> Set<String> {
         Set(try RawSQLite(path: directory.path("relay.db")).query("SELECT public_id FROM jobs").map { $0[0] })
     }
-}
-
-/// Collects log lines for assertions about what is (never) logged.
-final class LogCapture: Sendable {
-    private let lines = Mutex<[String]>([])
-    func append(_ line: String) { lines.withLock { $0.append(line) } }
-    var text: String { lines.withLock { $0.joined(separator: "\n") } }
 }

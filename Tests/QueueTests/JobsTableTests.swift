@@ -65,6 +65,15 @@ import Testing
         #expect(try raw.query("SELECT id, device_seq FROM jobs ORDER BY id") == [["7", "0"], ["8", "1"], ["9", "2"], ["10", "3"]])
         #expect(try raw.query("SELECT next_seq FROM devices") == [["4"]])
         #expect(try raw.query("PRAGMA foreign_key_list(jobs)").isEmpty)
+        // An older binary still running after the upgrade cannot enqueue: its insert does not number the job
+        // (docs/operations.md, "Upgrade").
+        #expect(throws: (any Error).self) {
+            try raw.execute(
+                """
+                INSERT INTO jobs (public_id, device_id, state, payload, created_at, scheduled_at, expires_at)
+                VALUES ('old', 'dev-a', 'pending', 'x', 5, 5, 9999999999999)
+                """)
+        }
         let triggers = Set(try raw.query("SELECT name FROM sqlite_master WHERE type = 'trigger' AND tbl_name = 'jobs'").map { $0[0] })
         #expect(triggers == ["jobs_live_on_insert"])  // the others gave way to explicit counting (migration 11)
 

@@ -1,0 +1,47 @@
+import Common
+import TestSupport
+import Testing
+
+@testable import Queue
+
+/// An upgrade that rebuilds the queue takes seconds (migration 12: about 20 s for a million jobs); the operator sees
+/// each migration announced and timed instead of a process that says nothing.
+@Suite struct SchemaUpgradeLogTests {
+    private static func capturingLogger() -> (Logger, LogCapture) {
+        let lines = LogCapture()
+        let logger = Logger(label: "relay", level: .info, sink: LogSink(format: .text) { line in lines.append(line) })
+        return (logger, lines)
+    }
+
+    @Test func upgradingAnExistingDatabaseAnnouncesEachMigrationAndItsDuration() throws {
+        let directory = TemporaryDirectory()
+        let path = directory.path("relay.db")
+        let raw = try RawSQLite(path: path)
+        try raw.execute("CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY NOT NULL, name TEXT NOT NULL, applied_at INTEGER NOT NULL)")
+        for migration in Migrations.all where migration.version <= 10 {
+            try raw.execute(migration.sql)
+            try raw.execute("INSERT INTO schema_migrations VALUES (\(migration.version), 'v\(migration.version)', 0)")
+        }
+        let (logger, lines) = Self.capturingLogger()
+        _ = try SQLiteStore(path: path, options: .init(logger: logger), now: TestDatabase.t0)
+
+        let logged = lines.all
+        let pending = Migrations.all.map(\.version).filter { $0 > 10 }
+        #expect(pending == [11, 12])
+        #expect(logged.count == 2 * pending.count)
+        for (index, version) in pending.enumerated() {
+            let before = logged[2 * index]
+            let after = logged[2 * index + 1]
+            #expect(before.contains("upgrading the database schema") && before.contains("schema.version=\(version)"))
+            #expect(after.contains("database schema upgraded") && after.contains("schema.version=\(version)"))
+            #expect(after.contains("duration_ms="))
+        }
+    }
+
+    @Test func aNewDatabaseIsCreatedWithoutUpgradeLines() throws {
+        let directory = TemporaryDirectory()
+        let (logger, lines) = Self.capturingLogger()
+        _ = try SQLiteStore(path: directory.path("relay.db"), options: .init(logger: logger), now: TestDatabase.t0)
+        #expect(lines.all.isEmpty)
+    }
+}
