@@ -300,6 +300,15 @@ enum Migrations {
     /// database that already had a schema (an upgrade, not a new file) each migration is announced on `logger`
     /// before it runs and again with its duration when it is done.
     static func apply(on connection: SQLiteConnection, now: Int64, logger: Logger? = nil) throws {
+        // Processes started together (ingest and deliverers under systemd) wait for the one upgrading, however long
+        // its migrations take (migration 12: about 20 s a million jobs), instead of giving up at the busy timeout.
+        try connection.withBusyTimeout(millis: upgradeWaitMillis) { try applyPending(on: connection, now: now, logger: logger) }
+    }
+
+    /// How long a process waits for another's schema upgrade before it gives up.
+    static let upgradeWaitMillis: Int32 = 15 * 60 * 1000
+
+    private static func applyPending(on connection: SQLiteConnection, now: Int64, logger: Logger?) throws {
         try connection.writeTransaction {
             let tables = try connection.statement("SELECT name FROM sqlite_master WHERE type = 'table'").rows { $0.text(0) }
             if !tables.isEmpty && !tables.contains("schema_migrations") {

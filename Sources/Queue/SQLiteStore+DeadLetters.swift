@@ -34,7 +34,8 @@ extension SQLiteStore {
                 .rows(values + [.integer(Int64(limit))]) { $0.int64(0) }
             // One row at a time: whether a replayed job becomes its device's head depends on the rows before it.
             // It is stored again under a new id and its device's next number, so it queues behind every job its
-            // device already has (acceptance order; keeping the old id put replayed jobs ahead of newer ones).
+            // device already has (acceptance order; keeping the old id put replayed jobs ahead of newer ones). A
+            // dead letter whose device is gone (left by a binary older than schema 12) is not requeued, only removed.
             let requeue = try db.statement(
                 """
                 INSERT INTO jobs (public_id, device_id, state, payload, created_at, scheduled_at, expires_at,
@@ -42,9 +43,9 @@ extension SQLiteStore {
                 SELECT public_id, device_id,
                        CASE WHEN EXISTS (SELECT 1 FROM jobs h WHERE h.device_id = old.device_id AND \(Self.isHead("h")))
                             THEN 'pending' ELSE 'available' END,
-                       payload, created_at, ?1, ?2, reports_outcome, folded, folded_count,
-                       (SELECT next_seq FROM devices WHERE id = old.device_id)
-                FROM jobs old WHERE old.id = ?3 AND old.state = 'discarded'
+                       payload, created_at, ?1, ?2, reports_outcome, folded, folded_count, d.next_seq
+                FROM jobs old JOIN devices d ON d.id = old.device_id
+                WHERE old.id = ?3 AND old.state = 'discarded'
                 """)
             let remove = try db.statement("DELETE FROM jobs WHERE id = ? AND state = 'discarded'")
             var count = 0

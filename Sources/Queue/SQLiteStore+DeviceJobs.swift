@@ -87,7 +87,11 @@ extension SQLiteStore {
     static func deleteDevice(_ device: String, _ db: SQLiteConnection) throws -> Bool {
         if let numbers = try jobNumbers(device: device, db), let head = numbers.head {
             let delete = try db.statement("DELETE FROM jobs WHERE device_seq = ?1 AND device_id = ?2")
-            for seq in head..<numbers.next { try delete.run([.integer(seq), .text(device)]) }
+            var seq = head
+            while seq < numbers.next {
+                try delete.run([.integer(seq), .text(device)])
+                seq += 1
+            }
         }
         try db.statement("DELETE FROM jobs WHERE device_id = ? AND state = 'discarded'").run([.text(device)])
         return try db.statement("DELETE FROM devices WHERE id = ?").run([.text(device)]) > 0

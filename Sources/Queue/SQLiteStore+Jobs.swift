@@ -132,7 +132,10 @@ extension SQLiteStore {
             claimed.reserveCapacity(leased.count)
             for (id, publicID, deviceID, payload, attempt, createdAt, expiresAt, reportsOutcome, folded, badge, number) in leased {
                 // Deleting a device deletes its jobs in the same transaction (deleteDevice), so a job whose device is
-                // gone should not exist; if one does, it could never be delivered and would come round forever.
+                // gone exists only if a binary older than schema 12 deleted the device (it relied on the foreign
+                // key's cascade) during an upgrade. Such jobs can never be delivered: this one and every other job
+                // of the device go, the way the cascade would have removed them (a scan of the queue, once per
+                // such device).
                 guard
                     let (token, level, environment, recentPushes, lastPushAt) = try lookup.rows(
                         [.text(deviceID), .integer(now)],
@@ -144,7 +147,7 @@ extension SQLiteStore {
                         }
                     ).first
                 else {
-                    try db.statement("DELETE FROM jobs WHERE id = ?").run([.integer(id)])
+                    try db.statement("DELETE FROM jobs WHERE device_id = ?").run([.text(deviceID)])
                     continue
                 }
                 claimed.append(

@@ -51,19 +51,90 @@ import Testing
         #expect(try db.claim().map(\.label) == ["a5"])
     }
 
-    /// Without a foreign key nothing stops a job row naming a device that does not exist (written by hand, or by a
-    /// fault): it could never be sent, so a claim drops it instead of leasing it again every lease.
-    @Test func aJobWhoseDeviceIsGoneIsDroppedWhenClaimed() throws {
+    /// A head whose digest settled every job behind it leaves its device with nothing waiting: the walk for the next
+    /// head runs out at the device's next number, and the next alert becomes the head at once.
+    @Test func aDigestThatSettledEveryWaitingJobLeavesNoHeadBehind() throws {
         let db = try TestDatabase()
         let a = try db.device(1)
-        try db.enqueue(a, "a0")
+        try db.enqueue(a, "a0", "a1", "a2")
+        let head = try #require(try db.claim().first)
+        let merged = try db.store.pendingJobs(deviceID: a, limit: 10)
+        #expect(merged.count == 2)
+        _ = try db.store.finish([JobOutcome(head, kind: .delivered, merged: merged.map(\.asMerged))], worker: "w1", now: t0)
+        #expect(try numbers(db, a).isEmpty)
+        try db.enqueue(a, "a3")
+        #expect(try numbers(db, a) == [["3", "available"]])
+        #expect(try db.claim().map(\.label) == ["a3"])
+    }
+
+    /// The upgrade numbers each device's jobs on their own, in acceptance (id) order however the devices' jobs
+    /// interleave, dead letters included, and gives every device the number its next job gets.
+    @Test func theUpgradeNumbersEachDevicesJobsSeparately() throws {
+        let directory = TemporaryDirectory()
+        let path = directory.path("relay.db")
+        let raw = try RawSQLite(path: path)
+        try raw.execute("CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY NOT NULL, name TEXT NOT NULL, applied_at INTEGER NOT NULL)")
+        for migration in Migrations.all where migration.version <= 11 {
+            try raw.execute(migration.sql)
+            try raw.execute("INSERT INTO schema_migrations VALUES (\(migration.version), 'v\(migration.version)', 0)")
+        }
+        for (index, device) in ["dev-a", "dev-b", "dev-c"].enumerated() {
+            try raw.execute(
+                "INSERT INTO devices (id, device_token, date_added) VALUES ('\(device)', '\(String(repeating: "\(index)", count: 64))', 0)")
+        }
+        let rows = [(1, "dev-a", "discarded"), (2, "dev-b", "available"), (3, "dev-a", "available"), (4, "dev-b", "pending"), (5, "dev-a", "pending")]
+        for (id, device, state) in rows {
+            try raw.execute(
+                """
+                INSERT INTO jobs (id, public_id, device_id, state, payload, created_at, scheduled_at, expires_at, finalized_at)
+                VALUES (\(id), 'p\(id)', '\(device)', '\(state)', x'00', \(id), \(id), 9999999999999,
+                        \(state == "discarded" ? "1" : "NULL"))
+                """)
+        }
+        _ = try SQLiteStore(path: path, now: t0)
+        #expect(try raw.query("SELECT id, device_seq FROM jobs ORDER BY id") == [["1", "0"], ["2", "0"], ["3", "1"], ["4", "1"], ["5", "2"]])
+        #expect(try raw.query("SELECT id, next_seq FROM devices ORDER BY id") == [["dev-a", "3"], ["dev-b", "2"], ["dev-c", "0"]])
+    }
+
+    /// SQLite uses the indexes the statements were written for: a job is found by its number through
+    /// `jobs_by_device_seq` and a device's dead letters through `jobs_dead_by_device`, never by a scan of the queue
+    /// (the claim at a million queued depends on it, docs/performance.md).
+    @Test func aDevicesJobsAreFoundThroughTheirIndexes() throws {
+        let db = try TestDatabase()
         let raw = try RawSQLite(path: db.path)
-        try raw.execute(
-            """
-            INSERT INTO jobs (public_id, device_id, device_seq, state, payload, created_at, scheduled_at, expires_at)
-            VALUES ('orphan', 'NoSuchDevice__', 0, 'available', x'00', 0, 0, 9999999999999)
-            """)
+        func plan(_ sql: String) throws -> String {
+            try raw.query("EXPLAIN QUERY PLAN \(sql)").map { $0.last ?? "" }.joined(separator: "; ")
+        }
+        #expect(
+            try plan(SQLiteStore.promoteNumbered.replacingOccurrences(of: "?1", with: "1").replacingOccurrences(of: "?2", with: "'d'"))
+                .contains("USING INDEX jobs_by_device_seq"))
+        #expect(try plan("DELETE FROM jobs WHERE device_seq = 1 AND device_id = 'd'").contains("USING INDEX jobs_by_device_seq"))
+        #expect(try plan("DELETE FROM jobs WHERE device_id = 'd' AND state = 'discarded'").contains("USING INDEX jobs_dead_by_device"))
+    }
+
+    /// Without a foreign key nothing stops a job row naming a device that does not exist: a binary older than schema
+    /// 12, still running through the upgrade, deletes a device the way the cascade used to (its row only). Those
+    /// jobs could never be sent: the claim that meets one drops every job of the device, and a replay of such a
+    /// dead letter removes it without queueing it.
+    @Test func jobsWhoseDeviceIsGoneAreDroppedWhenOneIsClaimed() throws {
+        let db = try TestDatabase()
+        let a = try db.device(1)
+        let b = try db.device(2)
+        let c = try db.device(3)
+        try db.enqueue(a, "a0")
+        try db.enqueue(b, "b0", "b1", "b2")
+        try db.enqueue(c, "c0")
+        // c's only job becomes a dead letter; a's and b's heads go back to waiting to be claimed.
+        let heads = try db.claim()
+        let c0 = try #require(heads.first { $0.deviceID == c })
+        _ = try db.store.finish([.dead(c0, "BadDeviceToken")], worker: "w1", now: t0)
+        let raw = try RawSQLite(path: db.path)
+        try raw.execute("UPDATE jobs SET state = 'available', attempted_by = NULL, lease_expires_at = NULL WHERE state = 'running'")
+        try raw.execute("DELETE FROM devices WHERE id IN ('\(b)', '\(c)')")
+
         #expect(try db.claim().map(\.label) == ["a0"])
-        #expect(try raw.query("SELECT count(*) FROM jobs WHERE public_id = 'orphan'") == [["0"]])
+        #expect(try raw.query("SELECT count(*) FROM jobs WHERE device_id = '\(b)'") == [["0"]])
+        #expect(try db.store.replayDeadLetters(DeadLetterFilter(deviceID: c), limit: 10, now: t0, ttl: .seconds(60)) == 0)
+        #expect(try raw.query("SELECT count(*) FROM jobs WHERE device_id = '\(c)'") == [["0"]])
     }
 }

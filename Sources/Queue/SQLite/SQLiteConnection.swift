@@ -16,6 +16,7 @@ final class SQLiteConnection {
     }
 
     private let handle: OpaquePointer
+    private let busyTimeoutMillis: Int32
     private var statements: [String: SQLiteStatement] = [:]
     /// Kept alive here for as long as the WAL hook that points at it is installed (the connection's life).
     private var walCheckpointer: WALCheckpointer?
@@ -43,6 +44,7 @@ final class SQLiteConnection {
             throw SQLiteError(code: code, message: "cannot open \(path): \(message)", sql: nil)
         }
         handle = db
+        busyTimeoutMillis = options.busyTimeoutMillis
         sqlite3_extended_result_codes(db, 1)
         sqlite3_busy_timeout(db, options.busyTimeoutMillis)
         // journal_mode=WAL first: it reads the file header, so a file that is not a database fails here, clearly.
@@ -67,6 +69,13 @@ final class SQLiteConnection {
     deinit {
         statements.removeAll()
         sqlite3_close_v2(handle)
+    }
+
+    /// Runs `body` waiting up to `millis` for another connection's lock, then puts the configured wait back.
+    func withBusyTimeout<T>(millis: Int32, _ body: () throws -> T) rethrows -> T {
+        sqlite3_busy_timeout(handle, millis)
+        defer { sqlite3_busy_timeout(handle, busyTimeoutMillis) }
+        return try body()
     }
 
     /// Runs one or more SQL statements that take no parameters (schema, pragmas, transaction control).

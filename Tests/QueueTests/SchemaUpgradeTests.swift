@@ -1,12 +1,15 @@
 import Common
+import Foundation
+import Synchronization
 import TestSupport
 import Testing
 
 @testable import Queue
 
-/// An upgrade that rebuilds the queue takes seconds (migration 12: about 20 s for a million jobs); the operator sees
-/// each migration announced and timed instead of a process that says nothing.
-@Suite struct SchemaUpgradeLogTests {
+/// An upgrade that rebuilds the queue takes seconds (migration 12: about 20 s for a million jobs): the operator sees
+/// each migration announced and timed instead of a process that says nothing, and the processes started with the
+/// one upgrading wait for it instead of failing at the busy timeout.
+@Suite struct SchemaUpgradeTests {
     private static func capturingLogger() -> (Logger, LogCapture) {
         let lines = LogCapture()
         let logger = Logger(label: "relay", level: .info, sink: LogSink(format: .text) { line in lines.append(line) })
@@ -27,7 +30,7 @@ import Testing
 
         let logged = lines.all
         let pending = Migrations.all.map(\.version).filter { $0 > 10 }
-        #expect(pending == [11, 12])
+        #expect(!pending.isEmpty)
         #expect(logged.count == 2 * pending.count)
         for (index, version) in pending.enumerated() {
             let before = logged[2 * index]
@@ -44,4 +47,31 @@ import Testing
         _ = try SQLiteStore(path: directory.path("relay.db"), options: .init(logger: logger), now: TestDatabase.t0)
         #expect(lines.all.isEmpty)
     }
+
+    /// A process that opens the database while another holds its write lock (upgrading, say, for 20 s) waits
+    /// longer than its busy timeout: here the lock is held three times as long as the store's timeout.
+    @Test func openingWaitsForAnotherProcessHoldingTheWriteLock() throws {
+        let directory = TemporaryDirectory()
+        let path = directory.path("relay.db")
+        _ = try SQLiteStore(path: path, now: TestDatabase.t0)
+        let holder = try RawSQLite(path: path)
+        try holder.execute("BEGIN IMMEDIATE")
+        let opened = OpenResult()
+        let done = DispatchSemaphore(value: 0)
+        Thread.detachNewThread {
+            opened.set(Result { try SQLiteStore(path: path, options: .init(busyTimeout: .milliseconds(100)), now: TestDatabase.t0) })
+            done.signal()
+        }
+        Thread.sleep(forTimeInterval: 0.3)  // the lock held past the opener's busy timeout: what is being tested
+        try holder.execute("COMMIT")
+        done.wait()
+        #expect(throws: Never.self) { try opened.get() }
+    }
+}
+
+/// The outcome of opening a store on another thread.
+private final class OpenResult: Sendable {
+    private let result = Mutex<Result<SQLiteStore, any Error>?>(nil)
+    func set(_ value: Result<SQLiteStore, any Error>) { result.withLock { $0 = value } }
+    func get() throws -> SQLiteStore { try result.withLock { $0 }!.get() }
 }
