@@ -55,9 +55,8 @@ extension PostgresStore {
     public func finish(_ outcomes: [JobOutcome], worker: String, now: Int64) throws(StoreError) -> [Bool] {
         guard !outcomes.isEmpty else { return [] }
         let applied = try write { db in
-            let ids = outcomes.map(\.jobID)
-            let devices = try db.rows("SELECT DISTINCT device_id FROM jobs WHERE id = ANY($1::bigint[])", [.integerArray(ids)]) { $0.text(0) }
-            try Self.lockDevices(devices, db)
+            // A job's device never changes, so the claim's answer names the devices to lock (no read of the jobs).
+            try Self.lockDevices(Set(outcomes.map(\.deviceID)), db)
             // Deliveries, most of every batch, in a few set-wise statements: a round trip per job would cost more
             // than the jobs. The other outcomes, rare, one by one below.
             var applied = [Bool](repeating: false, count: outcomes.count)
