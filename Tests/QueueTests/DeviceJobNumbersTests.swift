@@ -72,12 +72,7 @@ import Testing
     @Test func theUpgradeNumbersEachDevicesJobsSeparately() throws {
         let directory = TemporaryDirectory()
         let path = directory.path("relay.db")
-        let raw = try RawSQLite(path: path)
-        try raw.execute("CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY NOT NULL, name TEXT NOT NULL, applied_at INTEGER NOT NULL)")
-        for migration in Migrations.all where migration.version <= 11 {
-            try raw.execute(migration.sql)
-            try raw.execute("INSERT INTO schema_migrations VALUES (\(migration.version), 'v\(migration.version)', 0)")
-        }
+        let raw = try sqliteDatabase(atSchema: 11, path: path)
         for (index, device) in ["dev-a", "dev-b", "dev-c"].enumerated() {
             try raw.execute(
                 "INSERT INTO devices (id, device_token, date_added) VALUES ('\(device)', '\(String(repeating: "\(index)", count: 64))', 0)")

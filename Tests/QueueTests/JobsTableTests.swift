@@ -33,12 +33,7 @@ import Testing
     @Test func aQueueFromSchemaNineIsRebuiltWithEveryJobKept() throws {
         let directory = TemporaryDirectory()
         let path = directory.path("relay.db")
-        let raw = try RawSQLite(path: path)
-        try raw.execute("CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY NOT NULL, name TEXT NOT NULL, applied_at INTEGER NOT NULL)")
-        for migration in Migrations.all where migration.version <= 9 {
-            try raw.execute(migration.sql)
-            try raw.execute("INSERT INTO schema_migrations VALUES (\(migration.version), 'v\(migration.version)', 0)")
-        }
+        let raw = try sqliteDatabase(atSchema: 9, path: path)
         // Schema 9's triggers count the live jobs as they are inserted: three (the dead letter does not count).
         try raw.execute(
             """

@@ -19,12 +19,7 @@ import Testing
     @Test func upgradingAnExistingDatabaseAnnouncesEachMigrationAndItsDuration() throws {
         let directory = TemporaryDirectory()
         let path = directory.path("relay.db")
-        let raw = try RawSQLite(path: path)
-        try raw.execute("CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY NOT NULL, name TEXT NOT NULL, applied_at INTEGER NOT NULL)")
-        for migration in Migrations.all where migration.version <= 10 {
-            try raw.execute(migration.sql)
-            try raw.execute("INSERT INTO schema_migrations VALUES (\(migration.version), 'v\(migration.version)', 0)")
-        }
+        _ = try sqliteDatabase(atSchema: 10, path: path)
         let (logger, lines) = Self.capturingLogger()
         _ = try SQLiteStore(path: path, options: .init(logger: logger), now: TestDatabase.t0)
 
