@@ -297,8 +297,9 @@ enum Migrations {
     static var latestVersion: Int { all.map(\.version).max() ?? 0 }
 
     /// Brings the database up to `latestVersion`, applying each missing migration in its own transaction. On a
-    /// database that already had a schema (an upgrade, not a new file) each migration is announced on `logger`
-    /// before it runs and again with its duration when it is done.
+    /// database that already had a schema (an upgrade, not a new file) each migration this process applies is
+    /// announced on `logger` when it starts and again with its duration when it is done; one another process
+    /// applied meanwhile is not.
     static func apply(on connection: SQLiteConnection, now: Int64, logger: Logger? = nil) throws {
         // Processes started together (ingest and deliverers under systemd) wait for the one upgrading, however long
         // its migrations take (migration 12: about 20 s a million jobs), instead of giving up at the busy timeout.
@@ -331,20 +332,24 @@ enum Migrations {
         }
         let upgrading = !applied.isEmpty
         for migration in all where !applied.contains(migration.version) {
-            let started = ContinuousClock.now
             let announced = ["schema.version": String(migration.version), "schema.migration": migration.name]
-            if upgrading { logger?.info("upgrading the database schema; this process goes on when it is done", announced) }
-            try connection.writeTransaction {
-                // Re-check inside the write lock: another process may have applied it since we looked.
+            var started = ContinuousClock.now
+            let appliedHere = try connection.writeTransaction {
+                // Re-check inside the write lock: another process may have applied it while this one waited.
                 let done =
                     try connection.statement("SELECT count(*) FROM schema_migrations WHERE version = ?")
                     .rows([.integer(Int64(migration.version))]) { $0.int(0) }.first ?? 0
-                guard done == 0 else { return }
+                guard done == 0 else { return false }
+                if upgrading {
+                    started = ContinuousClock.now
+                    logger?.info("upgrading the database schema; this process goes on when it is done", announced)
+                }
                 try connection.execute(migration.sql)
                 try connection.statement("INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)")
                     .run([.integer(Int64(migration.version)), .text(migration.name), .integer(now)])
+                return true
             }
-            if upgrading {
+            if upgrading, appliedHere {
                 let took = ContinuousClock.now - started
                 logger?.info("database schema upgraded", announced.merging(["duration_ms": String(took.wholeMilliseconds)]) { _, new in new })
             }
