@@ -9,9 +9,10 @@ import Common
 /// thousand pages; ordered by number, the heads of devices that move in step share a few (docs/performance.md).
 ///
 /// What makes walking by number cheap: a device's live jobs are its head and the jobs pending behind it, numbered
-/// from the head's number up to `next_seq` in acceptance order. A number in that range is missing only where a job
-/// merged into a digest was settled with its head (a few at a time), and a dead letter keeps a number below any
-/// live job's. A device without a head has no live job: every live job waits behind its head.
+/// from the head's number up to `next_seq` in acceptance order. A number in that range is missing, or held by a
+/// dead letter, only where a job merged into a digest was settled with its head (up to `maximumMerged` of them);
+/// other dead letters hold numbers below the head's. A device without a head has no live job: every live job waits
+/// behind its head.
 extension SQLiteStore {
     /// The number of the device's head (nil without one) and the number its next job gets; nil when the device is gone.
     static func jobNumbers(device: String, _ db: SQLiteConnection) throws -> (head: Int64?, next: Int64)? {
@@ -41,14 +42,16 @@ extension SQLiteStore {
         }
     }
 
+    /// The device's (?2) job numbered ?1, if it is waiting.
+    static let pendingJobNumbered = """
+        SELECT id, payload, created_at, reports_outcome, folded, badge FROM jobs
+        WHERE device_seq = ?1 AND device_id = ?2 AND state = 'pending'
+        """
+
     /// The device's pending jobs, oldest first, at most `limit`.
     static func pendingJobs(device: String, limit: Int, _ db: SQLiteConnection) throws -> [PendingJob] {
         guard limit > 0, let numbers = try jobNumbers(device: device, db), let head = numbers.head else { return [] }
-        let job = try db.statement(
-            """
-            SELECT id, payload, created_at, reports_outcome, folded, badge FROM jobs
-            WHERE device_seq = ?1 AND device_id = ?2 AND state = 'pending'
-            """)
+        let job = try db.statement(pendingJobNumbered)
         var pending: [PendingJob] = []
         var seq = head + 1
         while seq < numbers.next, pending.count < limit {
@@ -63,15 +66,17 @@ extension SQLiteStore {
         return pending
     }
 
+    /// The device's (?2) job numbered ?1, if it is waiting and an alert may be folded into it.
+    static let foldableJobNumbered = """
+        SELECT id, folded FROM jobs
+        WHERE device_seq = ?1 AND device_id = ?2 AND state = 'pending' AND reports_outcome = 0
+        """
+
     /// The device's newest pending job that does not report its outcome (the one SPEC §2.4 folds an alert into):
     /// its id and folded alerts, or nil.
     static func newestFoldableJob(device: String, _ db: SQLiteConnection) throws -> (id: Int64, folded: [UInt8])? {
         guard let numbers = try jobNumbers(device: device, db), let head = numbers.head else { return nil }
-        let job = try db.statement(
-            """
-            SELECT id, folded FROM jobs
-            WHERE device_seq = ?1 AND device_id = ?2 AND state = 'pending' AND reports_outcome = 0
-            """)
+        let job = try db.statement(foldableJobNumbered)
         var seq = numbers.next - 1
         while seq > head {
             if let found = try job.rows([.integer(seq), .text(device)], { (id: $0.int64(0), folded: $0.isNull(1) ? [] : $0.blob(1)) }).first {
@@ -82,18 +87,24 @@ extension SQLiteStore {
         return nil
     }
 
+    /// Deletes the device's (?2) job numbered ?1, whatever its state.
+    static let deleteNumbered = "DELETE FROM jobs WHERE device_seq = ?1 AND device_id = ?2"
+
+    /// Deletes the device's dead letters.
+    static let deleteDeadLetters = "DELETE FROM jobs WHERE device_id = ?1 AND state = 'discarded'"
+
     /// Deletes the device and every job it has, live or dead. What the foreign key's cascade did before migration 12:
     /// the live jobs by number from the head's, the dead letters through their partial index by device.
     static func deleteDevice(_ device: String, _ db: SQLiteConnection) throws -> Bool {
         if let numbers = try jobNumbers(device: device, db), let head = numbers.head {
-            let delete = try db.statement("DELETE FROM jobs WHERE device_seq = ?1 AND device_id = ?2")
+            let delete = try db.statement(deleteNumbered)
             var seq = head
             while seq < numbers.next {
                 try delete.run([.integer(seq), .text(device)])
                 seq += 1
             }
         }
-        try db.statement("DELETE FROM jobs WHERE device_id = ? AND state = 'discarded'").run([.text(device)])
+        try db.statement(deleteDeadLetters).run([.text(device)])
         return try db.statement("DELETE FROM devices WHERE id = ?").run([.text(device)]) > 0
     }
 }

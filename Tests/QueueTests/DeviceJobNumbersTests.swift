@@ -92,19 +92,26 @@ import Testing
     }
 
     /// SQLite uses the indexes the statements were written for: a job is found by its number through
-    /// `jobs_by_device_seq` and a device's dead letters through `jobs_dead_by_device`, never by a scan of the queue
-    /// (the claim at a million queued depends on it, docs/performance.md).
+    /// `jobs_by_device_seq`, a device's head through `jobs_one_head_per_device` and its dead letters through
+    /// `jobs_dead_by_device`, never by a scan of the queue (the claim at a million queued depends on it,
+    /// docs/performance.md).
     @Test func aDevicesJobsAreFoundThroughTheirIndexes() throws {
         let db = try TestDatabase()
         let raw = try RawSQLite(path: db.path)
         func plan(_ sql: String) throws -> String {
-            try raw.query("EXPLAIN QUERY PLAN \(sql)").map { $0.last ?? "" }.joined(separator: "; ")
+            let bound = sql.replacingOccurrences(of: "?1", with: "1").replacingOccurrences(of: "?2", with: "'d'")
+                .replacingOccurrences(of: "?", with: "'d'")
+            return try raw.query("EXPLAIN QUERY PLAN \(bound)").map { $0.last ?? "" }.joined(separator: "; ")
         }
+        for statement in [
+            SQLiteStore.promoteNumbered, SQLiteStore.pendingJobNumbered, SQLiteStore.foldableJobNumbered, SQLiteStore.deleteNumbered
+        ] {
+            let found = try plan(statement)
+            #expect(found.contains("USING INDEX jobs_by_device_seq"), "\(statement): \(found)")
+        }
+        #expect(try plan(SQLiteStore.deleteDeadLetters).contains("USING INDEX jobs_dead_by_device"))
         #expect(
-            try plan(SQLiteStore.promoteNumbered.replacingOccurrences(of: "?1", with: "1").replacingOccurrences(of: "?2", with: "'d'"))
-                .contains("USING INDEX jobs_by_device_seq"))
-        #expect(try plan("DELETE FROM jobs WHERE device_seq = 1 AND device_id = 'd'").contains("USING INDEX jobs_by_device_seq"))
-        #expect(try plan("DELETE FROM jobs WHERE device_id = 'd' AND state = 'discarded'").contains("USING INDEX jobs_dead_by_device"))
+            try plan("SELECT h.device_seq FROM jobs h WHERE h.device_id = 'd' AND \(SQLiteStore.isHead("h"))").contains("jobs_one_head_per_device"))
     }
 
     /// Without a foreign key nothing stops a job row naming a device that does not exist: a binary older than schema
