@@ -96,6 +96,9 @@ public final class SQLiteStore: Sendable {
     /// The schema version this binary migrates to.
     public static var schemaVersion: Int { Migrations.latestVersion }
 
+    /// Every migration this binary applies, by version.
+    public static var migrationVersions: [Int] { Migrations.all.map(\.version) }
+
     /// Runs `body` with the connection, mapping SQLite failures to `StoreError`.
     func withConnection<T: Sendable>(_ body: (SQLiteConnection) throws -> T) throws(StoreError) -> T {
         do {

@@ -28,6 +28,14 @@ enum StoreKind: String, CaseIterable, Sendable, CustomTestStringConvertible {
         }
     }
 
+    /// The versions of the migrations a new database of this kind receives.
+    var migrationVersions: [Int] {
+        switch self {
+        case .sqlite: return SQLiteStore.migrationVersions
+        case .postgres: return PostgresStore.migrationVersions
+        }
+    }
+
     /// Runs `sql` on a bare connection, past the store, returning every row as text.
     @discardableResult
     func rawQuery(_ location: String, _ sql: String) throws -> [[String]] {

@@ -241,6 +241,9 @@ def test_migrate_store_moves_a_sqlite_relay_to_postgres_and_its_webhook_urls_kee
     again = migrate()
     assert again.returncode == 0 and again.stdout.startswith("moved 0 devices (3 already there), 0 tombstones, 0 jobs"), again.stdout
     assert postgres.query(name, "SELECT count(*) FROM jobs") == [["15"]]
+    # Each device's live jobs, which DEVICE_QUEUE_MAX reads, are counted for the moved jobs too.
+    assert postgres.query(name, "SELECT sum(live_jobs), count(*) FILTER (WHERE live_jobs <> (SELECT count(*) FROM jobs j "
+                                "WHERE j.device_id = devices.id AND j.state <> 'discarded')) FROM devices") == [["15", "0"]]
 
     ingest = relays("ingest", DATABASE_URL=url, RATE_LIMIT_WEBHOOK="off")
     relays("deliver", DATABASE_URL=url, DEVICE_BURST="off")

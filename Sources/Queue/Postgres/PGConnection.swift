@@ -4,6 +4,11 @@ import Foundation
 /// One libpq connection. Owns its `PGconn*` (closed in `deinit`) and the names of the statements it prepared.
 ///
 /// A `PGconn` must not be used by two threads at once; `PostgresLink` keeps each inside a `Mutex`.
+///
+/// Statements whose answer the caller does not read (`runDeferred`, and the BEGIN of `beginDeferred`) wait and
+/// go to the server with the next statement whose answer is read, in one libpq pipeline: one round trip for all
+/// of them. At a trickle, every round trip is a wake-up of the server and of this process, and on a busy machine
+/// each wake-up may wait for a core; a transaction of two round trips instead of seven waits less.
 /// Results are asked for in text format (numbers and booleans parse from text; `bytea` arrives hex-encoded);
 /// `bytea` parameters go in binary format.
 final class PGConnection {
@@ -18,6 +23,19 @@ final class PGConnection {
     private let handle: OpaquePointer
     /// SQL text → prepared statement name, for the statements run with `prepare: true`.
     private var prepared: [String: String] = [:]
+    /// Statements to send with the next round trip (`runDeferred`).
+    private var deferred: [Statement] = []
+    /// Round trips to the server so far: one per statement run on its own, one per pipeline (tests count them).
+    private(set) var roundTrips = 0
+    /// Set when a pipeline ended in a state this code does not expect: the connection is then treated as broken
+    /// (`isBroken`), so `PostgresLink` replaces it rather than reuse a connection left in pipeline mode.
+    private var unusable = false
+
+    private struct Statement {
+        let sql: String
+        let values: [PGValue]
+        let prepare: Bool
+    }
 
     /// Connects with `conninfo`, a libpq URI (`postgres://…`, `postgresql://…`) or key=value string.
     init(conninfo: String, options: Options) throws {
@@ -57,10 +75,13 @@ final class PGConnection {
     deinit { PQfinish(handle) }
 
     /// True once libpq has seen the connection fail: nothing more can be sent on it.
-    var isBroken: Bool { PQstatus(handle) != CONNECTION_OK }
+    var isBroken: Bool { unusable || PQstatus(handle) != CONNECTION_OK }
 
     /// Runs one or more SQL statements that take no parameters (schema, transaction control).
     func execute(_ sql: String) throws {
+        // A string of several statements cannot go through a pipeline: what waits is sent first, on its own.
+        if !deferred.isEmpty { PQclear(try pipelined(then: nil)) }
+        roundTrips += 1
         let result = PQexec(handle, sql)
         defer { PQclear(result) }
         try check(result, sql: sql)
@@ -85,6 +106,30 @@ final class PGConnection {
         let result = try result(of: sql, values, prepare: prepare)
         defer { PQclear(result) }
         return Int(String(cString: PQcmdTuples(result))) ?? 0
+    }
+
+    /// Queues `sql` to be sent with the next statement whose answer is read (or with `commit`): one round trip for
+    /// both. Only inside a transaction, whose every statement is undone if this one fails: its error is thrown by
+    /// that later call, and nothing after it in the transaction runs.
+    func runDeferred(_ sql: String, _ values: [PGValue] = [], prepare: Bool = true) {
+        deferred.append(Statement(sql: sql, values: values, prepare: prepare))
+    }
+
+    /// Opens a transaction whose BEGIN travels with its first statement (`runDeferred`).
+    func beginDeferred() {
+        runDeferred("BEGIN", prepare: false)
+    }
+
+    /// Commits the transaction, sending whatever waits first in the same round trip. Throws when any of it
+    /// failed; a COMMIT that fails (connection lost) leaves the outcome unknown, as with `transaction`.
+    func commit() throws {
+        PQclear(try pipelined(then: Statement(sql: "COMMIT", values: [], prepare: false)))
+    }
+
+    /// Rolls the open transaction back, dropping statements that were never sent.
+    func rollback() {
+        deferred = []
+        if !isBroken { try? execute("ROLLBACK") }
     }
 
     /// Runs `body` inside `BEGIN … COMMIT`, rolling back if it throws. A COMMIT that fails (connection lost)
@@ -130,7 +175,107 @@ final class PGConnection {
 
     /// The result of `sql`, which the caller clears.
     private func result(of sql: String, _ values: [PGValue], prepare: Bool) throws -> OpaquePointer {
-        // All parameter bytes in one buffer; pointers into it are made inside one withUnsafeBufferPointer.
+        let statement = Statement(sql: sql, values: values, prepare: prepare)
+        if !deferred.isEmpty, let result = try pipelined(then: statement) { return result }
+        let name = prepare ? try preparedName(for: sql, parameterCount: values.count) : nil
+        roundTrips += 1
+        let result = Self.withParameters(values) { pointers, lengths, formats in
+            if let name {
+                return PQexecPrepared(handle, name, Int32(values.count), pointers, lengths, formats, 0)
+            }
+            return PQexecParams(handle, sql, Int32(values.count), nil, pointers, lengths, formats, 0)
+        }
+        do {
+            try check(result, sql: sql)
+        } catch {
+            PQclear(result)
+            throw error
+        }
+        return result!
+    }
+
+    /// Sends the deferred statements and then `last` in one pipeline, waits for all their answers (one round trip)
+    /// and returns the result of the last statement sent, which the caller clears. The first failure among them is
+    /// thrown: the server skipped every statement after it (`PGRES_PIPELINE_ABORTED`).
+    ///
+    /// The connection stays in blocking mode: libpq sends everything before reading, which cannot deadlock while
+    /// the server's answers to the statements before the last fit the socket's buffers. They do: they are BEGIN,
+    /// locks and small writes, whose answers are a few rows at most.
+    private func pipelined(then last: Statement?) throws(PGError) -> OpaquePointer? {
+        let statements = deferred + (last.map { [$0] } ?? [])
+        deferred = []
+        guard !statements.isEmpty else { return nil }
+        // PQprepare is synchronous and not allowed in a pipeline: new statements are prepared first.
+        var names: [String?] = []
+        for statement in statements {
+            names.append(statement.prepare ? try preparedName(for: statement.sql, parameterCount: statement.values.count) : nil)
+        }
+        guard PQenterPipelineMode(handle) == 1 else { throw failure(sql: statements[0].sql) }
+        roundTrips += 1
+        for (statement, name) in zip(statements, names) {
+            let accepted = Self.withParameters(statement.values) { pointers, lengths, formats in
+                if let name {
+                    return PQsendQueryPrepared(handle, name, Int32(statement.values.count), pointers, lengths, formats, 0)
+                }
+                return PQsendQueryParams(handle, statement.sql, Int32(statement.values.count), nil, pointers, lengths, formats, 0)
+            }
+            guard accepted == 1 else {
+                unusable = true
+                throw failure(sql: statement.sql)
+            }
+        }
+        guard PQpipelineSync(handle) == 1 else {
+            unusable = true
+            throw failure(sql: statements[statements.count - 1].sql)
+        }
+        var firstError: PGError?
+        var lastResult: OpaquePointer?
+        for statement in statements {
+            // Each statement's answer is one result, then NULL; no result at all means the connection failed.
+            guard let result = PQgetResult(handle) else {
+                unusable = true
+                firstError = firstError ?? failure(sql: statement.sql)
+                break
+            }
+            while let extra = PQgetResult(handle) { PQclear(extra) }
+            PQclear(lastResult)
+            lastResult = nil
+            if PQresultStatus(result) == PGRES_PIPELINE_ABORTED {
+                PQclear(result)
+                continue
+            }
+            do throws(PGError) {
+                try check(result, sql: statement.sql)
+                lastResult = result
+            } catch {
+                PQclear(result)
+                firstError = firstError ?? error
+            }
+        }
+        if !unusable {
+            let sync = PQgetResult(handle)
+            if sync == nil || PQresultStatus(sync) != PGRES_PIPELINE_SYNC || PQexitPipelineMode(handle) != 1 { unusable = true }
+            PQclear(sync)
+        }
+        if firstError == nil && unusable { firstError = failure(sql: statements[statements.count - 1].sql) }
+        if let firstError {
+            PQclear(lastResult)
+            throw firstError
+        }
+        return lastResult
+    }
+
+    /// The error libpq reports for a call that failed before any result (connection lost, out of memory).
+    private func failure(sql: String) -> PGError {
+        PGError(sqlstate: "", message: Self.trimmed(PQerrorMessage(handle)), sql: sql, connectionBroken: true)
+    }
+
+    /// Calls `body` with libpq's parameter arrays for `values`: pointers into one buffer holding every value's
+    /// bytes, their lengths and formats, valid only during the call.
+    private static func withParameters<R>(
+        _ values: [PGValue],
+        _ body: (UnsafePointer<UnsafePointer<CChar>?>?, [Int32], [Int32]) -> R
+    ) -> R {
         var buffer: [UInt8] = []
         var offsets: [Int?] = []
         var lengths: [Int32] = []
@@ -145,27 +290,14 @@ final class PGConnection {
             }
         }
         let formats = values.map(\.format)
-        let name = prepare ? try preparedName(for: sql, parameterCount: values.count) : nil
-        let result = buffer.withUnsafeBufferPointer { bytes -> OpaquePointer? in
+        return buffer.withUnsafeBufferPointer { bytes in
             let base = bytes.baseAddress.map { UnsafeRawPointer($0).assumingMemoryBound(to: CChar.self) }
             let pointers: [UnsafePointer<CChar>?] = offsets.map { offset in offset.flatMap { offset in base.map { $0 + offset } } }
-            return pointers.withUnsafeBufferPointer { pointers in
-                if let name {
-                    return PQexecPrepared(handle, name, Int32(values.count), pointers.baseAddress, lengths, formats, 0)
-                }
-                return PQexecParams(handle, sql, Int32(values.count), nil, pointers.baseAddress, lengths, formats, 0)
-            }
+            return pointers.withUnsafeBufferPointer { pointers in body(pointers.baseAddress, lengths, formats) }
         }
-        do {
-            try check(result, sql: sql)
-        } catch {
-            PQclear(result)
-            throw error
-        }
-        return result!
     }
 
-    private func preparedName(for sql: String, parameterCount: Int) throws -> String {
+    private func preparedName(for sql: String, parameterCount: Int) throws(PGError) -> String {
         if let name = prepared[sql] { return name }
         let name = "kumapush_\(prepared.count + 1)"
         let result = PQprepare(handle, name, sql, Int32(parameterCount), nil)
@@ -176,7 +308,7 @@ final class PGConnection {
     }
 
     /// Throws the error a result reports, if any.
-    private func check(_ result: OpaquePointer?, sql: String) throws {
+    private func check(_ result: OpaquePointer?, sql: String) throws(PGError) {
         guard let result else {
             // libpq returns no result only when it could not even send the query or ran out of memory.
             throw PGError(sqlstate: "", message: Self.trimmed(PQerrorMessage(handle)), sql: sql, connectionBroken: isBroken)

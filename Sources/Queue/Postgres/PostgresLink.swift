@@ -21,6 +21,9 @@ final class PostgresLink: @unchecked Sendable {
         connection = try PGConnection(conninfo: conninfo, options: options)
     }
 
+    /// Round trips on the current connection (tests count them); 0 when there is none.
+    var roundTrips: Int { connection?.roundTrips ?? 0 }
+
     /// The connection broke and the backoff has not passed: `connected()` would fail at once.
     var isBackingOff: Bool { (connection == nil || connection?.isBroken == true) && ContinuousClock.now < nextAttempt }
 

@@ -35,13 +35,13 @@ extension PostgresStore {
                 values + [.integer(Int64(limit))], prepare: false
             ) { ($0.int64(0), $0.text(1)) }
             // Whether a replayed job becomes its device's head depends on the device's other jobs: lock the devices.
-            try Self.lockDevices(Set(letters.map(\.1)), db)
+            Self.lockDevices(Set(letters.map(\.1)), db)
             // One row at a time: whether a replayed job becomes its device's head depends on the rows before it.
             // It is stored again under a new id, so it queues behind every job its device already has (ids are
             // acceptance order; keeping the old id would put replayed jobs ahead of newer ones).
             var count = 0
-            for (id, _) in letters {
-                count += try db.run(
+            for (id, device) in letters {
+                let replayed = try db.run(
                     """
                     INSERT INTO jobs (public_id, device_id, state, payload, created_at, scheduled_at, expires_at,
                                       reports_outcome, folded, folded_count)
@@ -52,9 +52,13 @@ extension PostgresStore {
                            payload, created_at, $1::bigint, $2::bigint, reports_outcome, folded, folded_count
                     FROM jobs old WHERE old.id = $3::bigint AND old.state = 'discarded'
                     """, [.integer(now), .integer(now + ttl.wholeMilliseconds), .integer(id)])
+                if replayed > 0 {
+                    db.runDeferred("UPDATE devices SET live_jobs = live_jobs + 1 WHERE id = $1::text", [.text(device)])
+                }
+                count += replayed
                 try db.run("DELETE FROM jobs WHERE id = $1::bigint AND state = 'discarded'", [.integer(id)])
             }
-            if count > 0 { try Self.notifyDeliverers(db) }
+            if count > 0 { Self.notifyDeliverers(db) }
             return count
         }
         return count

@@ -3,11 +3,12 @@ import Common
 /// Enqueue on PostgreSQL: a batch in one transaction, written with a few multi-row statements per chunk.
 ///
 /// SQLite decides each job's fate row by row in SQL (head or pending, folded past DEVICE_QUEUE_MAX, its badge).
-/// Here one round trip per row would cost more than the rows themselves, so each chunk locks its devices (reading
-/// their live jobs), reads the rest of their state in one statement (head, down monitors; the newest waiting job
-/// only when the cap may be reached), decides every job in Swift exactly as the SQLite statements do, and writes
-/// the outcome in one INSERT per table. The device locks make the read state the truth until commit: every writer
-/// that changes which job is a device's head locks the device first.
+/// Here one round trip per row would cost more than the rows themselves, so each chunk locks its devices, reads
+/// their state in one statement (live jobs, head, down monitors; the newest waiting job only when the cap may be
+/// reached), decides every job in Swift exactly as the SQLite statements do, and writes the outcome in one INSERT
+/// per table. The device locks make the read state the truth until commit: every writer that changes which job is
+/// a device's head locks the device first. BEGIN and the lock travel with the read, the write with the COMMIT: a
+/// webhook at a trickle is two round trips.
 ///
 /// Every statement is prepared once, whatever the chunk's size: rows travel as one binary array per column and are
 /// unnested on the server, so PostgreSQL neither parses nor plans SQL per batch (it did, with one `VALUES` tuple
@@ -18,18 +19,13 @@ extension PostgresStore {
 
     static let headStates = "('available', 'running', 'retryable')"
 
-    /// Locks the rows of `devices` (sorted, so concurrent transactions lock in one order) and returns those that
-    /// exist with their live jobs. The count is the committed one even when this waited for another writer's lock:
-    /// under READ COMMITTED a row locked `FOR NO KEY UPDATE` is returned as its newest version, not as the
-    /// statement's snapshot saw it (https://www.postgresql.org/docs/15/transaction-iso.html#XACT-READ-COMMITTED).
-    @discardableResult
-    static func lockDevices(_ devices: some Collection<String>, _ db: PGConnection) throws -> [String: Int] {
-        guard !devices.isEmpty else { return [:] }
-        let rows = try db.rows(
-            "SELECT id, live_jobs FROM devices WHERE id = ANY($1::text[]) ORDER BY id FOR NO KEY UPDATE",
-            [.texts(Set(devices))]
-        ) { ($0.text(0), $0.int(1)) }
-        return Dictionary(rows, uniquingKeysWith: { first, _ in first })
+    /// Locks the rows of `devices` (sorted, so concurrent transactions lock in one order), sent with the
+    /// transaction's next statement (`PGConnection.runDeferred`). Under READ COMMITTED each statement sees what
+    /// was committed before it started, so the statements after this one read the devices as the last holder of
+    /// their locks left them (https://www.postgresql.org/docs/15/transaction-iso.html#XACT-READ-COMMITTED).
+    static func lockDevices(_ devices: some Collection<String>, _ db: PGConnection) {
+        guard !devices.isEmpty else { return }
+        db.runDeferred("SELECT 1 FROM devices WHERE id = ANY($1::text[]) ORDER BY id FOR NO KEY UPDATE", [.texts(Set(devices))])
     }
 
     /// Two: while one batch's commit waits for the server's disk, the next executes (`writeEnqueue`).
@@ -46,7 +42,7 @@ extension PostgresStore {
             // `finish` do): chunk by chunk it would lock in an order of its own, and two transactions holding devices
             // the other wants (another ingest process, or `finish` in this one) would wait for each other until
             // PostgreSQL broke the deadlock (1 s).
-            if batch.count > Self.enqueueChunk { try Self.lockDevices(batch.map(\.deviceID), db) }
+            if batch.count > Self.enqueueChunk { Self.lockDevices(batch.map(\.deviceID), db) }
             var results: [EnqueueResult] = []
             var start = 0
             while start < batch.count {
@@ -68,6 +64,8 @@ extension PostgresStore {
 
     /// A device's state as one chunk sees and changes it.
     private struct DeviceState {
+        /// Live jobs (`devices.live_jobs`), as stored and as this chunk leaves them.
+        var storedLive = 0
         var live = 0
         var hasHead = false
         var downMonitors: Set<String> = []
@@ -88,16 +86,16 @@ extension PostgresStore {
     }
 
     private static func enqueue(_ chunk: ArraySlice<NewJob>, _ context: EnqueueContext, _ db: PGConnection) throws -> [EnqueueResult] {
-        let liveJobs = try lockDevices(chunk.map(\.deviceID), db)
-        let existing = Set(liveJobs.keys)
-        var devices = try readState(of: liveJobs, chunk: chunk, context, db)
+        let ids = Set(chunk.map(\.deviceID))
+        lockDevices(ids, db)
+        var devices = try readState(of: ids, chunk: chunk, context, db)
 
         var results: [EnqueueResult] = []
         var rows: [Row] = []
         var monitorStates: [MonitorKey: Bool] = [:]
         var storedTails: [Int64: (folded: FoldedAlerts, badge: Int)] = [:]
         for job in chunk {
-            guard existing.contains(job.deviceID), var device = devices[job.deviceID] else {
+            guard var device = devices[job.deviceID] else {
                 results.append(.deviceGone)
                 continue
             }
@@ -131,11 +129,19 @@ extension PostgresStore {
         }
         // NOTIFY is delivered at commit, once per transaction however many chunks asked for it.
         let notify = results.contains { $0 != .deviceGone }
-        try write(monitorStates, rows, notify: notify, context, db)
+        write(monitorStates, rows, notify: notify, context, db)
         for (id, tail) in storedTails {
-            try db.run(
+            db.runDeferred(
                 "UPDATE jobs SET folded = $1::bytea, folded_count = $2::integer, badge = $3::integer WHERE id = $4::bigint",
                 [.bytes(tail.folded.encoded), .integer(Int64(tail.folded.count)), .integer(Int64(tail.badge)), .integer(id)])
+        }
+        // The live counts the chunk changed, written as they now are: the devices are locked, so nothing else
+        // changed them since they were read (migration 11: no trigger counts them).
+        let counted = devices.filter { $0.value.live != $0.value.storedLive }
+        if !counted.isEmpty {
+            db.runDeferred(
+                "UPDATE devices SET live_jobs = c.live FROM unnest($1::text[], $2::integer[]) AS c (id, live) WHERE devices.id = c.id",
+                [.texts(counted.keys), .integers(counted.values.map(\.live))])
         }
         return results
     }
@@ -145,31 +151,36 @@ extension PostgresStore {
         let monitor: String
     }
 
-    /// Head and down monitors of every device in the chunk (one statement), and its newest waiting job when the
-    /// cap may be reached. Run after the lock: each statement's snapshot then includes every committed change.
+    /// The chunk's devices that exist, with their live jobs, heads and down monitors (one statement), and their
+    /// newest waiting job when the cap may be reached. Run after the lock (`lockDevices`): each statement's
+    /// snapshot then includes every committed change to these devices.
     private static func readState(
-        of liveJobs: [String: Int], chunk: ArraySlice<NewJob>, _ context: EnqueueContext,
-        _ db: PGConnection
+        of ids: Set<String>, chunk: ArraySlice<NewJob>, _ context: EnqueueContext, _ db: PGConnection
     ) throws -> [String: DeviceState] {
-        var devices: [String: DeviceState] = [:]
-        for (device, live) in liveJobs { devices[device] = DeviceState(live: live) }
-        guard !liveJobs.isEmpty else { return devices }
-        let ids = PGValue.texts(liveJobs.keys)
+        let ids = PGValue.texts(ids)
         // Every job's badge counts the device's down monitors, so they are read for every chunk.
-        for (isHead, device, monitor) in try db.rows(
+        let rows = try db.rows(
             """
-            SELECT true, device_id, NULL FROM jobs WHERE device_id = ANY($1::text[]) AND state IN \(headStates)
+            SELECT 'device', id, NULL, live_jobs FROM devices WHERE id = ANY($1::text[])
             UNION ALL
-            SELECT false, device_id, monitor FROM monitor_states
+            SELECT 'head', device_id, NULL, 0 FROM jobs WHERE device_id = ANY($1::text[]) AND state IN \(headStates)
+            UNION ALL
+            SELECT 'down', device_id, monitor, 0 FROM monitor_states
             WHERE device_id = ANY($1::text[]) AND down AND updated_at >= $2::bigint
-            """, [ids, .integer(context.badgeSince)], { ($0.bool(0), $0.text(1), $0.optionalText(2)) })
-        {
-            if isHead {
-                devices[device]?.hasHead = true
-            } else if let monitor {
-                devices[device]?.downMonitors.insert(monitor)
+            """, [ids, .integer(context.badgeSince)], { (kind: $0.text(0), device: $0.text(1), monitor: $0.optionalText(2), live: $0.int(3)) })
+        var devices: [String: DeviceState] = [:]
+        for row in rows where row.kind == "device" { devices[row.device] = DeviceState(storedLive: row.live, live: row.live) }
+        for row in rows {
+            switch row.kind {
+            case "head": devices[row.device]?.hasHead = true
+            case "down": if let monitor = row.monitor { devices[row.device]?.downMonitors.insert(monitor) }
+            default: break
             }
         }
+        // A device without a head has no live job (a pending job always waits behind one). A count left high there
+        // (by a deliverer older than migration 11, still running through an upgrade) is set right by this chunk.
+        for (id, device) in devices where !device.hasHead && device.live != 0 { devices[id]?.live = 0 }
+        guard !devices.isEmpty else { return devices }
         let arriving = Dictionary(chunk.map { ($0.deviceID, 1) }, uniquingKeysWith: +)
         let mayReachCap = context.deviceCap < .max && devices.contains { $0.value.live + (arriving[$0.key] ?? 0) > context.deviceCap }
         if mayReachCap {
@@ -187,15 +198,15 @@ extension PostgresStore {
     }
 
     /// One statement for the chunk's writes: the monitor states, the jobs and the deliverers' wake-up (NOTIFY on
-    /// commit), so a group commit costs one round trip for them. Ids are drawn in row order (the ordinality),
+    /// commit), sent with the COMMIT or the next chunk's reads (`runDeferred`): no round trip of its own. Ids are drawn in row order (the ordinality),
     /// which is acceptance order. The two inserts touch different tables, so running them as sibling
     /// data-modifying CTEs (same snapshot, unordered between themselves) changes nothing either would see.
     private static func write(
         _ states: [MonitorKey: Bool], _ rows: [Row], notify: Bool, _ context: EnqueueContext, _ db: PGConnection
-    ) throws {
+    ) {
         guard !states.isEmpty || !rows.isEmpty || notify else { return }
         let entries = Array(states)
-        _ = try db.rows(
+        db.runDeferred(
             """
             WITH monitors AS (
                 INSERT INTO monitor_states (device_id, monitor, down, updated_at)
@@ -219,7 +230,6 @@ extension PostgresStore {
                 .byteArrays(rows.map(\.job.payload)), .booleans(rows.map(\.job.reportsOutcome)), .integers(rows.map(\.badge)),
                 .byteArrays(rows.map { $0.folded.isEmpty ? nil : $0.folded.encoded }), .integers(rows.map(\.folded.count)),
                 .boolean(notify)
-            ]
-        ) { _ in () }
+            ])
     }
 }

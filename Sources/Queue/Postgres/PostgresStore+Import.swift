@@ -69,11 +69,19 @@ extension PostgresStore {
         try read { db in try db.rows("SELECT coalesce(max(id), 0) FROM jobs") { $0.int64(0) }.first ?? 0 }
     }
 
-    /// After importing ids: new jobs get ids above every imported one, and deliverers look at the queue.
+    /// After importing: new jobs get ids above every imported one, each device's live jobs are counted (no
+    /// trigger counts inserted rows, migration 11), and deliverers look at the queue.
     public func finishImport() throws(StoreError) {
         _ = try write { db in
             try db.run("SELECT setval(pg_get_serial_sequence('jobs', 'id'), greatest((SELECT max(id) FROM jobs), 1))")
-            try Self.notifyDeliverers(db)
+            try db.run(
+                """
+                UPDATE devices SET live_jobs = counted.live
+                FROM (SELECT d.id, count(j.id) AS live FROM devices d
+                      LEFT JOIN jobs j ON j.device_id = d.id AND j.state <> 'discarded' GROUP BY d.id) AS counted
+                WHERE devices.id = counted.id AND devices.live_jobs <> counted.live
+                """)
+            Self.notifyDeliverers(db)
         }
     }
 

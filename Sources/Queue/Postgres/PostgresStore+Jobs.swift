@@ -56,7 +56,7 @@ extension PostgresStore {
         guard !outcomes.isEmpty else { return [] }
         let applied = try write { db in
             // A job's device never changes, so the claim's answer names the devices to lock (no read of the jobs).
-            try Self.lockDevices(Set(outcomes.map(\.deviceID)), db)
+            Self.lockDevices(Set(outcomes.map(\.deviceID)), db)
             // Deliveries, most of every batch, in a few set-wise statements: a round trip per job would cost more
             // than the jobs. The other outcomes, rare, one by one below.
             var applied = [Bool](repeating: false, count: outcomes.count)
@@ -84,11 +84,13 @@ extension PostgresStore {
                         """, guardValues + [.integer(now), .text(reason)]
                     ) { ($0.text(0), $0.text(1), $0.bool(2)) }
                     let kind: ReportedOutcome.Kind = if case .abandon = outcome.kind { .failed } else { .rejected }
-                    try Self.report(finished, kind, reason, now: now, db)
+                    Self.report(finished, kind, reason, now: now, db)
                     for (device, _, _) in finished {
-                        try Self.settleMerged(outcome.merged, device: device, deadLetterReason: reason, now: now, db)
-                        try db.run("UPDATE devices SET last_delivery_error = $1::text WHERE id = $2::text", [.text(reason), .text(device)])
-                        try db.run(Self.promoteNext, [.text(device)])
+                        Self.settleMerged(outcome.merged.map { (device, $0) }, deadLetterReason: reason, now: now, db)
+                        db.runDeferred(
+                            "UPDATE devices SET last_delivery_error = $1::text, live_jobs = live_jobs - 1 WHERE id = $2::text",
+                            [.text(reason), .text(device)])
+                        db.runDeferred(Self.promoteNext, [.text(device)])
                     }
                     applied[index] = !finished.isEmpty
                 case .postpone(let until):
@@ -104,7 +106,7 @@ extension PostgresStore {
                         "SELECT device_id, public_id, reports_outcome FROM jobs WHERE \(Self.leaseGuard)",
                         guardValues
                     ) { ($0.text(0), $0.text(1), $0.bool(2)) }
-                    try Self.report(finished, .unregistered, reason, now: now, db)
+                    Self.report(finished, .unregistered, reason, now: now, db)
                     for (device, _, _) in finished {
                         try db.run(
                             """
@@ -116,29 +118,32 @@ extension PostgresStore {
                     applied[index] = !finished.isEmpty
                 }
             }
-            // A device's last success is the same `now` for every job of the batch: one update for all of them.
+            // A device's last success is the same `now` for every job of the batch: one update for all of them,
+            // which also lowers its live jobs by the heads delivered.
             if !deliveredDevices.isEmpty {
-                try db.run(
+                db.runDeferred(
                     """
                     UPDATE devices SET last_successful_notification = $1::bigint, last_delivery_error = '',
-                                       \(DeviceBurst.recordPush(now: "$1::bigint"))
-                    WHERE id = ANY($2::text[])
-                    """, [.integer(now), .texts(deliveredDevices)])
+                                       live_jobs = live_jobs - c.delivered, \(DeviceBurst.recordPush(now: "$1::bigint"))
+                    FROM unnest($2::text[], $3::integer[]) AS c (id, delivered)
+                    WHERE devices.id = c.id
+                    """, [.integer(now), .texts(deliveredDevices.keys), .integers(deliveredDevices.values)])
             }
-            try Self.notifyDeliverers(db)
+            Self.notifyDeliverers(db)
             return applied
         }
         return applied
     }
 
     /// Applies the `.delivered` outcomes: deletes the jobs still leased to `worker` at that attempt, completes what
-    /// their digests carried, and promotes each device's next job. Returns the devices that had a delivery.
+    /// their digests carried, and promotes each device's next job. Returns the devices that had a delivery, with
+    /// how many of their heads were deleted.
     private static func finishDeliveries(
         _ outcomes: [JobOutcome], worker: String, now: Int64, applied: inout [Bool],
         _ db: PGConnection
-    ) throws -> Set<String> {
+    ) throws -> [String: Int] {
         let indexes = outcomes.indices.filter { outcomes[$0].kind == .delivered }
-        guard !indexes.isEmpty else { return [] }
+        guard !indexes.isEmpty else { return [:] }
         let finished = try db.rows(
             """
             DELETE FROM jobs USING unnest($1::bigint[], $2::integer[]) AS o (id, attempt)
@@ -151,57 +156,66 @@ extension PostgresStore {
             ]
         ) { ($0.int64(0), $0.text(1), $0.text(2), $0.bool(3)) }
         let devicesByJob = Dictionary(finished.map { ($0.0, $0.1) }, uniquingKeysWith: { first, _ in first })
-        try report(finished.map { ($0.1, $0.2, $0.3) }, .delivered, "", now: now, db)
+        report(finished.map { ($0.1, $0.2, $0.3) }, .delivered, "", now: now, db)
+        var merged: [(device: String, job: MergedJob)] = []
         for index in indexes {
             guard let device = devicesByJob[outcomes[index].jobID] else { continue }
             applied[index] = true
-            try settleMerged(outcomes[index].merged, device: device, deadLetterReason: nil, now: now, db)
+            merged += outcomes[index].merged.map { (device, $0) }
         }
-        let devices = Set(devicesByJob.values)
+        settleMerged(merged, deadLetterReason: nil, now: now, db)
+        let devices = Dictionary(devicesByJob.values.map { ($0, 1) }, uniquingKeysWith: +)
         if !devices.isEmpty {
             // Each device's oldest pending job, found through its (device_id, id) index, stopping at the first.
-            try db.run(
+            db.runDeferred(
                 """
                 UPDATE jobs SET state = 'available' WHERE id IN (
                     SELECT next.id FROM unnest($1::text[]) AS d (id)
                     CROSS JOIN LATERAL (SELECT id FROM jobs WHERE device_id = d.id AND state = 'pending' ORDER BY id LIMIT 1) AS next)
-                """, [.texts(devices)])
+                """, [.texts(devices.keys)])
         }
         return devices
     }
 
-    /// Completes the jobs merged into a digest with the digest's head: deleted when it was delivered,
-    /// dead-lettered with its reason when it was rejected. Only jobs still pending on that device, holding the
-    /// folded alerts the digest carried, are touched: one that gained folded alerts meanwhile stays, and goes out
-    /// again with them (at least once: never lost, at worst one alert shown twice).
+    /// Completes the jobs merged into digests with their heads: deleted when the digest was delivered,
+    /// dead-lettered with its reason when it was rejected, and taken off their device's live jobs. Only jobs still
+    /// pending on that device, holding the folded alerts the digest carried, are touched: one that gained folded
+    /// alerts meanwhile stays, and goes out again with them (at least once: never lost, at worst one alert shown
+    /// twice). One statement for all of them, sent with the transaction's next round trip.
     private static func settleMerged(
-        _ merged: [MergedJob], device: String, deadLetterReason: String?, now: Int64,
-        _ db: PGConnection
-    ) throws {
+        _ merged: [(device: String, job: MergedJob)], deadLetterReason: String?, now: Int64, _ db: PGConnection
+    ) {
         guard !merged.isEmpty else { return }
-        for job in merged {
-            let fence: [PGValue] = [.integer(job.id), .text(device), .integer(Int64(job.foldedCount))]
-            if let reason = deadLetterReason {
-                try db.run(
-                    """
-                    UPDATE jobs SET state = 'discarded', finalized_at = $4::bigint, last_error = $5::text
-                    WHERE id = $1::bigint AND device_id = $2::text AND state = 'pending' AND folded_count = $3::integer
-                    """, fence + [.integer(now), .text(reason)])
-            } else {
-                try db.run(
-                    "DELETE FROM jobs WHERE id = $1::bigint AND device_id = $2::text AND state = 'pending' AND folded_count = $3::integer",
-                    fence)
-            }
-        }
+        let settle =
+            deadLetterReason == nil
+            ? "DELETE FROM jobs USING unnest($1::bigint[], $2::text[], $3::integer[]) AS m (id, device_id, folded_count)"
+            : """
+            UPDATE jobs SET state = 'discarded', finalized_at = $4::bigint, last_error = $5::text
+            FROM unnest($1::bigint[], $2::text[], $3::integer[]) AS m (id, device_id, folded_count)
+            """
+        let values: [PGValue] = [
+            .integerArray(merged.map(\.job.id)), .texts(merged.map(\.device)), .integerArray(merged.map { Int64($0.job.foldedCount) })
+        ]
+        db.runDeferred(
+            """
+            WITH settled AS (
+                \(settle)
+                WHERE jobs.id = m.id AND jobs.device_id = m.device_id AND jobs.state = 'pending' AND jobs.folded_count = m.folded_count
+                RETURNING jobs.device_id
+            )
+            UPDATE devices SET live_jobs = live_jobs - s.count
+            FROM (SELECT device_id, count(*) AS count FROM settled GROUP BY device_id) AS s
+            WHERE devices.id = s.device_id
+            """, values + (deadLetterReason.map { [.integer(now), .text($0)] } ?? []))
     }
 
-    /// Records the outcome of the finished jobs that report one.
+    /// Records the outcome of the finished jobs that report one (sent with the transaction's next round trip).
     private static func report(
         _ jobs: [(String, String, Bool)], _ kind: ReportedOutcome.Kind, _ reason: String, now: Int64,
         _ db: PGConnection
-    ) throws {
+    ) {
         for (_, publicID, reports) in jobs where reports {
-            try db.run(
+            db.runDeferred(
                 """
                 INSERT INTO job_outcomes (public_id, outcome, reason, finished_at) VALUES ($1::text, $2::text, $3::text, $4::bigint)
                 ON CONFLICT (public_id) DO UPDATE SET outcome = excluded.outcome, reason = excluded.reason,

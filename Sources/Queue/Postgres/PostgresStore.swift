@@ -71,6 +71,9 @@ public final class PostgresStore: Sendable {
     /// The schema version this binary migrates to.
     public static var schemaVersion: Int { PostgresMigrations.latestVersion }
 
+    /// Every migration this binary applies, by version: SQLite's numbers, without those only SQLite has.
+    public static var migrationVersions: [Int] { PostgresMigrations.all.map(\.version) }
+
     /// Runs one or more statements outside a transaction on the read connection (reads are single statements:
     /// each sees a consistent snapshot of its own). libpq notices a connection the server dropped (a restart, a
     /// failover) only when a statement fails on it; a read is harmless to repeat, so it runs once more, on a new
@@ -89,10 +92,18 @@ public final class PostgresStore: Sendable {
         }
     }
 
+    /// Round trips on the write connection so far (tests count what a call costs).
+    var writerRoundTrips: Int { writer.withLock { $0.roundTrips } }
+
     /// Runs `body` in a transaction on the write connection. A transaction PostgreSQL aborted to break a deadlock
-    /// runs again (a few times), since nothing of it was committed; so does one whose BEGIN found the connection
-    /// dropped (nothing was sent). A connection lost after BEGIN is not retried: the caller answers 503, since
-    /// the transaction may or may not have committed.
+    /// runs again (a few times), since nothing of it was committed; so does one that found the connection dropped
+    /// before its COMMIT was sent (the server rolls back a transaction whose connection is gone). A connection
+    /// lost once the COMMIT was sent is not retried: the caller answers 503, since the transaction may or may not
+    /// have committed.
+    ///
+    /// BEGIN travels with the transaction's first statement, and the statements whose answers `body` does not
+    /// read with the next one or with the COMMIT (`PGConnection.runDeferred`): a trickle's transaction is two
+    /// round trips, not one per statement.
     func write<T: Sendable>(_ body: (PGConnection) throws -> T) throws(StoreError) -> T {
         do {
             return try writer.withLock { link in try Self.transaction(on: link, body) }
@@ -139,20 +150,20 @@ public final class PostgresStore: Sendable {
         var attempt = 0
         while true {
             attempt += 1
-            var began = false
+            var committing = false
             do {
                 let connection = try link.connected()
-                try connection.execute("BEGIN")
-                began = true
+                connection.beginDeferred()
                 do {
                     let result = try body(connection)
-                    try connection.execute("COMMIT")
+                    committing = true
+                    try connection.commit()
                     return result
                 } catch {
-                    if !connection.isBroken { try? connection.execute("ROLLBACK") }
+                    connection.rollback()
                     throw error
                 }
-            } catch let error as PGError where attempt < 5 && (error.isTransient || error.connectionBroken && !began && attempt == 1) {
+            } catch let error as PGError where attempt < 5 && (error.isTransient || error.connectionBroken && !committing && attempt == 1) {
                 continue
             }
         }
@@ -168,15 +179,17 @@ public final class PostgresStore: Sendable {
     }
 
     /// Wakes deliverers (`changeCounter`) when the transaction `db` is in commits: NOTIFY is transactional, so a
-    /// deliverer that hears it sees the rows, and one that would not see them never hears it.
-    static func notifyDeliverers(_ db: PGConnection) throws {
-        try db.execute("NOTIFY \(PostgresListener.channel)")
+    /// deliverer that hears it sees the rows, and one that would not see them never hears it. Sent with the COMMIT.
+    static func notifyDeliverers(_ db: PGConnection) {
+        db.runDeferred(notify, prepare: false)
     }
+
+    private static let notify = "NOTIFY \(PostgresListener.channel)"
 
     /// `notifyDeliverers` for a change already committed (single statements that run outside a transaction). A
     /// failure is ignored: the change was committed, and deliverers look at the queue every second anyway.
     func signalChange() {
-        _ = try? writeStatement { db in try Self.notifyDeliverers(db) }
+        _ = try? writeStatement { db in try db.execute(Self.notify) }
     }
 
     static func storeError(_ error: any Error) -> StoreError {

@@ -1,0 +1,55 @@
+import Common
+import Foundation
+import TestSupport
+import Testing
+
+@testable import Queue
+
+/// A trickle's webhook and push are a few transactions each, and every round trip to PostgreSQL is a wake-up of the
+/// server and of the relay (and a network round trip when the database is on another host). Statements whose
+/// answer is not read travel with the next one that is (`PGConnection.runDeferred`).
+@Suite struct PostgresRoundTripTests {
+    let t0 = TestDatabase.t0
+
+    @Test func aWebhookIsTwoRoundTripsAndItsPushTwoMore() throws {
+        let db = try TestDatabase(.postgres)
+        let store = try #require(db.store as? PostgresStore)
+        let device = try db.device(1)
+        try db.enqueue(device, "warm-up")  // prepares the statements, which costs round trips once per connection
+        _ = try db.store.finish(try db.claim().map { .delivered($0) }, worker: "w1", now: t0)
+
+        var before = store.writerRoundTrips
+        try db.enqueue(device, "down")
+        #expect(store.writerRoundTrips - before == 2, "BEGIN, lock and read; then the write and COMMIT")
+
+        let claimed = try db.claim()
+        #expect(claimed.map(\.label) == ["down"])
+        before = store.writerRoundTrips
+        #expect(try db.store.finish(claimed.map { .delivered($0) }, worker: "w1", now: t0) == [true])
+        #expect(store.writerRoundTrips - before == 2, "BEGIN, lock and delete; then the device, promotion, NOTIFY and COMMIT")
+        #expect(try db.liveLabels(device).isEmpty)
+    }
+
+    @Test func aDeferredStatementThatFailsFailsItsTransactionAndNothingOfItIsCommitted() throws {
+        let location = try PostgresServer.shared().createDatabase()
+        let connection = try PGConnection(conninfo: location, options: .init())
+        try connection.execute("CREATE TABLE t (id INTEGER PRIMARY KEY)")
+
+        connection.beginDeferred()
+        connection.runDeferred("INSERT INTO t VALUES (1)")
+        connection.runDeferred("INSERT INTO t VALUES (1)")
+        connection.runDeferred("INSERT INTO t VALUES (2)")
+        let error = #expect(throws: PGError.self) { try connection.rows("SELECT count(*) FROM t") { $0.int(0) } }
+        #expect(error?.isUniqueViolation == true)
+        #expect(error?.sql == "INSERT INTO t VALUES (1)", "the error names the statement that failed")
+        connection.rollback()
+
+        // The connection left pipeline mode and works; the transaction's first insert was undone.
+        #expect(!connection.isBroken)
+        #expect(try connection.rows("SELECT count(*) FROM t") { $0.int(0) } == [0])
+        connection.beginDeferred()
+        connection.runDeferred("INSERT INTO t VALUES (3)")
+        try connection.commit()
+        #expect(try connection.rows("SELECT id FROM t") { $0.int(0) } == [3])
+    }
+}
