@@ -23,9 +23,17 @@ extension PostgresStore {
     /// transaction's next statement (`PGConnection.runDeferred`). Under READ COMMITTED each statement sees what
     /// was committed before it started, so the statements after this one read the devices as the last holder of
     /// their locks left them (https://www.postgresql.org/docs/15/transaction-iso.html#XACT-READ-COMMITTED).
+    ///
+    /// One device, the common case at a trickle, has a statement of its own: PostgreSQL planned `id = ANY($1)` again
+    /// on every call in some runs (its plan for a one-element array looked cheaper than the generic one), which
+    /// took as long as executing it (pg_stat_statements, docs/performance.md). `id = $1` has one plan.
     static func lockDevices(_ devices: some Collection<String>, _ db: PGConnection) {
-        guard !devices.isEmpty else { return }
-        db.runDeferred("SELECT 1 FROM devices WHERE id = ANY($1::text[]) ORDER BY id FOR NO KEY UPDATE", [.texts(Set(devices))])
+        let devices = Set(devices)
+        if devices.count == 1, let device = devices.first {
+            db.runDeferred("SELECT 1 FROM devices WHERE id = $1::text FOR NO KEY UPDATE", [.text(device)])
+        } else if !devices.isEmpty {
+            db.runDeferred("SELECT 1 FROM devices WHERE id = ANY($1::text[]) ORDER BY id FOR NO KEY UPDATE", [.texts(devices)])
+        }
     }
 
     /// Two: while one batch's commit waits for the server's disk, the next executes (`writeEnqueue`).

@@ -165,7 +165,10 @@ extension PostgresStore {
         }
         settleMerged(merged, deadLetterReason: nil, now: now, db)
         let devices = Dictionary(devicesByJob.values.map { ($0, 1) }, uniquingKeysWith: +)
-        if !devices.isEmpty {
+        if devices.count == 1, let device = devices.first?.key {
+            // One device (a trickle) in a statement of its own, planned once (see `lockDevices`).
+            db.runDeferred(promoteNext, [.text(device)])
+        } else if !devices.isEmpty {
             // Each device's oldest pending job, found through its (device_id, id) index, stopping at the first.
             db.runDeferred(
                 """
