@@ -169,13 +169,18 @@ extension PostgresStore {
             // One device (a trickle) in a statement of its own, planned once (see `lockDevices`).
             db.runDeferred(promoteNext, [.text(device)])
         } else if !devices.isEmpty {
-            // Each device's oldest pending job, found through its (device_id, id) index, stopping at the first.
+            // Each device's oldest pending job, found through its (device_id, id) index, stopping at the first. Its
+            // one sensible plan is that walk, whatever the number of devices, but left to choose PostgreSQL planned
+            // it again on every call at a few devices per batch: 639 ms of planning for 169 ms of execution over
+            // 10,000 pushes (pg_stat_statements). Forced to its generic plan for this statement only.
+            db.runDeferred("SET LOCAL plan_cache_mode = force_generic_plan", prepare: false)
             db.runDeferred(
                 """
                 UPDATE jobs SET state = 'available' WHERE id IN (
                     SELECT next.id FROM unnest($1::text[]) AS d (id)
                     CROSS JOIN LATERAL (SELECT id FROM jobs WHERE device_id = d.id AND state = 'pending' ORDER BY id LIMIT 1) AS next)
                 """, [.texts(devices.keys)])
+            db.runDeferred("SET LOCAL plan_cache_mode = auto", prepare: false)
         }
         return devices
     }
