@@ -197,7 +197,8 @@ enum PostgresMigrations {
 
     /// Brings the database up to `latestVersion` in one transaction under an advisory lock, so that of several
     /// processes starting together exactly one migrates and the others wait and then find nothing left to do.
-    static func apply(on connection: PGConnection, now: Int64) throws {
+    /// `upTo` stops at an older version (tests build a database as an older binary left it).
+    static func apply(on connection: PGConnection, now: Int64, upTo newest: Int = latestVersion) throws {
         try connection.transaction { connection in
             try connection.execute("SELECT pg_advisory_xact_lock(hashtext('kumapush-relay schema_migrations'))")
             let tables = try connection.rows("SELECT tablename FROM pg_tables WHERE schemaname = current_schema()") { $0.text(0) }
@@ -218,7 +219,7 @@ enum PostgresMigrations {
                     .newerSchema,
                     "the database is at schema version \(newest) but this binary knows only up to \(latestVersion): run a newer kumapush-relay")
             }
-            for migration in all where !applied.contains(migration.version) {
+            for migration in all where migration.version <= newest && !applied.contains(migration.version) {
                 try connection.execute(migration.sql)
                 try connection.run(
                     "INSERT INTO schema_migrations (version, name, applied_at) VALUES ($1::integer, $2::text, $3::bigint)",
