@@ -128,8 +128,10 @@ final class PGConnection {
 
     /// Rolls the open transaction back, dropping statements that were never sent.
     func rollback() {
+        // A BEGIN still waiting here was never sent: there is no transaction on the server to roll back.
+        let begun = deferred.first?.sql != "BEGIN"
         deferred = []
-        if !isBroken { try? execute("ROLLBACK") }
+        if begun && !isBroken { try? execute("ROLLBACK") }
     }
 
     /// Runs `body` inside `BEGIN … COMMIT`, rolling back if it throws. A COMMIT that fails (connection lost)
@@ -198,9 +200,9 @@ final class PGConnection {
     /// and returns the result of the last statement sent, which the caller clears. The first failure among them is
     /// thrown: the server skipped every statement after it (`PGRES_PIPELINE_ABORTED`).
     ///
-    /// The connection stays in blocking mode: libpq sends everything before reading, which cannot deadlock while
-    /// the server's answers to the statements before the last fit the socket's buffers. They do: they are BEGIN,
-    /// locks and small writes, whose answers are a few rows at most.
+    /// The connection stays in blocking mode. Sending a large pipeline cannot deadlock against a server blocked on
+    /// sending its answers: while libpq waits to write, it reads what arrives (`pqSendSome`); and the answers to
+    /// the statements before the last are a few rows at most (BEGIN, locks, writes).
     private func pipelined(then last: Statement?) throws(PGError) -> OpaquePointer? {
         let statements = deferred + (last.map { [$0] } ?? [])
         deferred = []
@@ -210,7 +212,10 @@ final class PGConnection {
         for statement in statements {
             names.append(statement.prepare ? try preparedName(for: statement.sql, parameterCount: statement.values.count) : nil)
         }
-        guard PQenterPipelineMode(handle) == 1 else { throw failure(sql: statements[0].sql) }
+        guard PQenterPipelineMode(handle) == 1 else {
+            unusable = true
+            throw failure(sql: statements[0].sql)
+        }
         roundTrips += 1
         for (statement, name) in zip(statements, names) {
             let accepted = Self.withParameters(statement.values) { pointers, lengths, formats in

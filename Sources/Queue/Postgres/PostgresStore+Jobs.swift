@@ -180,7 +180,7 @@ extension PostgresStore {
                     SELECT next.id FROM unnest($1::text[]) AS d (id)
                     CROSS JOIN LATERAL (SELECT id FROM jobs WHERE device_id = d.id AND state = 'pending' ORDER BY id LIMIT 1) AS next)
                 """, [.texts(devices.keys)])
-            db.runDeferred("SET LOCAL plan_cache_mode = auto", prepare: false)
+            db.runDeferred("SET LOCAL plan_cache_mode TO DEFAULT", prepare: false)
         }
         return devices
     }
