@@ -137,19 +137,14 @@ extension PostgresStore {
         }
         // NOTIFY is delivered at commit, once per transaction however many chunks asked for it.
         let notify = results.contains { $0 != .deviceGone }
-        write(monitorStates, rows, notify: notify, context, db)
+        // The live counts the chunk changed, written as they now are: the devices are locked, so nothing else
+        // changed them since they were read (migration 11: no trigger counts them).
+        let counted = devices.filter { $0.value.live != $0.value.storedLive }.mapValues(\.live)
+        write(monitorStates, rows, counted, notify: notify, context, db)
         for (id, tail) in storedTails {
             db.runDeferred(
                 "UPDATE jobs SET folded = $1::bytea, folded_count = $2::integer, badge = $3::integer WHERE id = $4::bigint",
                 [.bytes(tail.folded.encoded), .integer(Int64(tail.folded.count)), .integer(Int64(tail.badge)), .integer(id)])
-        }
-        // The live counts the chunk changed, written as they now are: the devices are locked, so nothing else
-        // changed them since they were read (migration 11: no trigger counts them).
-        let counted = devices.filter { $0.value.live != $0.value.storedLive }
-        if !counted.isEmpty {
-            db.runDeferred(
-                "UPDATE devices SET live_jobs = c.live FROM unnest($1::text[], $2::integer[]) AS c (id, live) WHERE devices.id = c.id",
-                [.texts(counted.keys), .integers(counted.values.map(\.live))])
         }
         return results
     }
@@ -165,17 +160,22 @@ extension PostgresStore {
     private static func readState(
         of ids: Set<String>, chunk: ArraySlice<NewJob>, _ context: EnqueueContext, _ db: PGConnection
     ) throws -> [String: DeviceState] {
+        // One device (a trickle) is matched with `= $1`, several with `= ANY($1)`: two statements, each with one
+        // plan (see `lockDevices`; the `ANY` form alone was, in some runs, planned again on every call).
+        let single = ids.count == 1 ? ids.first : nil
+        let match = single == nil ? "= ANY($1::text[])" : "= $1::text"
         let ids = PGValue.texts(ids)
         // Every job's badge counts the device's down monitors, so they are read for every chunk.
         let rows = try db.rows(
             """
-            SELECT 'device', id, NULL, live_jobs FROM devices WHERE id = ANY($1::text[])
+            SELECT 'device', id, NULL, live_jobs FROM devices WHERE id \(match)
             UNION ALL
-            SELECT 'head', device_id, NULL, 0 FROM jobs WHERE device_id = ANY($1::text[]) AND state IN \(headStates)
+            SELECT 'head', device_id, NULL, 0 FROM jobs WHERE device_id \(match) AND state IN \(headStates)
             UNION ALL
             SELECT 'down', device_id, monitor, 0 FROM monitor_states
-            WHERE device_id = ANY($1::text[]) AND down AND updated_at >= $2::bigint
-            """, [ids, .integer(context.badgeSince)], { (kind: $0.text(0), device: $0.text(1), monitor: $0.optionalText(2), live: $0.int(3)) })
+            WHERE device_id \(match) AND down AND updated_at >= $2::bigint
+            """, [single.map { .text($0) } ?? ids, .integer(context.badgeSince)],
+            { (kind: $0.text(0), device: $0.text(1), monitor: $0.optionalText(2), live: $0.int(3)) })
         var devices: [String: DeviceState] = [:]
         for row in rows where row.kind == "device" { devices[row.device] = DeviceState(storedLive: row.live, live: row.live) }
         for row in rows {
@@ -205,14 +205,17 @@ extension PostgresStore {
         return devices
     }
 
-    /// One statement for the chunk's writes: the monitor states, the jobs and the deliverers' wake-up (NOTIFY on
-    /// commit), sent with the COMMIT or the next chunk's reads (`runDeferred`): no round trip of its own. Ids are drawn in row order (the ordinality),
-    /// which is acceptance order. The two inserts touch different tables, so running them as sibling
-    /// data-modifying CTEs (same snapshot, unordered between themselves) changes nothing either would see.
+    /// One statement for the chunk's writes: the monitor states, the jobs, the devices' live counts and the
+    /// deliverers' wake-up (NOTIFY on commit), sent with the COMMIT or the next chunk's reads (`runDeferred`): no
+    /// round trip of its own. Ids are drawn in row order (the ordinality), which is acceptance order. The three
+    /// writes touch different tables, so running them as sibling data-modifying CTEs (same snapshot, unordered
+    /// between themselves) changes nothing either would see; the inserts' foreign-key checks run after the
+    /// statement and find the device rows as it left them.
     private static func write(
-        _ states: [MonitorKey: Bool], _ rows: [Row], notify: Bool, _ context: EnqueueContext, _ db: PGConnection
+        _ states: [MonitorKey: Bool], _ rows: [Row], _ liveJobs: [String: Int], notify: Bool, _ context: EnqueueContext,
+        _ db: PGConnection
     ) {
-        guard !states.isEmpty || !rows.isEmpty || notify else { return }
+        guard !states.isEmpty || !rows.isEmpty || !liveJobs.isEmpty || notify else { return }
         let entries = Array(states)
         db.runDeferred(
             """
@@ -228,6 +231,9 @@ extension PostgresStore {
                 FROM unnest($6::text[], $7::text[], $8::text[], $9::bytea[], $10::boolean[], $11::integer[], $12::bytea[], $13::integer[])
                      WITH ORDINALITY AS r (public_id, device_id, state, payload, reports_outcome, badge, folded, folded_count, n)
                 ORDER BY n
+            ), counted AS (
+                UPDATE devices SET live_jobs = c.live FROM unnest($15::text[], $16::integer[]) AS c (id, live)
+                WHERE devices.id = c.id
             )
             SELECT pg_notify('\(PostgresListener.channel)', '') WHERE $14::boolean
             """,
@@ -237,7 +243,7 @@ extension PostgresStore {
                 .texts(rows.map(\.job.publicID)), .texts(rows.map(\.job.deviceID)), .texts(rows.map(\.state)),
                 .byteArrays(rows.map(\.job.payload)), .booleans(rows.map(\.job.reportsOutcome)), .integers(rows.map(\.badge)),
                 .byteArrays(rows.map { $0.folded.isEmpty ? nil : $0.folded.encoded }), .integers(rows.map(\.folded.count)),
-                .boolean(notify)
+                .boolean(notify), .texts(liveJobs.keys), .integers(liveJobs.values)
             ])
     }
 }
