@@ -52,4 +52,24 @@ import Testing
         try connection.commit()
         #expect(try connection.rows("SELECT id FROM t") { $0.int(0) } == [3])
     }
+
+    @Test func aStatementThatFailsBesideItsCommitLeavesTheConnectionOutOfTheTransaction() throws {
+        let location = try PostgresServer.shared().createDatabase()
+        let connection = try PGConnection(conninfo: location, options: .init())
+        try connection.execute("CREATE TABLE t (id INTEGER PRIMARY KEY)")
+
+        // The failing insert travels with the COMMIT, which the server then skips: the transaction is still open,
+        // aborted, until the rollback ends it.
+        connection.beginDeferred()
+        connection.runDeferred("INSERT INTO t VALUES (1)")
+        #expect(try connection.rows("SELECT count(*) FROM t") { $0.int(0) } == [1])  // BEGIN is on the server now
+        connection.runDeferred("INSERT INTO t VALUES (1)")
+        #expect(throws: PGError.self) { try connection.commit() }
+        connection.rollback()
+
+        connection.beginDeferred()
+        connection.runDeferred("INSERT INTO t VALUES (2)")
+        try connection.commit()
+        #expect(try connection.rows("SELECT id FROM t") { $0.int(0) } == [2])
+    }
 }

@@ -30,6 +30,8 @@ final class PGConnection {
     /// Set when a pipeline ended in a state this code does not expect: the connection is then treated as broken
     /// (`isBroken`), so `PostgresLink` replaces it rather than reuse a connection left in pipeline mode.
     private var unusable = false
+    /// A deferred BEGIN has gone to the server, and no COMMIT or ROLLBACK since: `rollback` has something to undo.
+    private var transactionSent = false
 
     private struct Statement {
         let sql: String
@@ -124,14 +126,17 @@ final class PGConnection {
     /// failed; a COMMIT that fails (connection lost) leaves the outcome unknown, as with `transaction`.
     func commit() throws {
         PQclear(try pipelined(then: Statement(sql: "COMMIT", values: [], prepare: false)))
+        // Only now is the transaction over: a statement that failed before the COMMIT left it open (aborted), and
+        // `rollback` must still end it.
+        transactionSent = false
     }
 
     /// Rolls the open transaction back, dropping statements that were never sent.
     func rollback() {
-        // A BEGIN still waiting here was never sent: there is no transaction on the server to roll back.
-        let begun = deferred.first?.sql != "BEGIN"
         deferred = []
-        if begun && !isBroken { try? execute("ROLLBACK") }
+        // A BEGIN that never left (still waiting, or its pipeline failed before it was sent) opened nothing.
+        if transactionSent && !isBroken { try? execute("ROLLBACK") }
+        transactionSent = false
     }
 
     /// Runs `body` inside `BEGIN … COMMIT`, rolling back if it throws. A COMMIT that fails (connection lost)
@@ -233,6 +238,7 @@ final class PGConnection {
             unusable = true
             throw failure(sql: statements[statements.count - 1].sql)
         }
+        if statements.contains(where: { $0.sql == "BEGIN" }) { transactionSent = true }
         var firstError: PGError?
         var lastResult: OpaquePointer?
         for statement in statements {
