@@ -31,9 +31,7 @@ import Testing
     }
 
     @Test func aDeferredStatementThatFailsFailsItsTransactionAndNothingOfItIsCommitted() throws {
-        let location = try PostgresServer.shared().createDatabase()
-        let connection = try PGConnection(conninfo: location, options: .init())
-        try connection.execute("CREATE TABLE t (id INTEGER PRIMARY KEY)")
+        let connection = try Self.connectionToATable()
 
         connection.beginDeferred()
         connection.runDeferred("INSERT INTO t VALUES (1)")
@@ -54,9 +52,7 @@ import Testing
     }
 
     @Test func aStatementThatFailsBesideItsCommitLeavesTheConnectionOutOfTheTransaction() throws {
-        let location = try PostgresServer.shared().createDatabase()
-        let connection = try PGConnection(conninfo: location, options: .init())
-        try connection.execute("CREATE TABLE t (id INTEGER PRIMARY KEY)")
+        let connection = try Self.connectionToATable()
 
         // The failing insert travels with the COMMIT, which the server then skips: the transaction is still open,
         // aborted, until the rollback ends it.
@@ -71,5 +67,12 @@ import Testing
         connection.runDeferred("INSERT INTO t VALUES (2)")
         try connection.commit()
         #expect(try connection.rows("SELECT id FROM t") { $0.int(0) } == [2])
+    }
+
+    /// A connection to a fresh database holding one empty table, `t (id INTEGER PRIMARY KEY)`.
+    private static func connectionToATable() throws -> PGConnection {
+        let connection = try PGConnection(conninfo: try PostgresServer.shared().createDatabase(), options: .init())
+        try connection.execute("CREATE TABLE t (id INTEGER PRIMARY KEY)")
+        return connection
     }
 }
