@@ -12,6 +12,24 @@ extension PostgresStore {
         WHERE id = (SELECT id FROM jobs WHERE device_id = $1::text AND state = 'pending' ORDER BY id LIMIT 1)
         """
 
+    /// Promotes the oldest pending job of each device in `$1` (text[]): each device's (device_id, id) index walked
+    /// from its start, stopping at the first pending job. Run under `promotionPlanner`.
+    static let promoteNextOfDevices = """
+        UPDATE jobs SET state = 'available' WHERE id IN (
+            SELECT next.id FROM unnest($1::text[]) AS d (id)
+            CROSS JOIN LATERAL (SELECT id FROM jobs WHERE device_id = d.id AND state = 'pending' ORDER BY id LIMIT 1) AS next)
+        """
+
+    /// Planner settings `promoteNextOfDevices` runs under (`SET LOCAL`, back to the defaults after it). The index walk
+    /// is its one sensible plan, whatever the number of devices or jobs, but PostgreSQL left to choose:
+    /// - planned it again on every call at a few devices per batch, 639 ms of planning for 169 ms of execution over
+    ///   10,000 pushes (pg_stat_statements): hence its generic plan, made once;
+    /// - chose, while `jobs` had no statistics (a new database, until autovacuum's first ANALYZE of it), a bitmap
+    ///   scan that reads every job of each device and sorts them to keep the first: 60–84 against 18–27 ms per
+    ///   1,000 devices with 50 jobs queued each (EXPLAIN ANALYZE, docs/performance.md). Without bitmap scans the
+    ///   walk is all that is left. (With statistics, even from a nearly empty queue, it picks the walk itself.)
+    static let promotionPlanner = [("plan_cache_mode", "force_generic_plan"), ("enable_bitmapscan", "off")]
+
     /// Every completion's condition: this job ($1), still leased by this worker ($2) at this attempt ($3).
     private static let leaseGuard = "id = $1::bigint AND \(LeaseGuard.condition(worker: "$2::text", attempt: "$3::integer"))"
 
@@ -169,18 +187,9 @@ extension PostgresStore {
             // One device (a trickle) in a statement of its own, planned once (see `lockDevices`).
             db.runDeferred(promoteNext, [.text(device)])
         } else if !devices.isEmpty {
-            // Each device's oldest pending job, found through its (device_id, id) index, stopping at the first. Its
-            // one sensible plan is that walk, whatever the number of devices, but left to choose PostgreSQL planned
-            // it again on every call at a few devices per batch: 639 ms of planning for 169 ms of execution over
-            // 10,000 pushes (pg_stat_statements). Forced to its generic plan for this statement only.
-            db.runDeferred("SET LOCAL plan_cache_mode = force_generic_plan", prepare: false)
-            db.runDeferred(
-                """
-                UPDATE jobs SET state = 'available' WHERE id IN (
-                    SELECT next.id FROM unnest($1::text[]) AS d (id)
-                    CROSS JOIN LATERAL (SELECT id FROM jobs WHERE device_id = d.id AND state = 'pending' ORDER BY id LIMIT 1) AS next)
-                """, [.texts(devices.keys)])
-            db.runDeferred("SET LOCAL plan_cache_mode TO DEFAULT", prepare: false)
+            for (name, value) in promotionPlanner { db.runDeferred("SET LOCAL \(name) = \(value)", prepare: false) }
+            db.runDeferred(promoteNextOfDevices, [.texts(devices.keys)])
+            for (name, _) in promotionPlanner { db.runDeferred("SET LOCAL \(name) TO DEFAULT", prepare: false) }
         }
         return devices
     }

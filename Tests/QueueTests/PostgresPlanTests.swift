@@ -1,0 +1,44 @@
+import Foundation
+import TestSupport
+import Testing
+
+@testable import Queue
+
+/// Plans PostgreSQL must not be left to choose. A completion batch promotes each device's next job with one
+/// statement whose only good plan walks each device's (device_id, id) index to its first pending job. With no
+/// statistics on `jobs` (a new database, before autovacuum's first ANALYZE) PostgreSQL preferred a bitmap scan that
+/// reads every job of every device and sorts them: three to four times the time at 50 jobs per device, and growing
+/// with the backlog (docs/performance.md).
+@Suite struct PostgresPlanTests {
+    @Test func thePromotionOfManyDevicesWalksTheirIndexEvenWithoutStatistics() throws {
+        let db = try TestDatabase(.postgres)
+        let connection = try PGConnection(conninfo: db.location, options: .init())
+        // No ANALYZE behind the test's back: the table keeps having no statistics while it fills.
+        try connection.execute("ALTER TABLE jobs SET (autovacuum_enabled = false)")
+        let devices = try (1...40).map { try db.device($0) }
+        for device in devices {
+            let results = try db.store.enqueue(
+                (1...30).map { NewJob(deviceID: device, publicID: UUID().uuidString, payload: Array("job \($0)".utf8)) },
+                now: TestDatabase.t0, ttl: .seconds(3600), deviceCap: .max)
+            #expect(results.allSatisfy { $0 == .queued })
+        }
+        #expect(try connection.rows("SELECT reltuples < 0 FROM pg_class WHERE relname = 'jobs'", prepare: false) { $0.bool(0) } == [true])
+
+        let devicesLiteral = "'{\(devices.joined(separator: ","))}'"
+        // A generic plan is made at the first EXECUTE and kept: one prepared statement per set of settings.
+        func plan(_ name: String, _ settings: [(String, String)]) throws -> String {
+            try connection.execute("PREPARE \(name) (text[]) AS \(PostgresStore.promoteNextOfDevices)")
+            try connection.execute("BEGIN")
+            defer { try? connection.execute("ROLLBACK") }
+            for (setting, value) in settings { try connection.execute("SET LOCAL \(setting) = \(value)") }
+            return try connection.rows("EXPLAIN EXECUTE \(name) (\(devicesLiteral))", prepare: false) { $0.text(0) }
+                .joined(separator: "\n")
+        }
+        // The case the planner settings are for: with the generic plan alone, PostgreSQL reads every job of each device.
+        #expect(try plan("generic_only", [("plan_cache_mode", "force_generic_plan")]).contains("Bitmap Heap Scan on jobs"))
+
+        let chosen = try plan("as_the_relay_runs_it", PostgresStore.promotionPlanner)
+        #expect(chosen.contains("Index Scan using jobs_by_device on jobs"), "\(chosen)")
+        #expect(!chosen.contains("Bitmap"), "\(chosen)")
+    }
+}
