@@ -299,17 +299,24 @@ enum Migrations {
     /// Brings the database up to `latestVersion`, applying each missing migration in its own transaction. On a
     /// database that already had a schema (an upgrade, not a new file) each migration this process applies is
     /// announced on `logger` when it starts and again with its duration when it is done; one another process
-    /// applied meanwhile is not.
-    static func apply(on connection: SQLiteConnection, now: Int64, logger: Logger? = nil) throws {
+    /// applied meanwhile is not. `beforeEach` runs before each missing migration's transaction: tests play another
+    /// process there, applying the migration after this one read the list.
+    static func apply(
+        on connection: SQLiteConnection, now: Int64, logger: Logger? = nil, beforeEach: (Migration) throws -> Void = { _ in }
+    ) throws {
         // Processes started together (ingest and deliverers under systemd) wait for the one upgrading, however long
         // its migrations take (migration 12: about 20 s a million jobs), instead of giving up at the busy timeout.
-        try connection.withBusyTimeout(millis: upgradeWaitMillis) { try applyPending(on: connection, now: now, logger: logger) }
+        try connection.withBusyTimeout(millis: upgradeWaitMillis) {
+            try applyPending(on: connection, now: now, logger: logger, beforeEach: beforeEach)
+        }
     }
 
     /// How long a process waits for another's schema upgrade before it gives up.
     static let upgradeWaitMillis: Int32 = 15 * 60 * 1000
 
-    private static func applyPending(on connection: SQLiteConnection, now: Int64, logger: Logger?) throws {
+    private static func applyPending(
+        on connection: SQLiteConnection, now: Int64, logger: Logger?, beforeEach: (Migration) throws -> Void
+    ) throws {
         try connection.writeTransaction {
             let tables = try connection.statement("SELECT name FROM sqlite_master WHERE type = 'table'").rows { $0.text(0) }
             if !tables.isEmpty && !tables.contains("schema_migrations") {
@@ -334,6 +341,7 @@ enum Migrations {
         for migration in all where !applied.contains(migration.version) {
             let announced = ["schema.version": String(migration.version), "schema.migration": migration.name]
             var started = ContinuousClock.now
+            try beforeEach(migration)
             let appliedHere = try connection.writeTransaction {
                 // Re-check inside the write lock: another process may have applied it while this one waited.
                 let done =

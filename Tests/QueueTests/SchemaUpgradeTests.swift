@@ -43,6 +43,29 @@ import Testing
         #expect(lines.all.isEmpty)
     }
 
+    /// Another process applies a migration after this one read the list of applied ones, and before this one took
+    /// the write lock to apply it: this one checks the list again inside the lock, so it neither runs the
+    /// migration a second time (its `ALTER TABLE`s would fail, and the process with them) nor announces work it did
+    /// not do.
+    @Test func aMigrationAnotherProcessAppliedAfterThisOneLookedIsSkippedAndNotAnnounced() throws {
+        let directory = TemporaryDirectory()
+        let path = directory.path("relay.db")
+        let newest = try #require(Migrations.all.last)
+        let other = try sqliteDatabase(atSchema: newest.version - 1, path: path)
+        let connection = try SQLiteConnection(path: path, options: .init())
+        let (logger, lines) = Self.capturingLogger()
+        var played: [Int] = []
+        try Migrations.apply(on: connection, now: TestDatabase.t0, logger: logger) { migration in
+            try other.execute("BEGIN IMMEDIATE; \(migration.sql); INSERT INTO schema_migrations VALUES (\(migration.version), 'other', 0); COMMIT")
+            played.append(migration.version)
+        }
+        #expect(played == [newest.version])
+        #expect(lines.all.isEmpty)
+        let recorded = try connection.statement("SELECT name FROM schema_migrations WHERE version = ?")
+            .rows([.integer(Int64(newest.version))]) { $0.text(0) }
+        #expect(recorded == ["other"], "applied once, by the other process")
+    }
+
     /// A process that opens the database while another upgrades it (holding the write lock, say, for 20 s) waits
     /// longer than its busy timeout, then finds the migration applied and announces nothing it did not do. Here
     /// the other process applies the newest migration with the lock held three times the opener's busy timeout.
