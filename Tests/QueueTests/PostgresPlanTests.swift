@@ -7,7 +7,7 @@ import Testing
 /// Plans PostgreSQL must not be left to choose. A completion batch promotes each device's next job with one
 /// statement whose only good plan walks each device's (device_id, id) index to its first pending job. With no
 /// statistics on `jobs` (a new database, before autovacuum's first ANALYZE) PostgreSQL preferred a bitmap scan that
-/// reads every job of every device and sorts them: three to four times the time at 50 jobs per device, and growing
+/// reads every job of every device and sorts them: two to three times the time at 50 jobs per device, and growing
 /// with the backlog (docs/performance.md).
 @Suite struct PostgresPlanTests {
     @Test func thePromotionOfManyDevicesWalksTheirIndexEvenWithoutStatistics() throws {
@@ -25,20 +25,26 @@ import Testing
         #expect(try connection.rows("SELECT reltuples < 0 FROM pg_class WHERE relname = 'jobs'", prepare: false) { $0.bool(0) } == [true])
 
         let devicesLiteral = "'{\(devices.joined(separator: ","))}'"
-        // A generic plan is made at the first EXECUTE and kept: one prepared statement per set of settings.
-        func plan(_ name: String, _ settings: [(String, String)]) throws -> String {
+        // A generic plan is made at the first EXECUTE and kept: one prepared statement per way of running it.
+        func plan(_ name: String, after statements: [String]) throws -> String {
             try connection.execute("PREPARE \(name) (text[]) AS \(PostgresStore.promoteNextOfDevices)")
             try connection.execute("BEGIN")
             defer { try? connection.execute("ROLLBACK") }
-            for (setting, value) in settings { try connection.execute("SET LOCAL \(setting) = \(value)") }
+            for sql in statements { try connection.execute(sql) }
             return try connection.rows("EXPLAIN EXECUTE \(name) (\(devicesLiteral))", prepare: false) { $0.text(0) }
                 .joined(separator: "\n")
         }
-        // The case the planner settings are for: with the generic plan alone, PostgreSQL reads every job of each device.
-        #expect(try plan("generic_only", [("plan_cache_mode", "force_generic_plan")]).contains("Bitmap Heap Scan on jobs"))
+        // The case the settings are for: with the generic plan alone, PostgreSQL reads every job of each device. (A
+        // later PostgreSQL may plan the walk by itself; then this fails, and the setting may no longer be needed.)
+        let unhelped = try plan("generic_only", after: ["SET LOCAL plan_cache_mode = force_generic_plan"])
+        #expect(unhelped.contains("Bitmap Heap Scan on jobs"), "without the setting PostgreSQL now plans: \(unhelped)")
 
-        let chosen = try plan("as_the_relay_runs_it", PostgresStore.promotionPlanner)
+        // What `finish` sends, up to the promotion itself.
+        let steps = PostgresStore.promotion(of: devices)
+        let promotionIndex = try #require(steps.firstIndex { $0.sql == PostgresStore.promoteNextOfDevices })
+        let chosen = try plan("as_the_relay_runs_it", after: steps[..<promotionIndex].map(\.sql))
         #expect(chosen.contains("Index Scan using jobs_by_device on jobs"), "\(chosen)")
         #expect(!chosen.contains("Bitmap"), "\(chosen)")
+        #expect(steps[(promotionIndex + 1)...].map(\.sql) == ["SET LOCAL plan_cache_mode TO DEFAULT", "SET LOCAL enable_bitmapscan TO DEFAULT"])
     }
 }

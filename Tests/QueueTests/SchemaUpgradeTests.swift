@@ -45,8 +45,8 @@ import Testing
 
     /// Another process applies a migration after this one read the list of applied ones, and before this one took
     /// the write lock to apply it: this one checks the list again inside the lock, so it neither runs the
-    /// migration a second time (its `ALTER TABLE`s would fail, and the process with them) nor announces work it did
-    /// not do.
+    /// migration a second time (at the least its `schema_migrations` row would break the primary key, and the process
+    /// with it) nor announces work it did not do.
     @Test func aMigrationAnotherProcessAppliedAfterThisOneLookedIsSkippedAndNotAnnounced() throws {
         let directory = TemporaryDirectory()
         let path = directory.path("relay.db")
@@ -56,7 +56,10 @@ import Testing
         let (logger, lines) = Self.capturingLogger()
         var played: [Int] = []
         try Migrations.apply(on: connection, now: TestDatabase.t0, logger: logger) { migration in
-            try other.execute("BEGIN IMMEDIATE; \(migration.sql); INSERT INTO schema_migrations VALUES (\(migration.version), 'other', 0); COMMIT")
+            // One line each: a migration's SQL may end in a `--` comment.
+            try other.execute(
+                ["BEGIN IMMEDIATE;", migration.sql + ";", "INSERT INTO schema_migrations VALUES (\(migration.version), 'other', 0);", "COMMIT;"]
+                    .joined(separator: "\n"))
             played.append(migration.version)
         }
         #expect(played == [newest.version])

@@ -69,6 +69,8 @@ final class PGConnection {
             throw PGError(sqlstate: "", message: "cannot connect: \(message)", connectionBroken: true)
         }
         handle = connection
+        // No session-level SET of a planner setting here: `PostgresStore.promotion(of:)` sets some for one statement
+        // and puts them back `TO DEFAULT`, which would undo it.
         try execute("SET statement_timeout = \(options.statementTimeout.wholeMilliseconds)")
         // libpq prints server notices ("relation already exists, skipping") on stderr; the relay has its own log.
         try execute("SET client_min_messages = warning")

@@ -13,22 +13,32 @@ extension PostgresStore {
         """
 
     /// Promotes the oldest pending job of each device in `$1` (text[]): each device's (device_id, id) index walked
-    /// from its start, stopping at the first pending job. Run under `promotionPlanner`.
+    /// from its start, stopping at the first pending job. Run under `promotionPlannerSettings` (`promotion(of:)`).
     static let promoteNextOfDevices = """
         UPDATE jobs SET state = 'available' WHERE id IN (
             SELECT next.id FROM unnest($1::text[]) AS d (id)
             CROSS JOIN LATERAL (SELECT id FROM jobs WHERE device_id = d.id AND state = 'pending' ORDER BY id LIMIT 1) AS next)
         """
 
-    /// Planner settings `promoteNextOfDevices` runs under (`SET LOCAL`, back to the defaults after it). The index walk
-    /// is its one sensible plan, whatever the number of devices or jobs, but PostgreSQL left to choose:
+    /// Planner settings `promoteNextOfDevices` runs under: `SET LOCAL`, then `TO DEFAULT` after it, which is the
+    /// connection's RESET value (the server's, role's or database's setting: `PGConnection` sets neither for the
+    /// session). The index walk is its one sensible plan, whatever the number of devices or jobs, but PostgreSQL
+    /// left to choose:
     /// - planned it again on every call at a few devices per batch, 639 ms of planning for 169 ms of execution over
     ///   10,000 pushes (pg_stat_statements): hence its generic plan, made once;
     /// - chose, while `jobs` had no statistics (a new database, until autovacuum's first ANALYZE of it), a bitmap
-    ///   scan that reads every job of each device and sorts them to keep the first: 60–84 against 18–27 ms per
+    ///   scan that reads every job of each device and sorts them to keep the first: 45–90 against 18–33 ms per
     ///   1,000 devices with 50 jobs queued each (EXPLAIN ANALYZE, docs/performance.md). Without bitmap scans the
     ///   walk is all that is left. (With statistics, even from a nearly empty queue, it picks the walk itself.)
-    static let promotionPlanner = [("plan_cache_mode", "force_generic_plan"), ("enable_bitmapscan", "off")]
+    static let promotionPlannerSettings = [("plan_cache_mode", "force_generic_plan"), ("enable_bitmapscan", "off")]
+
+    /// The statements, in order, that promote the next job of each of `devices` (several): the planner settings, the
+    /// promotion, the settings back. `finish` sends them as they are; `PostgresPlanTests` plans the promotion after
+    /// the statements before it.
+    static func promotion(of devices: some Collection<String>) -> [(sql: String, values: [PGValue])] {
+        promotionPlannerSettings.map { ("SET LOCAL \($0) = \($1)", []) } + [(promoteNextOfDevices, [.texts(devices)])]
+            + promotionPlannerSettings.map { ("SET LOCAL \($0.0) TO DEFAULT", []) }
+    }
 
     /// Every completion's condition: this job ($1), still leased by this worker ($2) at this attempt ($3).
     private static let leaseGuard = "id = $1::bigint AND \(LeaseGuard.condition(worker: "$2::text", attempt: "$3::integer"))"
@@ -187,9 +197,8 @@ extension PostgresStore {
             // One device (a trickle) in a statement of its own, planned once (see `lockDevices`).
             db.runDeferred(promoteNext, [.text(device)])
         } else if !devices.isEmpty {
-            for (name, value) in promotionPlanner { db.runDeferred("SET LOCAL \(name) = \(value)", prepare: false) }
-            db.runDeferred(promoteNextOfDevices, [.texts(devices.keys)])
-            for (name, _) in promotionPlanner { db.runDeferred("SET LOCAL \(name) TO DEFAULT", prepare: false) }
+            // Statements without parameters are the settings: sent unprepared, as no plan of them is worth keeping.
+            for (sql, values) in promotion(of: devices.keys) { db.runDeferred(sql, values, prepare: !values.isEmpty) }
         }
         return devices
     }
