@@ -244,6 +244,10 @@ def test_migrate_store_moves_a_sqlite_relay_to_postgres_and_its_webhook_urls_kee
     # Each device's live jobs, which DEVICE_QUEUE_MAX reads, are counted for the moved jobs too.
     assert postgres.query(name, "SELECT sum(live_jobs), count(*) FILTER (WHERE live_jobs <> (SELECT count(*) FROM jobs j "
                                 "WHERE j.device_id = devices.id AND j.state <> 'discarded')) FROM devices") == [["15", "0"]]
+    # The moved tables have statistics at once (ANALYZE, not autovacuum's, which would be last_autoanalyze).
+    assert postgres.query(name, "SELECT relname FROM pg_stat_user_tables WHERE last_analyze IS NOT NULL "
+                                "AND relname IN ('devices', 'jobs', 'monitor_states', 'tombstones') ORDER BY relname") \
+        == [["devices"], ["jobs"], ["monitor_states"], ["tombstones"]]
 
     ingest = relays("ingest", DATABASE_URL=url, RATE_LIMIT_WEBHOOK="off")
     relays("deliver", DATABASE_URL=url, DEVICE_BURST="off")

@@ -70,9 +70,14 @@ extension PostgresStore {
     }
 
     /// After importing: new jobs get ids above every imported one, each device's live jobs are counted (no
-    /// trigger counts inserted rows, migration 11), and deliverers look at the queue.
+    /// trigger counts inserted rows, migration 11), the tables have statistics, and deliverers look at the queue.
+    ///
+    /// The statistics: a new database has none until autovacuum first gets to it, and until then PostgreSQL plans
+    /// every statement from guesses, with a queue just moved in waiting to be delivered. PostgreSQL's advice after a
+    /// bulk load is to run ANALYZE (https://www.postgresql.org/docs/15/populate.html#POPULATE-ANALYZE).
     public func finishImport() throws(StoreError) {
         _ = try write { db in
+            try db.execute("ANALYZE devices, jobs, monitor_states, tombstones")
             try db.run("SELECT setval(pg_get_serial_sequence('jobs', 'id'), greatest((SELECT max(id) FROM jobs), 1))")
             try db.run(
                 """
