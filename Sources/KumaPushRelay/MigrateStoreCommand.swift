@@ -75,6 +75,13 @@ enum MigrateStoreCommand: Command {
         }
         try target.finishImport()
         progress.finish()
+        do {
+            try target.analyzeImportedTables()
+        } catch {
+            // Everything is moved and counted; only the statistics are missing, and autovacuum takes them later.
+            let warning = "warning: ANALYZE after the move failed (\(error.message)); autovacuum will take the statistics\n"
+            FileHandle.standardError.write(Data(warning.utf8))
+        }
         let skipped = jobsSeen - jobsMoved
         print(
             "moved \(devicesMoved) devices (\(counts.devices - devicesMoved) already there), \(tombstonesMoved) tombstones, "

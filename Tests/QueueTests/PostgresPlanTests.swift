@@ -47,4 +47,21 @@ import Testing
         #expect(!chosen.contains("Bitmap"), "\(chosen)")
         #expect(steps[(promotionIndex + 1)...].map(\.sql) == ["SET LOCAL plan_cache_mode TO DEFAULT", "SET LOCAL enable_bitmapscan TO DEFAULT"])
     }
+
+    @Test func finishSendsThePromotionOfSeveralDevicesUnderItsPlannerSettings() throws {
+        let db = try TestDatabase(.postgres)
+        let store = try #require(db.store as? PostgresStore)
+        let devices = try (1...3).map { try db.device($0) }
+        for device in devices { try db.enqueue(device, "first", "second") }
+        let heads = try db.claim()
+        #expect(heads.map(\.label) == ["first", "first", "first"])
+
+        store.keepWriterStatementLog()
+        #expect(try db.store.finish(heads.map { .delivered($0) }, worker: "w1", now: TestDatabase.t0) == [true, true, true])
+        let sent = store.writerStatementLog
+        let expected = PostgresStore.promotion(of: devices).map(\.sql)
+        let start = try #require(sent.firstIndex(of: expected[0]), "\(sent)")
+        #expect(Array(sent[start...].prefix(expected.count)) == expected, "the settings, the promotion, the settings back")
+        for device in devices { #expect(try db.liveLabels(device) == ["second"]) }
+    }
 }

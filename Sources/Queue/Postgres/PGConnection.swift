@@ -27,6 +27,11 @@ final class PGConnection {
     private var deferred: [Statement] = []
     /// Round trips to the server so far: one per statement run on its own, one per pipeline (tests count them).
     private(set) var roundTrips = 0
+    /// Tests only: the SQL of every statement queued or run on this connection, in that order; nil (nothing kept)
+    /// until `keepStatementLog()`.
+    private(set) var statementLog: [String]?
+
+    func keepStatementLog() { statementLog = statementLog ?? [] }
     /// Set when a pipeline ended in a state this code does not expect: the connection is then treated as broken
     /// (`isBroken`), so `PostgresLink` replaces it rather than reuse a connection left in pipeline mode.
     private var unusable = false
@@ -85,6 +90,7 @@ final class PGConnection {
     func execute(_ sql: String) throws {
         // A string of several statements cannot go through a pipeline: what waits is sent first, on its own.
         if !deferred.isEmpty { PQclear(try pipelined(then: nil)) }
+        statementLog?.append(sql)
         roundTrips += 1
         let result = PQexec(handle, sql)
         defer { PQclear(result) }
@@ -116,6 +122,7 @@ final class PGConnection {
     /// both. Only inside a transaction, whose every statement is undone if this one fails: its error is thrown by
     /// that later call, and nothing after it in the transaction runs.
     func runDeferred(_ sql: String, _ values: [PGValue] = [], prepare: Bool = true) {
+        statementLog?.append(sql)
         deferred.append(Statement(sql: sql, values: values, prepare: prepare))
     }
 
@@ -184,6 +191,7 @@ final class PGConnection {
 
     /// The result of `sql`, which the caller clears.
     private func result(of sql: String, _ values: [PGValue], prepare: Bool) throws -> OpaquePointer {
+        statementLog?.append(sql)
         let statement = Statement(sql: sql, values: values, prepare: prepare)
         if !deferred.isEmpty, let result = try pipelined(then: statement) { return result }
         let name = prepare ? try preparedName(for: sql, parameterCount: values.count) : nil

@@ -24,6 +24,10 @@ final class PostgresLink: @unchecked Sendable {
     /// Round trips on the current connection (tests count them); 0 when there is none.
     var roundTrips: Int { connection?.roundTrips ?? 0 }
 
+    /// Tests only: keep, from now on, the SQL of every statement on the current connection (`statementLog`).
+    func keepStatementLog() { connection?.keepStatementLog() }
+    var statementLog: [String] { connection?.statementLog ?? [] }
+
     /// The connection broke and the backoff has not passed: `connected()` would fail at once.
     var isBackingOff: Bool { (connection == nil || connection?.isBroken == true) && ContinuousClock.now < nextAttempt }
 

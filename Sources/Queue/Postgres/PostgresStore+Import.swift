@@ -70,14 +70,9 @@ extension PostgresStore {
     }
 
     /// After importing: new jobs get ids above every imported one, each device's live jobs are counted (no
-    /// trigger counts inserted rows, migration 11), the tables have statistics, and deliverers look at the queue.
-    ///
-    /// The statistics: a new database has none until autovacuum first gets to it, and until then PostgreSQL plans
-    /// every statement from guesses, with a queue just moved in waiting to be delivered. PostgreSQL's advice after a
-    /// bulk load is to run ANALYZE (https://www.postgresql.org/docs/15/populate.html#POPULATE-ANALYZE).
+    /// trigger counts inserted rows, migration 11), and deliverers look at the queue.
     public func finishImport() throws(StoreError) {
         _ = try write { db in
-            try db.execute("ANALYZE devices, jobs, monitor_states, tombstones")
             try db.run("SELECT setval(pg_get_serial_sequence('jobs', 'id'), greatest((SELECT max(id) FROM jobs), 1))")
             try db.run(
                 """
@@ -87,6 +82,19 @@ extension PostgresStore {
                 WHERE devices.id = counted.id AND devices.live_jobs <> counted.live
                 """)
             Self.notifyDeliverers(db)
+        }
+    }
+
+    /// Takes the statistics of the imported tables. A new database has none until autovacuum first gets to it, and
+    /// until then PostgreSQL plans every statement from guesses, with a queue just moved in waiting to be delivered;
+    /// its advice after a bulk load is ANALYZE (https://www.postgresql.org/docs/15/populate.html#POPULATE-ANALYZE).
+    /// After `finishImport`, so the counts it wrote are in them; without the statement timeout, which is for the
+    /// relay's own statements, not a scan of every table. A role that does not own a table gets a warning from
+    /// PostgreSQL and that table is skipped (autovacuum takes its statistics later).
+    public func analyzeImportedTables() throws(StoreError) {
+        _ = try write { db in
+            try db.execute("SET LOCAL statement_timeout = 0")
+            try db.execute("ANALYZE devices, jobs, monitor_states, tombstones")
         }
     }
 

@@ -95,6 +95,10 @@ public final class PostgresStore: Sendable {
     /// Round trips on the write connection so far (tests count what a call costs).
     var writerRoundTrips: Int { writer.withLock { $0.roundTrips } }
 
+    /// Tests only: from now on, the SQL of every statement on the write connection, in order (`writerStatementLog`).
+    func keepWriterStatementLog() { writer.withLock { $0.keepStatementLog() } }
+    var writerStatementLog: [String] { writer.withLock { $0.statementLog } }
+
     /// Runs `body` in a transaction on the write connection. A transaction PostgreSQL aborted to break a deadlock
     /// runs again (a few times), since nothing of it was committed; so does one that found the connection dropped
     /// before its COMMIT was sent (the server rolls back a transaction whose connection is gone). A connection
