@@ -3,6 +3,7 @@
 #include <stdarg.h>
 #include <stdint.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <sys/types.h>
 #include <sys/select.h>
 #include <sys/socket.h>
@@ -25,16 +26,37 @@ struct CMicroHTTPD_Config {
 
 typedef void *(*CMicroHTTPD_URILogCallback)(void *cls, const char *uri, struct MHD_Connection *connection);
 
+/// Receives libmicrohttpd's error log: the message's format (fixed text with placeholders, never a client's bytes)
+/// and the message itself, formatted into at most 255 bytes (it may hold a request's URL).
+typedef void (*CMicroHTTPD_MessageCallback)(void *cls, const char *format, const char *message);
+
+/// Where MHD_OPTION_EXTERNAL_LOGGER's messages go. Must outlive the daemon.
+struct CMicroHTTPD_MessageSink {
+    CMicroHTTPD_MessageCallback callback;
+    void *cls;
+};
+
+/// MHD_LogCallback takes a va_list, which Swift cannot read: the message is formatted here.
+static inline void CMicroHTTPD_format_message(void *cls, const char *format, va_list arguments) {
+    const struct CMicroHTTPD_MessageSink *sink = (const struct CMicroHTTPD_MessageSink *) cls;
+    char message[256];
+    vsnprintf(message, sizeof message, format, arguments);
+    sink->callback(sink->cls, format, message);
+}
+
 /// MHD_start_daemon with every option as a fixed argument (MHD_OPTION_ARRAY is copied during the call).
 /// `accept` may refuse a connection by its peer address before any byte is read; `notify` hears of every
 /// connection opened and closed (both used for limits MHD does not have: per-client caps, request deadlines).
+/// `messages` hears libmicrohttpd's error log when `flags` include MHD_USE_ERROR_LOG.
 static inline struct MHD_Daemon *CMicroHTTPD_start(const struct CMicroHTTPD_Config *config,
                                                    MHD_AccessHandlerCallback handler, void *handler_cls,
                                                    MHD_RequestCompletedCallback completed, void *completed_cls,
                                                    CMicroHTTPD_URILogCallback uri_log, void *uri_log_cls,
                                                    MHD_AcceptPolicyCallback accept, void *accept_cls,
-                                                   MHD_NotifyConnectionCallback notify, void *notify_cls) {
+                                                   MHD_NotifyConnectionCallback notify, void *notify_cls,
+                                                   const struct CMicroHTTPD_MessageSink *messages) {
     struct MHD_OptionItem options[] = {
+        { MHD_OPTION_EXTERNAL_LOGGER, (intptr_t) CMicroHTTPD_format_message, (void *) messages },
         { MHD_OPTION_NOTIFY_COMPLETED, (intptr_t) completed, completed_cls },
         { MHD_OPTION_URI_LOG_CALLBACK, (intptr_t) uri_log, uri_log_cls },
         { MHD_OPTION_NOTIFY_CONNECTION, (intptr_t) notify, notify_cls },

@@ -61,6 +61,7 @@ public final class IngestService: Sendable {
         configuration.connectionsPerClient = settings.httpMaxConnectionsPerIP
         // Behind a reverse proxy every client arrives from the proxy's address: capping it would cap everyone.
         if settings.behindProxy { configuration.uncappedPeer = { [resolver] in resolver.isTrusted($0) } }
+        configuration.onLibraryMessage = { [logger, settings] in Self.log($0, logger: logger, settings: settings) }
         let api = try HTTPServer(configuration) { [self] request, responder in handle(request, responder: responder) }
         let metricsServer = try settings.metricsAddress.map { try MetricsServer.start(on: $0, metrics: metrics) }
         servers.withLock { $0 = (api, metricsServer) }
@@ -70,12 +71,40 @@ public final class IngestService: Sendable {
         metrics.describe(
             "kumapush_http_connections_refused_total", .counter,
             "Connections refused because their client had HTTP_MAX_CONNECTIONS_PER_IP open.")
+        metrics.describe(
+            "kumapush_http_refused_total", .counter,
+            "Requests the HTTP library answered with an error before the relay read them, by status "
+                + "(414: URL over HTTP_MAX_HEADER_BYTES; 431: headers over it; 400: malformed).")
         metrics.collect { [weak api] in
             guard let api else { return [] }
             return [
                 (name: "kumapush_http_connections_cut_total", labels: [], value: Double(api.connectionsCut)),
                 (name: "kumapush_http_connections_refused_total", labels: [], value: Double(api.connectionsRefused))
             ]
+                + api.requestsRefused.sorted { $0.key < $1.key }.map {
+                    (name: "kumapush_http_refused_total", labels: [("status", String($0.key))], value: Double($0.value))
+                }
+        }
+    }
+
+    /// libmicrohttpd's refusals get a warning each, as answered requests get their request line: a GET webhook
+    /// refused for its URL's length is a lost alert, and this is the relay's only sight of it. Its other messages
+    /// are kept for debugging, by their format only (a formatted one may hold a URL).
+    static func log(_ message: LibraryMessage, logger: Logger, settings: Settings) {
+        switch message {
+        case .refusedRequest(let status):
+            let reason =
+                switch status {
+                case 414: "URL longer than HTTP_MAX_HEADER_BYTES allows"
+                case 431: "request headers larger than HTTP_MAX_HEADER_BYTES allows"
+                case 400: "malformed request"
+                default: "refused by the HTTP library"
+                }
+            logger.warning(
+                "request refused before it was read",
+                ["http.status": String(status), "reason": reason, "http.max_header_bytes": String(settings.httpMaxHeaderBytes)])
+        case .other(let format):
+            logger.debug("HTTP library message", ["message": format])
         }
     }
 

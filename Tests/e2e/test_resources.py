@@ -1,4 +1,5 @@
 """Hostile clients and a sick disk: limits hold, nothing acknowledged is lost, and the relay recovers."""
+import json
 import os
 import resource
 import signal
@@ -122,21 +123,31 @@ def test_slow_clients_cannot_pin_the_server_and_are_cut_off(relay_binary, tmp_pa
         relay.stop()
 
 
-def test_oversized_headers_are_refused_and_the_server_stays_healthy(relay_binary, tmp_path):
+def test_oversized_headers_are_refused_counted_and_logged_and_the_server_stays_healthy(relay_binary, tmp_path):
     """libmicrohttpd refuses them itself (with its own short text page, before any of our code runs): 431 for the
-    headers, 414 for a URL, which is where a GET webhook carries its whole alert (docs/tuning.md)."""
-    relay = start_ingest(relay_binary, tmp_path, HTTP_MAX_HEADER_BYTES="8192")
+    headers, 414 for a URL, which is where a GET webhook carries its whole alert (docs/tuning.md). Its error log is
+    the relay's only sight of them: each is counted by status and logged as a warning, without the URL."""
+    relay = start_ingest(relay_binary, tmp_path, HTTP_MAX_HEADER_BYTES="8192", LOG_FORMAT="json")
     try:
         for head, status in ((b"GET /health HTTP/1.1\r\nHost: x\r\nX-Padding: " + b"a" * 20000, b"431"),
-                             (b"GET /wh/x?msg=" + b"a" * 9000 + b" HTTP/1.1\r\nHost: x", b"414")):
+                             (b"GET /wh/x?msg=" + b"secret" * 1500 + b" HTTP/1.1\r\nHost: x", b"414")):
             sock = socket.create_connection(("127.0.0.1", relay.port), timeout=5)
             sock.sendall(head + b"\r\n\r\n")
             answer = sock.recv(4096)
             sock.close()
             assert answer.split(b" ")[1] == status, answer[:80]
         assert request("GET", f"{relay.base}/health")[0] == 200
+        _, metrics, _ = request("GET", f"http://{relay.env['METRICS_ADDR']}/metrics")
+        refused = sorted(line for line in metrics.decode().splitlines() if line.startswith("kumapush_http_refused_total{"))
+        assert refused == ['kumapush_http_refused_total{status="414"} 1', 'kumapush_http_refused_total{status="431"} 1']
     finally:
         relay.stop()
+    log = (tmp_path / "ingest.log").read_text()
+    warnings = [json.loads(line) for line in log.splitlines() if "refused before it was read" in line]
+    assert [(w["http.status"], w["reason"]) for w in warnings] == [
+        ("431", "request headers larger than HTTP_MAX_HEADER_BYTES allows"),
+        ("414", "URL longer than HTTP_MAX_HEADER_BYTES allows")], warnings
+    assert "secret" not in log
 
 
 def proc_status(pid):

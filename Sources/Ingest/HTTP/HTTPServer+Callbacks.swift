@@ -56,6 +56,13 @@ let connectionNotified: MHD_NotifyConnectionCallback = { serverPointer, connecti
     }
 }
 
+/// MHD_OPTION_EXTERNAL_LOGGER, through the shim's formatter: one line of libmicrohttpd's error log.
+let libraryMessageLogged: CMicroHTTPD_MessageCallback = { serverPointer, format, message in
+    guard let serverPointer, let format, let message else { return }
+    let server = Unmanaged<HTTPServer>.fromOpaque(serverPointer).takeUnretainedValue()
+    server.libraryLogged(LibraryMessage(format: String(cString: format), message: String(cString: message)))
+}
+
 /// MHD_AccessHandlerCallback: called with the headers, then with each body chunk, then once more with none.
 let accessHandler: MHD_AccessHandlerCallback = { serverPointer, connection, url, method, _, uploadData, uploadSize, contextSlot in
     guard let serverPointer, let connection, let uploadSize, let contextSlot, let raw = contextSlot.pointee else {

@@ -17,7 +17,8 @@ public final class HTTPServer: Sendable {
         public var port: UInt16
         /// MHD threads, each with its own epoll loop. Defaults to the number of cores.
         public var threads: Int = ProcessInfo.processInfo.activeProcessorCount
-        /// Open connections at most; more are refused at accept. Defaults to 10,000.
+        /// Open connections at most. At the limit libmicrohttpd stops accepting: new connections wait in the listen
+        /// backlog (1,024) until one closes. Defaults to 10,000.
         public var connectionLimit: Int = 10_000
         /// Seconds a connection may sit idle (or trickle a request) before it is closed. Defaults to 30.
         public var connectionTimeout: Int = 30
@@ -32,6 +33,9 @@ public final class HTTPServer: Sendable {
         public var connectionsPerClient: Int?
         /// Peers the per-client cap does not apply to (trusted proxies). Defaults to none.
         public var uncappedPeer: @Sendable (IPAddress) -> Bool = { _ in false }
+        /// Hears each line of libmicrohttpd's error log, on its thread, after the server has counted it (for the
+        /// owner's log). Defaults to nothing.
+        public var onLibraryMessage: @Sendable (LibraryMessage) -> Void = { _ in }
 
         public init(host: String, port: UInt16) {
             self.host = host
@@ -56,6 +60,11 @@ public final class HTTPServer: Sendable {
     let draining = Atomic<Bool>(false)
     /// Requests received and not yet completed (for graceful shutdown).
     let inFlight = InFlightCounter()
+    /// Requests libmicrohttpd answered with an error itself, by status.
+    private let refusedByStatus = Mutex<[Int: Int]>([:])
+    /// The context of libmicrohttpd's logger. Freed in deinit, once MHD_stop_daemon has returned (it logs nothing
+    /// after that).
+    private let messageSink = MessageSinkHandle()
     /// Requests handed to the handler and not yet completed (answered by `stop()` if need be).
     let dispatched = DispatchedRequests()
     /// Request deadlines and per-client caps; nil when neither is configured (no cost per request then).
@@ -84,11 +93,12 @@ public final class HTTPServer: Sendable {
         }
         var flags =
             UInt32(MHD_USE_EPOLL_INTERNAL_THREAD.rawValue) | UInt32(MHD_ALLOW_SUSPEND_RESUME.rawValue)
-            | UInt32(MHD_USE_TURBO.rawValue)
+            | UInt32(MHD_USE_TURBO.rawValue) | UInt32(MHD_USE_ERROR_LOG.rawValue)
         if !address.isIPv4 { flags |= UInt32(MHD_USE_IPv6.rawValue) }
         // `self` is handed to C unretained: the daemon is stopped in `stop()`/`deinit` before `self` goes away, and
         // MHD calls none of these callbacks after MHD_stop_daemon returns.
         let selfPointer = Unmanaged.passUnretained(self).toOpaque()
+        messageSink.pointer.pointee.cls = selfPointer
         let started: OpaquePointer? = SocketAddress.withSockaddr(address, port: configuration.port) { sockaddrPointer in
             var config = CMicroHTTPD_Config(
                 flags: flags, address: sockaddrPointer,
@@ -99,7 +109,7 @@ public final class HTTPServer: Sendable {
             return CMicroHTTPD_start(
                 &config, accessHandler, selfPointer, requestCompleted, selfPointer, uriLogged, selfPointer,
                 acceptPolicy, selfPointer,
-                connectionGuard == nil ? nil : connectionNotified, selfPointer)
+                connectionGuard == nil ? nil : connectionNotified, selfPointer, messageSink.pointer)
         }
         guard let started else {
             throw StartError(description: "cannot listen on \(configuration.host):\(configuration.port) (in use, or no permission)")
@@ -111,12 +121,25 @@ public final class HTTPServer: Sendable {
 
     // Last reference gone: nothing can call back into a server being freed, so stop and wait (never in the
     // background, which would need `self` alive past its deinit).
-    deinit { stop(fromDeinit: true) }
+    deinit {
+        stop(fromDeinit: true)
+        messageSink.free()
+    }
 
     /// Connections shut down because a request did not arrive within `requestTimeout`.
     public var connectionsCut: Int { connectionGuard?.cut.load(ordering: .relaxed) ?? 0 }
     /// Connections refused because their client already had `connectionsPerClient` open.
     public var connectionsRefused: Int { connectionGuard?.refused.load(ordering: .relaxed) ?? 0 }
+
+    /// Requests libmicrohttpd refused itself before any handler saw them (414 URL or 431 headers over
+    /// `connectionMemoryLimit`, 400 malformed, …), by status.
+    public var requestsRefused: [Int: Int] { refusedByStatus.withLock { $0 } }
+
+    /// Counts a line of libmicrohttpd's log, then hands it to the owner.
+    func libraryLogged(_ message: LibraryMessage) {
+        if case .refusedRequest(let status) = message { refusedByStatus.withLock { $0[status, default: 0] += 1 } }
+        configuration.onLibraryMessage(message)
+    }
 
     /// Open connections right now.
     public var openConnections: Int {
@@ -180,6 +203,22 @@ public final class HTTPServer: Sendable {
 /// documented as callable from any thread, and `HTTPServer` clears the handle under its mutex before stopping it.
 struct DaemonHandle: @unchecked Sendable {
     let pointer: OpaquePointer
+}
+
+/// The logger context handed to libmicrohttpd. @unchecked Sendable: written only in `HTTPServer.init`, before the
+/// daemon starts; then read only by libmicrohttpd's threads; freed in `HTTPServer`'s deinit, after MHD_stop_daemon.
+struct MessageSinkHandle: @unchecked Sendable {
+    let pointer: UnsafeMutablePointer<CMicroHTTPD_MessageSink>
+
+    init() {
+        pointer = .allocate(capacity: 1)
+        pointer.initialize(to: CMicroHTTPD_MessageSink(callback: libraryMessageLogged, cls: nil))
+    }
+
+    func free() {
+        pointer.deinitialize(count: 1)
+        pointer.deallocate()
+    }
 }
 
 /// Counts requests in flight and lets shutdown (one waiter) wait for zero.
