@@ -72,6 +72,9 @@ public final class IngestService: Sendable {
             "kumapush_http_connections_refused_total", .counter,
             "Connections refused because their client had HTTP_MAX_CONNECTIONS_PER_IP open.")
         metrics.describe(
+            "kumapush_http_connections_open", .gauge,
+            "Open connections to the API listener; at HTTP_MAX_CONNECTIONS new ones wait in the listen backlog.")
+        metrics.describe(
             "kumapush_http_refused_total", .counter,
             "Requests the HTTP library answered with an error before the relay read them, by status "
                 + "(414: URL over HTTP_MAX_HEADER_BYTES; 431: headers over it; 400: malformed).")
@@ -79,7 +82,8 @@ public final class IngestService: Sendable {
             guard let api else { return [] }
             return [
                 (name: "kumapush_http_connections_cut_total", labels: [], value: Double(api.connectionsCut)),
-                (name: "kumapush_http_connections_refused_total", labels: [], value: Double(api.connectionsRefused))
+                (name: "kumapush_http_connections_refused_total", labels: [], value: Double(api.connectionsRefused)),
+                (name: "kumapush_http_connections_open", labels: [], value: Double(api.openConnections))
             ]
                 + api.requestsRefused.sorted { $0.key < $1.key }.map {
                     (name: "kumapush_http_refused_total", labels: [("status", String($0.key))], value: Double($0.value))

@@ -199,6 +199,7 @@ def test_one_client_cannot_hold_more_than_its_share_of_connections(relay_binary,
                 return True
         wait_until(refused, what="the 21st connection from 127.0.0.1 refused")
         assert "kumapush_http_connections_refused_total 0" not in metrics_text(relay)
+        assert "\nkumapush_http_connections_open 20\n" in metrics_text(relay), "the held ones, not the refused ones"
         other = http.client.HTTPConnection("127.0.0.1", relay.port, timeout=5, source_address=("127.0.0.2", 0))
         other.request("GET", "/health")
         assert other.getresponse().status == 200, "another client is served"
@@ -207,6 +208,7 @@ def test_one_client_cannot_hold_more_than_its_share_of_connections(relay_binary,
             sock.close()
         held.clear()
         wait_until(lambda: not refused(), what="127.0.0.1 served again once its connections closed")
+        wait_until(lambda: "\nkumapush_http_connections_open 0\n" in metrics_text(relay), what="no connection open")
     finally:
         for sock in held:
             sock.close()
