@@ -11,7 +11,7 @@ public struct Settings: Sendable, Equatable {
     /// Prefix every route is mounted under, normalised to `""` or `/something` without a trailing slash.
     public var basePath = ""
 
-    /// Connections the ingest listener keeps open at most; more are refused at accept.
+    /// Connections the ingest listener keeps open at most; past it new ones wait in the listen backlog.
     public var httpMaxConnections = 10_000
     /// A connection that sends nothing this long is closed (inactivity; `httpRequestTimeout` bounds a trickle).
     public var httpIdleTimeout: Duration = .seconds(30)

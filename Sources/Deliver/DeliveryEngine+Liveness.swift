@@ -63,7 +63,7 @@ extension DeliveryEngine {
             ["stall_timeout": String(describing: timeout)])
         // The flag before the counter: whoever sees the stall counted (a scrape, a test) also sees /health say so.
         stalled.store(true, ordering: .relaxed)
-        metrics.increment("relay_delivery_stalls_total")
+        metrics.increment("kumapush_delivery_stalls_total")
         state.breaker.reset()
         pool.recycleAll()
         state.claimDue = true

@@ -22,7 +22,7 @@ enum DeliveryMetrics {
             "Devices whose token the other APNs environment accepted, remembered from then on.")
         metrics.describe("kumapush_dead_letters_purged_total", .counter, "Dead letters purged over DEAD_LETTER_MAX (oldest first).")
         metrics.describe(
-            "relay_delivery_stalls_total", .counter,
+            "kumapush_delivery_stalls_total", .counter,
             "Times the deliverer found due jobs, no known APNs failure and nothing sent for STALL_TIMEOUT, and reset itself.")
         metrics.collect {
             [

@@ -31,7 +31,7 @@ import Testing
         #expect(
             h.waitUntil { devices.allSatisfy { h.acceptedBodies($0.token) == ["\($0.token.suffix(2))-1", "\($0.token.suffix(2))-2"] } },
             "replayed jobs are delivered, in per-device order")
-        #expect(h.metrics.value("relay_delivery_stalls_total") == 0, "the breaker found its way out without the stall detector")
+        #expect(h.metrics.value("kumapush_delivery_stalls_total") == 0, "the breaker found its way out without the stall detector")
     }
 
     /// A probe whose device is deleted while its push waits is settled like any other probe that ends unanswered.
@@ -61,7 +61,7 @@ import Testing
         #expect(h.waitUntil { h.pool.readyConnections == 1 && h.pool.freeStreams == 0 }, "the server's SETTINGS arrived")
         try h.enqueue(first.id, ["due, never sent"])
         try h.enqueue(second.id, ["due, never sent"])
-        #expect(h.waitUntil { h.metrics.value("relay_delivery_stalls_total") >= 1 })
+        #expect(h.waitUntil { h.metrics.value("kumapush_delivery_stalls_total") >= 1 })
         #expect(!h.engine.isHealthy)
         #expect(h.simulator.received.isEmpty)
         // The reset fails whatever the recycled connection still held; that is not APNs answering, so the report
@@ -98,10 +98,10 @@ import Testing
         let device = try h.device(1)
         #expect(h.waitUntil { h.pool.readyConnections == 1 && h.pool.freeStreams == 0 }, "the server's SETTINGS arrived")
         try h.enqueue(device.id, ["due, never sent"])
-        #expect(h.waitUntil { h.metrics.value("relay_delivery_stalls_total") >= 1 })
+        #expect(h.waitUntil { h.metrics.value("kumapush_delivery_stalls_total") >= 1 })
         #expect(!h.engine.isHealthy)
         #expect(try h.store.deleteDevice(id: device.id))
         #expect(h.waitUntil { h.engine.isHealthy })
-        #expect(h.metrics.value("relay_delivery_stalls_total") == 1)
+        #expect(h.metrics.value("kumapush_delivery_stalls_total") == 1)
     }
 }

@@ -16,14 +16,15 @@ final class IngestHarness {
 
     init(
         _ environment: [String: String] = [:], clock: any WallClock = SystemClock(),
-        wrap: (SQLiteStore) -> any RelayStore = { $0 }
+        wrap: (SQLiteStore) -> any RelayStore = { $0 }, deliveryHealthy: @escaping @Sendable () -> Bool = { true }
     ) throws {
         var environment = environment
         environment["METRICS_ADDR"] = environment["METRICS_ADDR"] ?? "off"
         let (settings, _) = try Settings.load(environment: environment, arguments: [])
         store = try SQLiteStore(path: directory.path("relay.db"), now: SystemClock().nowMillis())
         let logger = Logger(label: "test", level: .debug, sink: LogSink(format: .text) { [logLines] line in logLines.append(line) })
-        service = IngestService(settings: settings, store: wrap(store), clock: clock, logger: logger)
+        service = IngestService(
+            settings: settings, store: wrap(store), clock: clock, logger: logger, deliveryHealthy: deliveryHealthy)
         var configuration = HTTPServer.Configuration(host: "127.0.0.1", port: 0)
         configuration.threads = 2
         try service.start(apiConfiguration: configuration)

@@ -2,6 +2,7 @@ import Common
 import Foundation
 import Ingest
 import Queue
+import Synchronization
 import TestSupport
 import Testing
 
@@ -10,6 +11,16 @@ import Testing
         let h = try IngestHarness(wrap: { UnreachableDatabase(inner: $0) })
         let response = try h.client.send("GET", "/health")
         #expect(response.status == 503 && response.text == "{\"error\":\"database unavailable\"}")
+    }
+
+    /// Under `serve`, `/health` also carries the deliverer's verdict (`DeliveryLivenessTests` tests the verdict).
+    @Test func healthAnswers503WhileTheDelivererReportsAStall() throws {
+        let healthy = Atomic<Bool>(false)
+        let h = try IngestHarness(deliveryHealthy: { healthy.load(ordering: .relaxed) })
+        let stalled = try h.client.send("GET", "/health")
+        #expect(stalled.status == 503 && stalled.text == "{\"error\":\"delivery stalled\"}")
+        healthy.store(true, ordering: .relaxed)
+        #expect(try h.client.send("GET", "/health").status == 200)
     }
 
     @Test func metricsAreOnTheirOwnListenerNotThePublicPort() throws {

@@ -87,7 +87,7 @@ class ChaosRun:
         self.answers = {}                   # webhook status (or "refused") -> count
         self.sequence = 0
         self.canaries = 0
-        self.stalls = 0                     # relay_delivery_stalls_total, summed over every deliverer's life
+        self.stalls = 0                     # kumapush_delivery_stalls_total, summed over every deliverer's life
         self.violations = []
         self.notes = []                     # what happened, for the failure report
 
@@ -157,7 +157,7 @@ class ChaosRun:
             self.count_stalls(name)
         if self.stalls:
             self.violations.append(f"{invariants.NAMES[6]}: the stall detector had to reset a deliverer "
-                                   f"{self.stalls} time(s) (relay_delivery_stalls_total)")
+                                   f"{self.stalls} time(s) (kumapush_delivery_stalls_total)")
         self.check()
         if self.violations:
             return
@@ -337,14 +337,14 @@ class ChaosRun:
     # -- helpers -----------------------------------------------------------------------------------------------
 
     def count_stalls(self, name):
-        """Adds the process's relay_delivery_stalls_total (deliverers only; counted before each kill and at the end,
+        """Adds the process's kumapush_delivery_stalls_total (deliverers only; counted before each kill and at the end,
         as the counter lives as long as the process)."""
         relay = self.processes.get(name)
         if relay is None or name.startswith("ingest"):
             return
         status, text, _ = request("GET", f"http://{relay.env['METRICS_ADDR']}/metrics", timeout=10)
         for line in (text.decode() if isinstance(text, bytes) else "").splitlines():
-            if line.startswith("relay_delivery_stalls_total"):
+            if line.startswith("kumapush_delivery_stalls_total"):
                 self.stalls += int(float(line.split()[-1]))
 
     def seconds(self, setting):

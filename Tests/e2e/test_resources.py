@@ -127,27 +127,35 @@ def test_oversized_headers_are_refused_counted_and_logged_and_the_server_stays_h
     """libmicrohttpd refuses them itself (with its own short text page, before any of our code runs): 431 for the
     headers, 414 for a URL, which is where a GET webhook carries its whole alert (docs/tuning.md). Its error log is
     the relay's only sight of them: each is counted by status and logged as a warning, without the URL."""
-    relay = start_ingest(relay_binary, tmp_path, HTTP_MAX_HEADER_BYTES="8192", LOG_FORMAT="json")
+    relay = start_ingest(relay_binary, tmp_path, HTTP_MAX_HEADER_BYTES="8192", LOG_FORMAT="json", LOG_LEVEL="debug")
     try:
         for head, status in ((b"GET /health HTTP/1.1\r\nHost: x\r\nX-Padding: " + b"a" * 20000, b"431"),
-                             (b"GET /wh/x?msg=" + b"secret" * 1500 + b" HTTP/1.1\r\nHost: x", b"414")):
+                             (b"GET /wh/x?msg=" + b"secret" * 1500 + b" HTTP/1.1\r\nHost: x", b"414"),
+                             (b"GET /wh/x?msg=secret HTTP/1.1\r\nHost: x\r\nno colon", b"400")):
             sock = socket.create_connection(("127.0.0.1", relay.port), timeout=5)
             sock.sendall(head + b"\r\n\r\n")
             answer = sock.recv(4096)
             sock.close()
             assert answer.split(b" ")[1] == status, answer[:80]
+        # A request cut off half way: libmicrohttpd logs it with a message of its own (kept at debug level).
+        sock = socket.create_connection(("127.0.0.1", relay.port), timeout=5)
+        sock.sendall(b"POST /wh/x?msg=secret HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{")
+        sock.close()
         assert request("GET", f"{relay.base}/health")[0] == 200
         _, metrics, _ = request("GET", f"http://{relay.env['METRICS_ADDR']}/metrics")
         refused = sorted(line for line in metrics.decode().splitlines() if line.startswith("kumapush_http_refused_total{"))
-        assert refused == ['kumapush_http_refused_total{status="414"} 1', 'kumapush_http_refused_total{status="431"} 1']
+        assert refused == ['kumapush_http_refused_total{status="400"} 1', 'kumapush_http_refused_total{status="414"} 1',
+                           'kumapush_http_refused_total{status="431"} 1']
+        wait_until(lambda: "HTTP library message" in (tmp_path / "ingest.log").read_text(), what="the cut request logged")
     finally:
         relay.stop()
     log = (tmp_path / "ingest.log").read_text()
     warnings = [json.loads(line) for line in log.splitlines() if "refused before it was read" in line]
     assert [(w["http.status"], w["reason"]) for w in warnings] == [
         ("431", "request headers larger than HTTP_MAX_HEADER_BYTES allows"),
-        ("414", "URL longer than HTTP_MAX_HEADER_BYTES allows")], warnings
-    assert "secret" not in log
+        ("414", "URL longer than HTTP_MAX_HEADER_BYTES allows"),
+        ("400", "malformed request")], warnings
+    assert "secret" not in log, "neither a refusal's nor another library message's URL is logged"
 
 
 def proc_status(pid):

@@ -22,7 +22,8 @@ public final class HTTPServer: Sendable {
         public var connectionLimit: Int = 10_000
         /// Seconds a connection may sit idle (or trickle a request) before it is closed. Defaults to 30.
         public var connectionTimeout: Int = 30
-        /// Bytes of header buffer per connection; larger request headers get 431/400 from MHD. Defaults to 32 KiB.
+        /// Bytes of header buffer per connection; a longer URL gets 414 and larger headers 431 from libmicrohttpd
+        /// (`requestsRefused`). Defaults to 32 KiB.
         public var connectionMemoryLimit: Int = 32 * 1024
         /// Largest accepted body; larger ones get `tooLargeResponse`. Defaults to 65,536 (SPEC §2).
         public var maxBodyBytes: Int = 65_536
