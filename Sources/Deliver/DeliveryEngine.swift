@@ -102,6 +102,8 @@ public final class DeliveryEngine: Sendable {
     private let graceDeadline = Mutex<ContinuousClock.Instant?>(nil)
     /// Set when the stall detector fired, cleared by the next answer from APNs; `serve`'s `/health` reads it.
     let stalled = Atomic<Bool>(false)
+    /// Pushes claimed and built that wait for a stream of their pool, as of the loop's last turn.
+    let resendsWaiting = Atomic<Int>(0)
 
     public init(
         configuration: Configuration, store: any RelayStore, pool: APNsConnectionPool, other: OtherAPNsEnvironment? = nil,
@@ -129,6 +131,9 @@ public final class DeliveryEngine: Sendable {
 
     /// False from a detected stall until APNs answers again (SPEC §4 "Delivery never stalls").
     public var isHealthy: Bool { !stalled.load(ordering: .relaxed) }
+
+    /// Pushes claimed that wait for a free stream of their environment's connections (as of the loop's last turn).
+    public var waitingForStreams: Int { resendsWaiting.load(ordering: .relaxed) }
 
     /// New jobs may be waiting (called by ingest in `serve`, and by the connection pool when capacity returns).
     public func wake() {
@@ -215,7 +220,10 @@ public final class DeliveryEngine: Sendable {
     private func claimAndSend(now: Int64) {
         let state = loopState
         let allowance = state.breaker.allowance(now: now)
-        let capacity = min(configuration.concurrency - state.inFlight.count, pool.freeStreams) - state.resendQueue.count
+        // Pushes waiting for this pool's streams go before new claims; those waiting for the other environment's
+        // (unreachable, or granting none) take nothing from it.
+        let waitingHere = state.resendQueue.count { route($0) == configuration.environment }
+        let capacity = min(configuration.concurrency - state.inFlight.count, pool.freeStreams) - waitingHere
         guard capacity > 0 else { return }
         let limit: Int
         switch allowance {
@@ -336,14 +344,22 @@ public final class DeliveryEngine: Sendable {
         job.leaseExpiresAt - now > configuration.leaseNeededToSend.wholeMilliseconds
     }
 
+    /// Sends the pushes waiting for a stream whose pool has one now. One whose lease can no longer cover a request
+    /// is given back unsent, its attempt not counted, and claimed again later with a fresh lease: kept, it would
+    /// wait past its lease (its pool unreachable for an hour, say) while each new claim of the same job queued
+    /// another copy, without bound.
     private func dispatchResends() {
         let state = loopState
+        defer { resendsWaiting.store(state.resendQueue.count, ordering: .relaxed) }
         guard !state.resendQueue.isEmpty else { return }
         let queued = state.resendQueue
         state.resendQueue.removeAll()
+        let now = clock.nowMillis()
         var outcomes: [JobOutcome] = []
         for attempt in queued {
-            if pool(for: route(attempt)).freeStreams > 0 {
+            if !leaseAllowsSending(attempt.job, now: now) {
+                outcomes.append(JobOutcome(attempt.job, kind: .postpone(until: now)))
+            } else if pool(for: route(attempt)).freeStreams > 0 {
                 send(attempt, outcomes: &outcomes)
             } else {
                 state.resendQueue.append(attempt)

@@ -69,4 +69,48 @@ import Testing
         _ = try h.store.updateDevice(id: device.id, token: String(repeating: "cd", count: 32), level: nil)
         #expect(try raw.query("SELECT apns_environment IS NULL FROM devices WHERE id = '\(device.id)'") == [["1"]])
     }
+
+    /// Pushes to sandbox devices wait while the sandbox grants no stream (unreachable, or refusing streams), and must
+    /// not take the configured environment's capacity: with more of them waiting than its free streams, its own
+    /// devices were never claimed again. They go once the sandbox grants streams.
+    @Test func pushesWaitingForTheOtherEnvironmentDoNotHoldUpTheConfiguredOne() throws {
+        let h = try DeliveryHarness(streams: 4, connections: 1, withSandbox: true)
+        defer { h.stop() }
+        h.sandbox?.setStreamLimit(0)
+        let testFlight = try (10..<20).map { try h.device($0) }
+        for device in testFlight {
+            try h.store.setEnvironment(deviceID: device.id, token: device.token, environment: .sandbox)
+            try h.enqueue(device.id, ["waits for the sandbox"])
+        }
+        #expect(h.waitUntil { h.engine.waitingForStreams >= 4 }, "more waiting than the production pool's 4 streams")
+        let appStore = try h.device(1)
+        try h.enqueue(appStore.id, ["served meanwhile"])
+        #expect(h.waitUntil { h.acceptedBodies(appStore.token) == ["served meanwhile"] })
+        h.sandbox?.setStreamLimit(100)
+        #expect(h.waitUntil { testFlight.allSatisfy { requests(h.sandbox, $0.token) == 1 } })
+        #expect(h.waitUntil { (try? h.store.liveJobCount()) == 0 })
+    }
+
+    /// A push that waits for a stream until its lease can no longer cover a request is given back and claimed again,
+    /// not kept: kept, every new claim of the same job (after its lease ran out) queued one more copy.
+    @Test func aPushWaitingPastItsLeaseIsGivenBackNotQueuedAgain() throws {
+        let h = try DeliveryHarness(requestTimeout: .milliseconds(300), withSandbox: true, leaseBeyondRequest: .milliseconds(1500))
+        defer { h.stop() }
+        h.sandbox?.setStreamLimit(0)
+        let device = try h.device(30)
+        try h.store.setEnvironment(deviceID: device.id, token: device.token, environment: .sandbox)
+        try h.enqueue(device.id, ["waits"])
+        let raw = try RawSQLite(path: h.directory.path("relay.db"))
+        func claimedAt() throws -> String { try raw.query("SELECT coalesce(attempted_at, 0) FROM jobs").first?.first ?? "gone" }
+        var seen: Set<String> = []
+        #expect(
+            try h.waitUntil {
+                seen.insert(try claimedAt())
+                return seen.count >= 4
+            }, "claimed, given back, claimed again")
+        #expect(h.engine.waitingForStreams <= 1, "one job, at most one push waiting for it")
+        #expect(try raw.query("SELECT attempt <= 1 FROM jobs") == [["1"]], "no attempt spent by giving it back")
+        h.sandbox?.setStreamLimit(100)
+        #expect(h.waitUntil { requests(h.sandbox, device.token) == 1 })
+    }
 }
