@@ -139,7 +139,9 @@ public struct JobOutcome: Sendable, Equatable {
         /// Give up without APNs rejecting it (it outlived `JOB_TTL`, its push could not be built): a dead letter
         /// like any other, but a waiting Test request is told the relay did not deliver it, not that APNs refused.
         case abandon(reason: String)
-        /// APNs says the token is gone: delete the device and its jobs, leave a tombstone with `reason`.
+        /// APNs says the token is gone: delete the device and its jobs, leave a tombstone with `reason`. Only while
+        /// the device still has the token the push went to (`deviceToken`): one the app replaced meanwhile keeps its
+        /// device, and the job goes back to be sent to the new token, its attempt not counted.
         case removeDevice(reason: String)
         /// Not sent: wait until `until` (ms) without counting the attempt (an alert storm gathering into a digest).
         case postpone(until: Int64)
@@ -154,6 +156,8 @@ public struct JobOutcome: Sendable, Equatable {
     public var publicID: String
     public var queueNumber: Int64
     public var reportsOutcome: Bool
+    /// The token the push was sent to (what `removeDevice` compares with the device's current one).
+    public var deviceToken: String
     public var kind: Kind
     /// Pending jobs of the same device merged into this one's push (an alert-storm digest): they complete with it
     /// (delivered or dead-lettered); on a retry they stay pending and are merged again.
@@ -166,6 +170,7 @@ public struct JobOutcome: Sendable, Equatable {
         self.publicID = job.publicID
         self.queueNumber = job.queueNumber
         self.reportsOutcome = job.reportsOutcome
+        self.deviceToken = job.deviceToken
         self.kind = kind
         self.merged = merged
     }

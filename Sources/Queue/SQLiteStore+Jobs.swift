@@ -41,6 +41,12 @@ extension SQLiteStore {
 
     /// Every completion's condition: this job (?1), still leased by this worker (?2) at this attempt (?3).
     static let leaseGuard = "id = ?1 AND \(LeaseGuard.condition(worker: "?2", attempt: "?3"))"
+    /// Gives a leased job back unsent, due at ?4, its attempt not counted (`leaseGuard`'s ?1–?3).
+    static let giveBack = """
+        UPDATE jobs SET state = 'available', scheduled_at = ?4, attempt = max(attempt - 1, 0),
+                        attempted_by = NULL, lease_expires_at = NULL
+        WHERE \(leaseGuard)
+        """
 
     /// One: SQLite has one writer at a time.
     public var concurrentEnqueues: Int { 1 }
@@ -216,15 +222,15 @@ extension SQLiteStore {
                     }
                     applied.append(finished)
                 case .postpone(let until):
-                    let changed = try db.statement(
-                        """
-                        UPDATE jobs SET state = 'available', scheduled_at = ?4, attempt = max(attempt - 1, 0),
-                                        attempted_by = NULL, lease_expires_at = NULL
-                        WHERE \(Self.leaseGuard)
-                        """
-                    ).run(guardValues + [.integer(until)])
-                    applied.append(changed == 1)
+                    applied.append(try db.statement(Self.giveBack).run(guardValues + [.integer(until)]) == 1)
                 case .removeDevice(let reason):
+                    let current = try db.statement("SELECT device_token FROM devices WHERE id = ?").rows([.text(device)]) { $0.text(0) }
+                    // APNs refused a token the app has replaced since (PATCH): the device stays, and the job goes back
+                    // to be sent to the new token, its attempt not counted.
+                    if let token = current.first, token != outcome.deviceToken {
+                        applied.append(try db.statement(Self.giveBack).run(guardValues + [.integer(now)]) == 1)
+                        continue
+                    }
                     let leased = try db.statement("SELECT 1 FROM jobs WHERE \(Self.leaseGuard)").rows(guardValues) { $0.int(0) }.isEmpty == false
                     if leased {
                         try Self.report(outcome, .unregistered, reason, now: now, db)

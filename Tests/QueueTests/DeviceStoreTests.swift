@@ -84,4 +84,23 @@ import Testing
         #expect(try db.store.purgeTombstones(before: TestDatabase.t0 + 11) == 1)
         #expect(try db.store.tombstone(deviceID: a) == nil)
     }
+
+    /// A 410 answers the token the push went to. The app may have registered a new token meanwhile (PATCH): then the
+    /// device must stay (removing it breaks every monitor's webhook URL), and the job goes back, its attempt not
+    /// counted, to be claimed again with the new token.
+    @Test(arguments: StoreKind.allCases) func aGoneTokenTheAppReplacedMeanwhileKeepsTheDevice(_ kind: StoreKind) throws {
+        let db = try TestDatabase(kind)
+        let a = try db.device(1)
+        try db.enqueue(a, "a1")
+        let job = try #require(try db.store.claim(worker: "w", limit: 1, now: TestDatabase.t0, lease: .seconds(60)).first)
+        let newToken = String(repeating: "ab", count: 32)
+        _ = try db.store.updateDevice(id: a, token: newToken, level: nil)
+        let applied = try db.store.finish(
+            [JobOutcome(job, kind: .removeDevice(reason: "Unregistered"))], worker: "w", now: TestDatabase.t0 + 10)
+        #expect(applied == [true])
+        #expect(try db.store.device(id: a) != nil)
+        #expect(try db.store.tombstone(deviceID: a) == nil)
+        let again = try db.store.claim(worker: "w", limit: 1, now: TestDatabase.t0 + 10, lease: .seconds(60))
+        #expect(again.map(\.label) == ["a1"] && again.first?.deviceToken == newToken && again.first?.attempt == job.attempt)
+    }
 }

@@ -42,6 +42,12 @@ extension PostgresStore {
 
     /// Every completion's condition: this job ($1), still leased by this worker ($2) at this attempt ($3).
     private static let leaseGuard = "id = $1::bigint AND \(LeaseGuard.condition(worker: "$2::text", attempt: "$3::integer"))"
+    /// Gives a leased job back unsent, due at $4, its attempt not counted (`leaseGuard`'s $1–$3).
+    private static let giveBack = """
+        UPDATE jobs SET state = 'available', scheduled_at = $4::bigint, attempt = greatest(attempt - 1, 0),
+                        attempted_by = NULL, lease_expires_at = NULL
+        WHERE \(leaseGuard)
+        """
 
     public func claim(worker: String, limit: Int, now: Int64, lease: Duration) throws(StoreError) -> [ClaimedJob] {
         guard limit > 0 else { return [] }
@@ -122,14 +128,17 @@ extension PostgresStore {
                     }
                     applied[index] = !finished.isEmpty
                 case .postpone(let until):
-                    let changed = try db.run(
-                        """
-                        UPDATE jobs SET state = 'available', scheduled_at = $4::bigint, attempt = greatest(attempt - 1, 0),
-                                        attempted_by = NULL, lease_expires_at = NULL
-                        WHERE \(Self.leaseGuard)
-                        """, guardValues + [.integer(until)])
-                    applied[index] = changed == 1
+                    applied[index] = try db.run(Self.giveBack, guardValues + [.integer(until)]) == 1
                 case .removeDevice(let reason):
+                    // APNs refused a token the app has replaced since (PATCH): the device stays, and the job goes back
+                    // to be sent to the new token, its attempt not counted.
+                    let current = try db.rows("SELECT device_token FROM devices WHERE id = $1::text", [.text(outcome.deviceID)]) {
+                        $0.text(0)
+                    }
+                    if let token = current.first, token != outcome.deviceToken {
+                        applied[index] = try db.run(Self.giveBack, guardValues + [.integer(now)]) == 1
+                        continue
+                    }
                     let finished = try db.rows(
                         "SELECT device_id, public_id, reports_outcome FROM jobs WHERE \(Self.leaseGuard)",
                         guardValues
