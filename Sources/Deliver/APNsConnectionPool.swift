@@ -4,7 +4,9 @@ import HTTP2
 import Synchronization
 
 /// `APNS_CONNECTIONS` persistent HTTP/2 connections to APNs, each on its own event loop, reconnecting with backoff
-/// (1 s doubling to 60 s, reset once a connection is ready). Requests go to the connection with the most free
+/// (1 s doubling to 60 s, reset once a connection is ready). A connection that was up for `stableAfter` and then
+/// closes (APNs ends idle connections, a network blip) did not fail: it is replaced at once and does not count
+/// towards `allDown`. Requests go to the connection with the most free
 /// streams, so a server's per-connection stream limit (APNs starts token connections at 1) is respected.
 public final class APNsConnectionPool: Sendable {
     struct Slot: Sendable {
@@ -23,11 +25,15 @@ public final class APNsConnectionPool: Sendable {
     private let stopped = Atomic<Bool>(false)
     private let reconnects = DispatchQueue(label: "apns.reconnect")
     private let backoff = Backoff(base: .seconds(1), cap: .seconds(60))
+    /// How long a connection must have been up for its close not to count as a failure. One that falls sooner (a
+    /// server that accepts and drops) backs off like one that never came up, instead of reconnecting in a loop.
+    private let stableAfter: Duration
 
     public init(
         configuration: HTTP2ClientConnection.Configuration, connections: Int, tls: TLSContext, logger: Logger,
-        onChange: @escaping @Sendable () -> Void
+        stableAfter: Duration = .seconds(1), onChange: @escaping @Sendable () -> Void
     ) {
+        self.stableAfter = stableAfter
         self.configuration = configuration
         self.tls = tls
         self.logger = logger
@@ -111,8 +117,10 @@ public final class APNsConnectionPool: Sendable {
             replaceLater(index, after: .zero)
         case .closed(let reason):
             let failures = slots.withLock { slots -> Int in
-                let wasReady = slots[index].connection?.currentStatus.isReady ?? false
-                slots[index].failures = wasReady ? 0 : slots[index].failures + 1
+                // `isReady` is already false here; when it became ready says whether it had been up.
+                let readyAt = slots[index].connection?.currentStatus.readyAt
+                let wasUp = readyAt.map { ContinuousClock.now - $0 >= stableAfter } ?? false
+                slots[index].failures = wasUp ? 0 : slots[index].failures + 1
                 return slots[index].failures
             }
             if failures > 0 {

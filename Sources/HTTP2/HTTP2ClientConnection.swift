@@ -42,6 +42,9 @@ public final class HTTP2ClientConnection: Sendable {
     /// A snapshot other threads can read (the pool's view of capacity).
     public struct Status: Sendable, Equatable {
         public var isReady = false
+        /// When TLS and HTTP/2 came up; kept once closed (`isReady` is not), so a closed connection still tells
+        /// whether it had been up.
+        public var readyAt: ContinuousClock.Instant?
         public var isClosed = false
         public var isGoingAway = false
         public var streamLimit = 1
@@ -249,6 +252,7 @@ final class ClientCore: HTTP2Transport, HTTP2SessionDelegate, @unchecked Sendabl
         if phase == .starting { phase = .ready }
         owner.updateStatus {
             $0.isReady = true
+            $0.readyAt = .now
             $0.streamLimit = session?.peerMaxConcurrentStreams ?? 1
         }
         timers.cancel(.connect)

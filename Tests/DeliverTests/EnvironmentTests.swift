@@ -94,7 +94,7 @@ import Testing
     /// A push that waits for a stream until its lease can no longer cover a request is given back and claimed again,
     /// not kept: kept, every new claim of the same job (after its lease ran out) queued one more copy.
     @Test func aPushWaitingPastItsLeaseIsGivenBackNotQueuedAgain() throws {
-        let h = try DeliveryHarness(requestTimeout: .milliseconds(300), withSandbox: true, leaseBeyondRequest: .milliseconds(1500))
+        let h = try DeliveryHarness(requestTimeout: .seconds(1), withSandbox: true, leaseBeyondRequest: .seconds(3))
         defer { h.stop() }
         h.sandbox?.setStreamLimit(0)
         let device = try h.device(30)

@@ -1,0 +1,96 @@
+import Common
+import Deliver
+import Foundation
+import HTTP2
+import Simulator
+import Synchronization
+import TestSupport
+import Testing
+
+/// How the pool counts a closed connection: the count decides reconnect backoff and `allDown`, which opens the
+/// outage breaker.
+@Suite struct APNsConnectionPoolTests {
+    /// What the pool reported at each change: every connection down and failing, and connections ready.
+    struct Seen: Equatable {
+        let allDown: Bool
+        let ready: Int
+    }
+
+    /// Everything each `onChange` saw, in order.
+    final class SeenLog: Sendable {
+        let entries = Mutex<[Seen]>([])
+        var count: Int { entries.withLock { $0.count } }
+        func since(_ mark: Int) -> [Seen] { entries.withLock { Array($0[mark...]) } }
+    }
+
+    /// One connection to a fresh simulator; returns the pool and what each `onChange` saw.
+    func pool(stableAfter: Duration) throws -> (APNsConnectionPool, APNsSimulator, SeenLog) {
+        var simConfig = APNsSimulator.Configuration(
+            certificateFile: TLSFixtures.path("server.pem"), privateKeyFile: TLSFixtures.path("server.key"),
+            tokenKeyFile: TLSFixtures.signingPublicKey)
+        simConfig.port = 0
+        let simulator = try APNsSimulator(simConfig)
+        let seen = SeenLog()
+        let current = Mutex<APNsConnectionPool?>(nil)
+        let pool = APNsConnectionPool(
+            configuration: HTTP2ClientConnection.Configuration(host: "127.0.0.1", port: simulator.port), connections: 1,
+            tls: try TLSContext.client(extraCAFile: TLSFixtures.caFile), logger: Logger(label: "test", level: .error),
+            stableAfter: stableAfter,
+            onChange: {
+                guard let pool = current.withLock({ $0 }) else { return }
+                let now = Seen(allDown: pool.allDown, ready: pool.readyConnections)
+                seen.entries.withLock { $0.append(now) }
+            })
+        current.withLock { $0 = pool }
+        pool.start()
+        return (pool, simulator, seen)
+    }
+
+    /// Drops the connection once it is up; returns what the pool reported from the drop until it was up again.
+    func dropAndReconnect(_ pool: APNsConnectionPool, _ simulator: APNsSimulator, _ seen: SeenLog) -> [Seen] {
+        #expect(waitUntil { pool.readyConnections == 1 })
+        let mark = seen.count
+        simulator.dropAllConnections()
+        #expect(
+            waitUntil {
+                let after = seen.since(mark)
+                guard let down = after.firstIndex(where: { $0.ready == 0 }) else { return false }
+                return after[down...].contains { $0.ready == 1 }
+            }, "the close was seen, then the connection was up again")
+        return seen.since(mark)
+    }
+
+    /// APNs closes connections it has served (idle ones, a network blip): not a failure. Every close counted as
+    /// one, so with all connections closing together the pool reported them all down and failing, and the outage
+    /// breaker opened.
+    @Test func aConnectionThatWasUpAndClosesIsNotAFailure() throws {
+        let (pool, simulator, seen) = try pool(stableAfter: .zero)
+        defer {
+            pool.shutdown()
+            simulator.stop()
+        }
+        let after = dropAndReconnect(pool, simulator, seen)
+        #expect(!after.contains { $0.allDown }, "\(after)")
+    }
+
+    /// One that falls right after coming up counts as a failure and backs off: a server that accepts and drops
+    /// must not get a reconnect loop.
+    @Test func aConnectionThatFallsRightAfterComingUpIsAFailure() throws {
+        let (pool, simulator, seen) = try pool(stableAfter: .seconds(3600))
+        defer {
+            pool.shutdown()
+            simulator.stop()
+        }
+        let after = dropAndReconnect(pool, simulator, seen)
+        #expect(after.contains { $0.allDown }, "\(after)")
+    }
+
+    func waitUntil(timeout: Duration = .seconds(20), _ condition: () -> Bool) -> Bool {
+        let deadline = ContinuousClock.now + timeout
+        while ContinuousClock.now < deadline {
+            if condition() { return true }
+            Thread.sleep(forTimeInterval: 0.005)
+        }
+        return condition()
+    }
+}
