@@ -32,9 +32,9 @@ public final class EventLoop: @unchecked Sendable {
         var endOfTurn: [() -> Void] = []
     }
 
-    private let tasks = Mutex<(queue: [Task], stopping: Bool)>(([], false))
+    /// Tasks to run; `stopping` once `shutdown` was asked, `ended` once the thread has run its last task.
+    private let tasks = Mutex<(queue: [Task], stopping: Bool, ended: Bool)>(([], false, false))
     private let loopThread = ThreadConfined(LoopThreadState(), name: "event loop state")
-    private var thread: Thread?
     private let finished = DispatchSemaphore(value: 0)
 
     public init(name: String) {
@@ -43,9 +43,10 @@ public final class EventLoop: @unchecked Sendable {
         precondition(epoll >= 0 && wakeup >= 0, "epoll_create1/eventfd failed: \(errno)")
         var event = epoll_event(events: EPOLLIN.rawValue, data: epoll_data_t(fd: wakeup))
         epoll_ctl(epoll, EPOLL_CTL_ADD, wakeup, &event)
+        // The thread holds the loop until `run()` returns, and nothing holds the thread: a loop that was shut down
+        // is freed (its descriptors closed) once its last owner lets go. Kept, the thread closed a cycle with it.
         let thread = Thread { [self] in run() }
         thread.name = name
-        self.thread = thread
         thread.start()
     }
 
@@ -54,10 +55,12 @@ public final class EventLoop: @unchecked Sendable {
         close(wakeup)
     }
 
-    /// Runs `task` on the loop thread, soon. Safe from any thread, including the loop's own.
+    /// Runs `task` on the loop thread, soon. Safe from any thread, including the loop's own. Accepted until the
+    /// loop has ended, also while it stops: the tasks it runs last queue their own follow-ups (a closed
+    /// connection's release), which must run too, or what they free stays allocated for good.
     public func execute(_ task: @escaping Task) {
         let wakeLoop = tasks.withLock { state -> Bool in
-            guard !state.stopping else { return false }
+            guard !state.ended else { return false }
             state.queue.append(task)
             // Only the task that finds the queue empty wakes the loop: one queued before it already did, and the
             // loop takes the whole queue at once. A deliverer hands over hundreds of pushes a turn.
@@ -66,7 +69,8 @@ public final class EventLoop: @unchecked Sendable {
         if wakeLoop { signal() }
     }
 
-    /// Stops the loop after the tasks already queued; blocks until the thread has ended. Not from the loop thread.
+    /// Stops the loop after the tasks queued (and those they queue); blocks until the thread has ended. Not from the
+    /// loop thread.
     public func shutdown() {
         precondition(!inLoop, "EventLoop.shutdown() from its own thread would deadlock")
         let first = tasks.withLock { state -> Bool in
@@ -207,13 +211,18 @@ public final class EventLoop: @unchecked Sendable {
                 }
             }
             runDueTimers()
-            let (queue, stopping) = tasks.withLock { state -> ([Task], Bool) in
+            let queue = tasks.withLock { state -> [Task] in
                 defer { state.queue.removeAll(keepingCapacity: true) }
-                return (state.queue, state.stopping)
+                return state.queue
             }
             for task in queue { task() }
             runEndOfTurn()
-            if stopping && tasks.withLock({ $0.queue.isEmpty }) { break }
+            // Ended only with nothing queued, in the same lock `execute` takes: a task is either run or refused.
+            let ended = tasks.withLock { state -> Bool in
+                if state.stopping && state.queue.isEmpty { state.ended = true }
+                return state.ended
+            }
+            if ended { break }
         }
         loopThread.withValue { state in
             state.handlers.removeAll()

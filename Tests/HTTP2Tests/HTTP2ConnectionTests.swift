@@ -145,6 +145,37 @@ import Testing
         #expect(connection.currentStatus.isClosed)
     }
 
+    /// A pool shutting down closes its connections at once and stops their loops right after (the other APNs
+    /// environment's pool does so after every 5 idle minutes). The close must not linger on a timer the stopped loop
+    /// never runs, and the release it queues must still run: else socket, TLS and HTTP/2 session, loop and its
+    /// descriptors stayed allocated, once per idle period, for the life of the process.
+    @Test func closingAtOnceThenStoppingTheLoopReleasesTheConnectionAndItsLoop() throws {
+        let server = try server { _, responder in responder.respond(status: 200) }
+        defer { server.stop() }
+        let events = EventLog()
+        weak var releasedConnection: HTTP2ClientConnection?
+        weak var releasedLoop: EventLoop?
+        do {
+            let ownLoop = EventLoop(name: "test-closing")
+            let connection = HTTP2ClientConnection(
+                HTTP2ClientConnection.Configuration(host: "127.0.0.1", port: server.port),
+                tls: try TLSContext.client(extraCAFile: TLSFixtures.caFile), loop: ownLoop
+            ) { events.append($0) }
+            connection.connect()
+            #expect(send(connection, HTTP2Request(path: "/up")).map { (try? $0.get())?.status } == 200)
+            connection.close(immediately: true)
+            ownLoop.shutdown()
+            releasedConnection = connection
+            releasedLoop = ownLoop
+        }
+        #expect(events.all.contains { if case .closed = $0 { true } else { false } }, "\(events.all)")
+        #expect(releasedConnection == nil, "the connection and its core were freed")
+        // The loop's thread lets go of it as it exits, just after `shutdown()` returned.
+        let deadline = ContinuousClock.now + .seconds(10)
+        while releasedLoop != nil && ContinuousClock.now < deadline { Thread.sleep(forTimeInterval: 0.005) }
+        #expect(releasedLoop == nil, "the loop, and with it its epoll and eventfd descriptors, was freed")
+    }
+
     @Test func aServerThatNeverAnswersTimesOut() throws {
         let server = try server { _, _ in }
         defer { server.stop() }
