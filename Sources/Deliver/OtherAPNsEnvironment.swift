@@ -1,4 +1,5 @@
 import Common
+import Dispatch
 import Synchronization
 
 /// The APNs environment the relay is not configured for (SPEC §4: sandbox tokens of TestFlight and Xcode builds
@@ -39,14 +40,16 @@ public final class OtherAPNsEnvironment: Sendable {
 
     public var isOpen: Bool { state.withLock { $0.pool != nil } }
 
-    /// Closes the pool when nothing used it for `idleTimeout` (far longer than a request may take to answer).
+    /// Closes the pool when nothing used it for `idleTimeout` (far longer than a request may take to answer). The
+    /// caller is the delivery loop: the pool is shut down on another thread, as its shutdown waits for a reconnect
+    /// under way (a DNS lookup and connect that may block for seconds).
     public func closeIfIdle() {
         let idle = state.withLock { state -> APNsConnectionPool? in
             guard let pool = state.pool, ContinuousClock.now - state.lastUsed >= idleTimeout else { return nil }
             state.pool = nil
             return pool
         }
-        idle?.shutdown()
+        if let idle { DispatchQueue.global().async { idle.shutdown() } }
     }
 
     public func shutdown() {

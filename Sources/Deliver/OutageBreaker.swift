@@ -160,7 +160,10 @@ public struct OutageBreaker: Sendable {
             guard wasProbe else { return .none }
             state = .open(nextProbeAt: max(next, now + probeBackoff.ceilingMillis(afterAttempt: failed + 2)), failedProbes: failed + 1)
             return .none
-        case .paused:
+        case .paused(let reason, let next):
+            // A pause's probe met an outage instead (APNs down as well): the next one still waits its interval.
+            guard wasProbe else { return .none }
+            state = .paused(reason: reason, nextProbeAt: max(next, now + pauseProbeInterval))
             return .none
         }
     }

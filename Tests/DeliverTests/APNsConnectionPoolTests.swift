@@ -23,13 +23,17 @@ import Testing
         func since(_ mark: Int) -> [Seen] { entries.withLock { Array($0[mark...]) } }
     }
 
-    /// One connection to a fresh simulator; returns the pool and what each `onChange` saw.
-    func pool(stableAfter: Duration) throws -> (APNsConnectionPool, APNsSimulator, SeenLog) {
+    func simulator() throws -> APNsSimulator {
         var simConfig = APNsSimulator.Configuration(
             certificateFile: TLSFixtures.path("server.pem"), privateKeyFile: TLSFixtures.path("server.key"),
             tokenKeyFile: TLSFixtures.signingPublicKey)
         simConfig.port = 0
-        let simulator = try APNsSimulator(simConfig)
+        return try APNsSimulator(simConfig)
+    }
+
+    /// One connection to a fresh simulator; returns the pool and what each `onChange` saw.
+    func pool(stableAfter: Duration) throws -> (APNsConnectionPool, APNsSimulator, SeenLog) {
+        let simulator = try simulator()
         let seen = SeenLog()
         let current = Mutex<APNsConnectionPool?>(nil)
         let pool = APNsConnectionPool(
@@ -83,6 +87,29 @@ import Testing
         }
         let after = dropAndReconnect(pool, simulator, seen)
         #expect(after.contains { $0.allDown }, "\(after)")
+    }
+
+    /// The other environment's pool closes once idle for `idleTimeout`, and opens again on the next use.
+    @Test func theOtherEnvironmentsPoolClosesWhenIdleAndOpensAgain() throws {
+        let simulator = try simulator()
+        defer { simulator.stop() }
+        let tls = try TLSContext.client(extraCAFile: TLSFixtures.caFile)
+        let opened = Mutex<[APNsConnectionPool]>([])
+        let other = OtherAPNsEnvironment(environment: .sandbox, idleTimeout: .zero) {
+            let pool = APNsConnectionPool(
+                configuration: HTTP2ClientConnection.Configuration(host: "127.0.0.1", port: simulator.port), connections: 1,
+                tls: tls, logger: Logger(label: "test", level: .error), onChange: {})
+            pool.start()
+            opened.withLock { $0.append(pool) }
+            return pool
+        }
+        defer { other.shutdown() }
+        let pool = other.pool()
+        #expect(waitUntil { pool.readyConnections == 1 })
+        other.closeIfIdle()
+        #expect(!other.isOpen)
+        #expect(waitUntil { pool.connectionCount == 0 }, "its connection closed")
+        #expect(other.pool() !== pool && opened.withLock { $0.count } == 2, "a new pool on the next use")
     }
 
     func waitUntil(timeout: Duration = .seconds(20), _ condition: () -> Bool) -> Bool {

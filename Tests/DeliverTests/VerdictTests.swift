@@ -188,6 +188,18 @@ import Testing
         #expect(breaker.record(.delivered, jobID: 3, now: 120_000) == .recovered)
     }
 
+    /// A pause's probe that meets an outage answer (APNs down too) must not let the next probe out at once: probes
+    /// went back to back, each spending a job's attempt, for as long as APNs answered 503.
+    @Test func aPausedProbeThatMeetsAnOutageWaitsItsIntervalAgain() {
+        var breaker = OutageBreaker(pauseProbeInterval: .seconds(60))
+        _ = breaker.record(.pause(reason: "InvalidProviderToken"), jobID: 1, now: 0)
+        breaker.probeSent(jobID: 2, now: 60_000)
+        #expect(breaker.record(.retry(reason: "ServiceUnavailable", outage: true), jobID: 2, now: 60_500) == .none)
+        #expect(breaker.isPaused)
+        #expect(breaker.allowance(now: 60_501) == .nothing)
+        #expect(breaker.allowance(now: 120_500) == .probe)
+    }
+
     @Test func allConnectionsDownOpensIt() {
         var breaker = OutageBreaker()
         #expect(breaker.connectionsDown(now: 0) == .opened)
