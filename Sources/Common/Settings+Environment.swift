@@ -90,7 +90,9 @@ extension Settings {
             s, text throws(ConfigurationError) in
             s.httpMaxConnections = try parseInt(text, "HTTP_MAX_CONNECTIONS", 1...1_000_000)
         },
-        Variable(name: "HTTP_IDLE_TIMEOUT", defaultText: "30s", summary: "close a connection that sends nothing for this long") {
+        Variable(
+            name: "HTTP_IDLE_TIMEOUT", defaultText: "30s", summary: "close a connection that sends nothing for this long (whole seconds; at least 1s)"
+        ) {
             s, text throws(ConfigurationError) in
             let timeout = try parseDuration(text, "HTTP_IDLE_TIMEOUT")
             guard timeout >= .seconds(1) else { throw invalid("HTTP_IDLE_TIMEOUT", text, "at least 1s") }
