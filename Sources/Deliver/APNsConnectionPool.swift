@@ -60,7 +60,15 @@ public final class APNsConnectionPool: Sendable {
         slots.withLock { $0.compactMap(\.connection).filter { $0.currentStatus.isReady && !$0.currentStatus.isClosed }.count }
     }
     /// True while no connection is up and the last attempts failed.
-    public var allDown: Bool { slots.withLock { slots in slots.allSatisfy { $0.failures > 0 } } }
+    public var allDown: Bool {
+        slots.withLock { slots in
+            slots.allSatisfy { slot in slot.failures > 0 && !(slot.connection.map { $0.currentStatus.isReady } ?? false) }
+        }
+    }
+
+    /// Connection attempts in a row that failed (never came up, or fell within `stableAfter`), on the slot with the
+    /// most: what its reconnect backoff doubles with.
+    public var consecutiveFailures: Int { slots.withLock { $0.map(\.failures).max() ?? 0 } }
 
     /// Replaces `connection` with a fresh one (after ExpiredProviderToken: APNs wedges a connection whose token
     /// it rejected). The old one finishes its streams and closes.
@@ -81,9 +89,12 @@ public final class APNsConnectionPool: Sendable {
     /// Closes every connection at once (their open requests fail) and stops the loops. Only the first call acts.
     public func shutdown() {
         guard !stopped.exchange(true, ordering: .relaxed) else { return }
+        // First let a connect under way finish (DNS and connect() run on `reconnects`): its connection then exists
+        // on its loop and is closed below. Closed before, it had nothing to close yet, came up after, and outlived
+        // the stopped loop with its socket.
+        reconnects.sync {}
         let connections = slots.withLock { $0.compactMap(\.connection) }
         for connection in connections { connection.close(immediately: true) }
-        reconnects.sync {}
         for loop in loops { loop.shutdown() }
     }
 
@@ -108,7 +119,8 @@ public final class APNsConnectionPool: Sendable {
         }
         switch event {
         case .ready:
-            slots.withLock { $0[index].failures = 0 }
+            // Failures are forgotten when a connection that stayed up closes (below), not here: one that falls right
+            // after coming up keeps counting, and its backoff keeps doubling.
             logger.info("APNs connection ready", ["conn.id": String(index)])
         case .streamLimitChanged:
             break

@@ -34,9 +34,21 @@ extension DeliveryEngine {
         if case .success = answer.result { noteAnswerFromAPNs() }
         let answered = AnsweredPush(flight: flight, verdict: verdict, connection: answer.connection, now: clock.nowMillis())
         updateBreaker(with: answered)
-        guard case .recorded(let outcome) = disposition(of: answered) else { return }
+        guard case .recorded(var outcome) = disposition(of: answered) else { return }
+        if case .removeDevice = outcome.kind, tokenReplaced(since: answered.job) {
+            // APNs refused a token the app has replaced since: the device stays and the push goes to the new token
+            // (the store checks again as it records, for a token replaced in between).
+            outcome.kind = .postpone(until: answered.now)
+        }
         recordMetrics(of: outcome, for: answered)
         outcomes.append(outcome)
+    }
+
+    /// Whether the device now has another token than the one `job`'s push went to (a PATCH while it was in
+    /// flight). Read only for a 410, which is rare; a device that cannot be read counts as unchanged.
+    private func tokenReplaced(since job: ClaimedJob) -> Bool {
+        guard let device = try? store.device(id: job.deviceID) else { return false }
+        return device.token != job.deviceToken
     }
 
     /// Step 1: what APNs said, or what the transport's failure means. Times the request when APNs answered.

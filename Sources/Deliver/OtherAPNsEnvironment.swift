@@ -10,6 +10,8 @@ public final class OtherAPNsEnvironment: Sendable {
     public let idleTimeout: Duration
     private let open: @Sendable () -> APNsConnectionPool
     private let state = Mutex<(pool: APNsConnectionPool?, lastUsed: ContinuousClock.Instant)>((nil, .now))
+    /// Idle pools being shut down in the background; `shutdown()` waits for them.
+    private let closing = DispatchGroup()
 
     /// - Parameter open: makes and starts the pool for this environment.
     public init(
@@ -49,13 +51,15 @@ public final class OtherAPNsEnvironment: Sendable {
             state.pool = nil
             return pool
         }
-        if let idle { DispatchQueue.global().async { idle.shutdown() } }
+        if let idle { DispatchQueue.global().async(group: closing) { idle.shutdown() } }
     }
 
+    /// Closes the pool, and waits for idle ones still closing in the background.
     public func shutdown() {
         state.withLock { state -> APNsConnectionPool? in
             defer { state.pool = nil }
             return state.pool
         }?.shutdown()
+        closing.wait()
     }
 }

@@ -459,9 +459,10 @@ final class ClientCore: HTTP2Transport, HTTP2SessionDelegate, @unchecked Sendabl
             abort("closed by client with requests open")
             return
         } else if immediately {
-            // GOAWAY and close_notify go out now, and the socket closes with them instead of lingering for the
-            // peer's: the owner may stop this loop right after this task (a pool shutting down), and a lingering
-            // connection's timer would never run — its socket, session and loop never freed.
+            // GOAWAY and close_notify go out now, as far as the socket takes them at once (best effort: nothing is in
+            // flight), and the socket closes with them instead of lingering for the peer's: the owner may stop this
+            // loop right after this task (a pool shutting down), and a lingering connection's timer would never run
+            // — its socket, session and loop never freed.
             session?.submitGoAway()
             closeGracefully(reason: "closed by client")
             settle()

@@ -75,18 +75,21 @@ import Testing
         }
         let after = dropAndReconnect(pool, simulator, seen)
         #expect(!after.contains { $0.allDown }, "\(after)")
+        #expect(pool.consecutiveFailures == 0)
     }
 
-    /// One that falls right after coming up counts as a failure and backs off: a server that accepts and drops
-    /// must not get a reconnect loop.
-    @Test func aConnectionThatFallsRightAfterComingUpIsAFailure() throws {
+    /// One that falls right after coming up counts as a failure, and the count goes on across such falls, so the
+    /// backoff doubles: a server that accepts and drops must not get a reconnect a second, forever.
+    @Test func connectionsThatFallRightAfterComingUpAreFailuresInARow() throws {
         let (pool, simulator, seen) = try pool(stableAfter: .seconds(3600))
         defer {
             pool.shutdown()
             simulator.stop()
         }
-        let after = dropAndReconnect(pool, simulator, seen)
-        #expect(after.contains { $0.allDown }, "\(after)")
+        let first = dropAndReconnect(pool, simulator, seen)
+        #expect(first.contains { $0.allDown }, "\(first)")
+        _ = dropAndReconnect(pool, simulator, seen)
+        #expect(pool.consecutiveFailures == 2, "the second fall is the second failure in a row")
     }
 
     /// The other environment's pool closes once idle for `idleTimeout`, and opens again on the next use.

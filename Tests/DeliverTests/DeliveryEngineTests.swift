@@ -42,6 +42,28 @@ import Testing
         #expect(try h.store.liveJobCount() == 0)
     }
 
+    /// A 410 answers the token the push went to. When the app registered a new token while the push was in flight
+    /// (PATCH), the device stays (its webhook URL keeps working), it is not counted as removed, and the alert goes
+    /// to the new token.
+    @Test func unregisteredForATokenReplacedInFlightKeepsTheDeviceAndReachesTheNewToken() throws {
+        let h = try DeliveryHarness()
+        defer { h.stop() }
+        let device = try h.device(40)
+        h.simulator.faults.withLock {
+            $0.byToken[device.token] = .init(status: 410, reason: "Unregistered")
+            $0.latencyMillis = 300
+        }
+        try h.enqueue(device.id, ["alert"])
+        let raw = try RawSQLite(path: h.directory.path("relay.db"))
+        #expect(try h.waitUntil { try raw.query("SELECT attempted_at IS NOT NULL FROM jobs") == [["1"]] }, "claimed and sent")
+        let newToken = String(repeating: "cd", count: 32)
+        _ = try h.store.updateDevice(id: device.id, token: newToken, level: nil)
+        #expect(h.waitUntil { h.acceptedBodies(newToken) == ["alert"] })
+        #expect(try h.store.device(id: device.id) != nil && h.store.tombstone(deviceID: device.id) == nil)
+        #expect(h.metrics.value("kumapush_devices_removed_total") == 0)
+        #expect(h.simulator.received.filter { $0.token == device.token }.map(\.status) == [410], "the old token was tried once")
+    }
+
     @Test func badDeviceTokenDeadLettersButKeepsTheDevice() throws {
         let h = try DeliveryHarness()
         defer { h.stop() }
