@@ -22,10 +22,22 @@ import Testing
         #expect(try parse(#"{"a":1,"a":2}"#)["a"]?.intValue == 2)
     }
 
+    /// Half of a surrogate pair, alone, is what JSON.stringify writes for a JavaScript string cut between the two
+    /// halves of an emoji — Uptime Kuma's keyword monitor quotes the page's first 47 UTF-16 units. RFC 8259 allows
+    /// it; it reads as U+FFFD (refused, it lost the whole DOWN alert), in kept members and skipped ones alike.
+    @Test func aLoneHalfOfASurrogatePairReadsAsTheReplacementCharacter() throws {
+        #expect(try parse(#""[\ud83d...]""#) == .string("[\u{FFFD}...]"))
+        #expect(try parse(#""\udc00""#) == .string("\u{FFFD}"))
+        #expect(try parse(#""\ud83d\u0041""#) == .string("\u{FFFD}A"), "the escape after it is read as itself")
+        #expect(try parse(#""\ud83d\ud83d\udd34""#) == .string("\u{FFFD}🔴"))
+        let skipped = try JSONParser.parse(Array(#"{"dropped": "\ud83d", "kept": 1}"#.utf8), keeping: ["kept"])
+        #expect(skipped["kept"]?.intValue == 1)
+    }
+
     @Test(arguments: [
         "", " ", "{", "}", "[1,]", "{\"a\":1,}", "{\"a\"1}", "{a:1}", "01", "-", "1.", ".5", "1e", "+1", "tru",
-        "nul", "\"abc", "\"\\x\"", "\"\\u12\"", "\"\\ud800\"", "\"\\udc00\"", "\"a\u{1}b\"", "[1 2]", "{} {}",
-        "NaN", "Infinity", "'a'", "[", "\"\\ud83d\\u0041\""
+        "nul", "\"abc", "\"\\x\"", "\"\\u12\"", "\"a\u{1}b\"", "[1 2]", "{} {}",
+        "NaN", "Infinity", "'a'", "[", "\"\\ud83d\\u12\""
     ])
     func rejectsInvalidDocuments(text: String) {
         #expect(throws: JSONParser.SyntaxError.self) { _ = try parse(text) }

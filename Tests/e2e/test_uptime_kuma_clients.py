@@ -56,3 +56,25 @@ def test_a_template_uptime_kuma_cannot_render_as_json_reports_a_useful_error_and
     assert not result["ok"] and result["status"] == 400
     assert result["data"] == {"error": "invalid request body: no title, body or msg field"}
     assert fake_apns.pushes(token(599), status=None) == []
+
+
+@pytest.mark.parametrize("mode", ["json", "form-data", "custom"])
+def test_a_keyword_miss_cut_in_the_middle_of_an_emoji_arrives(mode, relays, fake_apns):
+    """Uptime Kuma's keyword monitor quotes the page's first 47 UTF-16 units (JavaScript's substring), which can cut
+    an emoji in half. axios's JSON.stringify then writes the lone half as \\ud83d (a custom body gets Node's own
+    U+FFFD instead). Refused as invalid JSON, that lost the whole DOWN alert; the phone now shows U+FFFD there."""
+    page = "<title>" + "x" * 39 + "🐘 Shop</title>"  # the elephant's first half is UTF-16 unit 46, the last kept
+    cut = page.encode("utf-16-le", "surrogatepass")[:94].decode("utf-16-le", "surrogatepass")
+    assert cut.endswith("\ud83d")
+    monitor, heartbeat = uptime_kuma.monitor_alert(22, "Shop page", 0, f"200 - OK, but keyword is not in [{cut}...]")
+    relay = relays("serve")
+    status, device, _ = request("POST", relay.base + "/devices", {"device_token": token(610)})
+    assert status == 201
+    result = uptime_kuma.send_many([uptime_kuma.webhook(f"{relay.base}/wh/{device['id']}", mode, monitor, heartbeat)])[0]
+    assert result["ok"] and result["status"] == 202, result
+    alert = wait_until(lambda: fake_apns.pushes(token(610)), what="the push")[0]["payload"]["aps"]["alert"]
+    shown = "200 - OK, but keyword is not in [<title>" + "x" * 39 + "\ufffd...]"
+    if mode == "custom":
+        assert (alert["title"], alert["body"]) == ("Shop page", f"[Shop page] [🔴 Down] {shown}")
+    else:
+        assert (alert["title"], alert["body"]) == ("Shop page is down", shown)

@@ -392,23 +392,34 @@ public struct JSONParser {
         case UInt8(ascii: "t"): out.append(0x09)
         case UInt8(ascii: "u"):
             var scalar = try hex4()
-            if (0xD800...0xDBFF).contains(scalar) {
-                // A high surrogate must be followed by an escaped low surrogate.
-                guard index + 1 < bytes.count, bytes[index] == UInt8(ascii: "\\"), bytes[index + 1] == UInt8(ascii: "u") else {
-                    throw error("unpaired surrogate")
-                }
-                index += 2
-                let low = try hex4()
-                guard (0xDC00...0xDFFF).contains(low) else { throw error("unpaired surrogate") }
+            if (0xD800...0xDBFF).contains(scalar), let low = try escapedLowSurrogate() {
                 scalar = 0x10000 + ((scalar - 0xD800) << 10) + (low - 0xDC00)
-            } else if (0xDC00...0xDFFF).contains(scalar) {
-                throw error("unpaired surrogate")
+            } else if (0xD800...0xDFFF).contains(scalar) {
+                // Half of a pair, alone: JavaScript cut a string between the two halves of an emoji (Uptime Kuma's
+                // keyword monitor quotes the page's first 47 UTF-16 units) and JSON.stringify escaped what was
+                // left. RFC 8259 allows it; it has no UTF-8 form, so it reads as U+FFFD, as Node's own decoding does.
+                scalar = 0xFFFD
             }
             guard let unicode = Unicode.Scalar(scalar) else { throw error("invalid code point") }
             out.append(contentsOf: Array(String(Character(unicode)).utf8))
         default:
             throw error("invalid escape")
         }
+    }
+
+    /// The `\uDC00`–`\uDFFF` escape that follows, consumed; nil (nothing consumed) when the next is anything else.
+    private mutating func escapedLowSurrogate() throws(SyntaxError) -> UInt32? {
+        guard index + 1 < bytes.count, bytes[index] == UInt8(ascii: "\\"), bytes[index + 1] == UInt8(ascii: "u") else {
+            return nil
+        }
+        let start = index
+        index += 2
+        let low = try hex4()
+        guard (0xDC00...0xDFFF).contains(low) else {
+            index = start
+            return nil
+        }
+        return low
     }
 
     private mutating func hex4() throws(SyntaxError) -> UInt32 {
