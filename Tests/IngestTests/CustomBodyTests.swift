@@ -128,6 +128,15 @@ import Testing
         #expect(text.hasPrefix(event.message))
     }
 
+    /// A template's `"monitor":"{{name}}"`, or `"heartbeat":"{{heartbeatJSON}}"` (rendered `[object Object]`), is not
+    /// Uptime Kuma's shape, but the text beside it still makes a push (SPEC §2.2 step 3: 400 only without any).
+    @Test func textBesideAMonitorOrHeartbeatThatIsNoObjectStillMakesAPush() throws {
+        let test = try parse("{\"monitor\":\"Shop\",\"msg\":\"[Shop] [🔴 Down] 503\"}", type: "application/json").get()
+        #expect(test == .test("[Shop] [🔴 Down] 503"))
+        let generic = try parse("{\"heartbeat\":\"[object Object]\",\"title\":\"Shop\",\"body\":\"down\"}", type: "text/plain").get()
+        #expect(generic == AlertEvent(kind: .generic, title: "Shop", message: "down"))
+    }
+
     // MARK: - 400 only for a body with no usable text, saying what and where
 
     @Test(arguments: [

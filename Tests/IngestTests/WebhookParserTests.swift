@@ -39,6 +39,15 @@ import Testing
         #expect(n == PushMessage(title: "Nightly backup is up", body: "OK", interruptionLevel: .active, threadID: "monitor-21"))
     }
 
+    /// A heartbeat without a status (a hand-written template) says nothing about up or down: "changed state", never
+    /// a DOWN alert (a missing status used to read as 0, down, and raised the badge).
+    @Test func aHeartbeatWithoutAStatusIsAChangeOfStateNotADown() throws {
+        let request = json(Array(#"{"heartbeat":{"msg":"deploy finished"},"monitor":{"id":4,"name":"Shop"},"msg":"x"}"#.utf8))
+        let event = try WebhookParser.parse(request).get()
+        #expect(event.kind == .monitor && event.status == nil)
+        #expect(try push(request, timeSensitive: true).title == "Shop changed state")
+    }
+
     @Test func example_D_testButton() throws {
         let event = try WebhookParser.parse(json(Fixtures.bytes("d-test-button.json"))).get()
         #expect(event == .test("My Webhook Alert (1) Testing"))

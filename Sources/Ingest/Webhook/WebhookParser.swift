@@ -122,8 +122,18 @@ public enum WebhookParser {
     /// otherwise the generic `title`/`subject` + `body`/`message`/`text`/`msg`.
     static func fromObject(_ object: JSONValue) -> Result<AlertEvent, Rejection> {
         if object["heartbeat"] != nil || object["monitor"] != nil {
-            return uptimeKuma(object)
+            let shaped = uptimeKuma(object)
+            // Not Uptime Kuma's shape after all — a template's `"monitor":"{{name}}"`, or `"{{heartbeatJSON}}"`
+            // rendered as `[object Object]` — but its text fields still make a push (SPEC §2.2: 400 only for an
+            // object with none of them). Without any, the shape's own error says what was wrong.
+            guard case .failure = shaped, case .success(let event) = generic(object) else { return shaped }
+            return .success(event)
         }
+        return generic(object)
+    }
+
+    /// The generic shape: `title`/`subject` and `body`/`message`/`text`/`msg`; `msg` alone is a Test-like alert.
+    static func generic(_ object: JSONValue) -> Result<AlertEvent, Rejection> {
         let title = genericTitleKeys.lazy.compactMap { object[$0]?.stringValue }.first
         let body = genericBodyKeys.lazy.compactMap { object[$0]?.stringValue }.first
         if title == nil, let message = object["msg"]?.stringValue, genericBodyKeys.allSatisfy({ $0 == "msg" || object[$0]?.stringValue == nil }) {
@@ -154,7 +164,7 @@ public enum WebhookParser {
         guard let id = optionalInt(monitor["id"] ?? heartbeat["monitorID"]) else { return wrong("monitor.id", "an integer") }
         return .success(
             AlertEvent(
-                kind: .monitor, status: AlertEvent.Status(rawValue: status.value ?? 0),
+                kind: .monitor, status: status.value.flatMap(AlertEvent.Status.init(rawValue:)),
                 important: important.value?.boolValue ?? true, monitorID: id.value,
                 monitorName: name.value ?? "", message: beatMessage.value ?? ""))
     }
