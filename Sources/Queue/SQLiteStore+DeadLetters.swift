@@ -39,11 +39,11 @@ extension SQLiteStore {
             let requeue = try db.statement(
                 """
                 INSERT INTO jobs (public_id, device_id, state, payload, created_at, scheduled_at, expires_at,
-                                  reports_outcome, folded, folded_count, device_seq)
+                                  reports_outcome, folded, folded_count, badge, device_seq)
                 SELECT public_id, device_id,
                        CASE WHEN EXISTS (SELECT 1 FROM jobs h WHERE h.device_id = old.device_id AND \(Self.isHead("h")))
                             THEN 'pending' ELSE 'available' END,
-                       payload, created_at, ?1, ?2, reports_outcome, folded, folded_count, d.next_seq
+                       payload, created_at, ?1, ?2, reports_outcome, folded, folded_count, badge, d.next_seq
                 FROM jobs old JOIN devices d ON d.id = old.device_id
                 WHERE old.id = ?3 AND old.state = 'discarded'
                 """)

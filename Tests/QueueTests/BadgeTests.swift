@@ -41,6 +41,17 @@ import Testing
         #expect(all[other] == [1])
     }
 
+    /// A replayed dead letter is the same alert again: it keeps the badge it was stored with.
+    @Test(arguments: StoreKind.allCases) func aReplayedDeadLetterKeepsItsBadge(_ kind: StoreKind) throws {
+        let db = try TestDatabase(kind, monitorRetention: .seconds(3600))
+        let phone = try db.device(1)
+        _ = try db.store.enqueue([job(phone, monitor(1, .down)), job(phone, monitor(2, .down))], now: t0, ttl: .seconds(60))
+        let head = try #require(try db.claim().first)
+        _ = try db.store.finish([JobOutcome(head, kind: .deadLetter(reason: "BadDeviceToken"))], worker: "w1", now: t0)
+        #expect(try db.store.replayDeadLetters(DeadLetterFilter(), limit: 10, now: t0, ttl: .seconds(60)) == 1)
+        #expect(try badges(db, phone) == [2, 1], "the second alert, then the first one replayed behind it")
+    }
+
     @Test(arguments: StoreKind.allCases) func pendingMaintenanceTestsAndGenericPushesCarryTheCurrentCount(_ kind: StoreKind) throws {
         let db = try TestDatabase(kind, monitorRetention: .seconds(3600))
         let phone = try db.device(1)

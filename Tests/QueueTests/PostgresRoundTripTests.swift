@@ -30,6 +30,22 @@ import Testing
         #expect(try db.liveLabels(device).isEmpty)
     }
 
+    /// The store reads `bytea` in the hex form; a database whose default is the escape form must not turn every
+    /// payload into garbage (and every job into an `InvalidPayload` dead letter).
+    @Test func payloadsReadBackWhateverByteaOutputTheDatabaseDefaultsTo() throws {
+        let directory = TemporaryDirectory()
+        let location = try StoreKind.postgres.freshLocation(in: directory)
+        let name = try #require(try StoreKind.postgres.rawQuery(location, "SELECT current_database()").first?.first)
+        try StoreKind.postgres.rawQuery(location, "ALTER DATABASE \"\(name)\" SET bytea_output = 'escape'")
+        let store = try StoreKind.postgres.open(location, now: t0)
+        let device = try store.registerDevice(token: String(repeating: "ab", count: 32), authTokenHash: "h", now: t0) {
+            try DeviceID.generate()
+        }.device.id
+        let payload = Array("{\"msg\":\"🔴 \\\\ down\"}".utf8) + [0, 255, 10]
+        _ = try store.enqueue([NewJob(deviceID: device, publicID: "p1", payload: payload)], now: t0, ttl: .seconds(60))
+        #expect(try store.claim(worker: "w", limit: 1, now: t0, lease: .seconds(60)).map(\.payload) == [payload])
+    }
+
     @Test func aDeferredStatementThatFailsFailsItsTransactionAndNothingOfItIsCommitted() throws {
         let connection = try Self.connectionToATable()
 

@@ -78,7 +78,9 @@ final class PGConnection {
         // and puts them back `TO DEFAULT`, which would undo it.
         try execute("SET statement_timeout = \(options.statementTimeout.wholeMilliseconds)")
         // libpq prints server notices ("relation already exists, skipping") on stderr; the relay has its own log.
-        try execute("SET client_min_messages = warning")
+        // `bytea` columns are read in the hex form (`PGRow.bytes`), whatever the database or role sets by default:
+        // read in the escape form, every payload would be garbage and its job a dead letter.
+        try execute("SET client_min_messages = warning; SET bytea_output = hex")
     }
 
     deinit { PQfinish(handle) }

@@ -44,12 +44,12 @@ extension PostgresStore {
                 let replayed = try db.run(
                     """
                     INSERT INTO jobs (public_id, device_id, state, payload, created_at, scheduled_at, expires_at,
-                                      reports_outcome, folded, folded_count)
+                                      reports_outcome, folded, folded_count, badge)
                     SELECT public_id, device_id,
                            CASE WHEN EXISTS (SELECT 1 FROM jobs h WHERE h.device_id = old.device_id
                                              AND h.state IN ('available', 'running', 'retryable'))
                                 THEN 'pending' ELSE 'available' END,
-                           payload, created_at, $1::bigint, $2::bigint, reports_outcome, folded, folded_count
+                           payload, created_at, $1::bigint, $2::bigint, reports_outcome, folded, folded_count, badge
                     FROM jobs old WHERE old.id = $3::bigint AND old.state = 'discarded'
                     """, [.integer(now), .integer(now + ttl.wholeMilliseconds), .integer(id)])
                 if replayed > 0 {
