@@ -46,6 +46,17 @@ import Testing
         #expect(try store.claim(worker: "w", limit: 1, now: t0, lease: .seconds(60)).map(\.payload) == [payload])
     }
 
+    /// A deliverer opens its LISTEN connection from its loop after start-up, maybe while the server fails over: the
+    /// first failed attempt must start the backoff, so that the next polls fail at once instead of each trying to
+    /// connect again (every few milliseconds, on the delivery thread).
+    @Test func aListenerThatCannotConnectBacksOffFromItsFirstAttempt() {
+        let options = PGConnection.Options(statementTimeout: .seconds(5), connectTimeoutSeconds: 2)
+        let listener = PostgresListener(conninfo: "host=127.0.0.1 port=1 dbname=none", options: options)
+        #expect(!listener.isBackingOff, "nothing tried yet")
+        #expect(throws: PGError.self) { _ = try listener.poll() }
+        #expect(listener.isBackingOff, "the next poll waits out the backoff")
+    }
+
     @Test func aDeferredStatementThatFailsFailsItsTransactionAndNothingOfItIsCommitted() throws {
         let connection = try Self.connectionToATable()
 

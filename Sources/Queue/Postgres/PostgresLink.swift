@@ -21,6 +21,13 @@ final class PostgresLink: @unchecked Sendable {
         connection = try PGConnection(conninfo: conninfo, options: options)
     }
 
+    /// Connects on first use (`connected()`), with the backoff from the first failure on: for a connection opened
+    /// after start-up, whose first attempt must not be retried on every call while the server is unreachable.
+    init(connectingLater conninfo: String, options: PGConnection.Options) {
+        self.conninfo = conninfo
+        self.options = options
+    }
+
     /// Round trips on the current connection (tests count them); 0 when there is none.
     var roundTrips: Int { connection?.roundTrips ?? 0 }
 

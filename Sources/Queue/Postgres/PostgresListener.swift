@@ -13,9 +13,15 @@ final class PostgresListener {
     private var listening: PGConnection?
     private(set) var changes: Int64 = 0
 
-    init(conninfo: String, options: PGConnection.Options) throws {
-        link = try PostgresLink(conninfo: conninfo, options: options)
+    /// Connects on the first `poll()`: opened by a deliverer's loop after start-up, perhaps while the server is
+    /// failing over, its attempts keep the link's backoff from the first one on (a listener that failed to open
+    /// was opened again on every poll, a connection attempt every few milliseconds on the delivery thread).
+    init(conninfo: String, options: PGConnection.Options) {
+        link = PostgresLink(connectingLater: conninfo, options: options)
     }
+
+    /// The last attempt failed and the backoff has not passed: `poll()` fails at once, without connecting.
+    var isBackingOff: Bool { link.isBackingOff }
 
     /// Drains what has arrived and returns the count so far. Throws while the server cannot be reached.
     func poll() throws -> Int64 {
