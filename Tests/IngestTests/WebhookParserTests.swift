@@ -93,6 +93,15 @@ import Testing
                 == PushMessage(title: "Shop API is down", body: "Request failed with status code 503", threadID: "monitor-12"))
     }
 
+    /// In a form every value is text: a monitor named `2024` or a message `503` must stay text (they were read as
+    /// numbers and refused as "monitor.name is not a string").
+    @Test func bracketNotationTextThatLooksLikeANumberStaysText() throws {
+        let body = "heartbeat%5Bstatus%5D=0&heartbeat%5Bmsg%5D=503&monitor%5Bid%5D=7&monitor%5Bname%5D=2024&msg=x"
+        #expect(
+            try push(json(Array(body.utf8), type: "application/x-www-form-urlencoded"))
+                == PushMessage(title: "2024 is down", body: "503", threadID: "monitor-7"))
+    }
+
     @Test func genericTitleAndBody() throws {
         #expect(try push(json(Fixtures.bytes("i-generic.json"))) == PushMessage(title: "Backup finished", body: "nightly: 42 GB in 3m 🙂"))
         #expect(try push(json(Array("{\"body\":\"only body\"}".utf8))) == PushMessage(title: "KumaPush", body: "only body"))

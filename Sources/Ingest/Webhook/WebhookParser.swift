@@ -177,9 +177,11 @@ public enum WebhookParser {
         var members: [(key: String, value: JSONValue)] = []
         for (key, value) in fields.sorted(by: { $0.key < $1.key }) {
             if key.hasPrefix("heartbeat["), key.hasSuffix("]") {
-                heartbeat.append((String(key.dropFirst(10).dropLast()), formValue(value)))
+                let name = String(key.dropFirst(10).dropLast())
+                heartbeat.append((name, formValue(value, typed: typedFormFields.contains(name))))
             } else if key.hasPrefix("monitor["), key.hasSuffix("]") {
-                monitor.append((String(key.dropFirst(8).dropLast()), formValue(value)))
+                let name = String(key.dropFirst(8).dropLast())
+                monitor.append((name, formValue(value, typed: typedFormFields.contains(name))))
             } else if FormText.knownNames.contains(key) {
                 members.append((key, .string(value)))
             }
@@ -189,8 +191,14 @@ public enum WebhookParser {
         return fromObject(.object(members))
     }
 
-    /// A form value as the JSON value it stood for: numbers and booleans lose their type in a form.
-    static func formValue(_ text: String) -> JSONValue {
+    /// The bracket-form fields the relay reads as numbers or booleans; every other one (a monitor named `2024`, a
+    /// heartbeat message `503`) stays text.
+    static let typedFormFields: Set = ["status", "important", "monitorID", "id"]
+
+    /// A form value as the JSON value it stood for: numbers and booleans lose their type in a form, so a field the
+    /// relay reads typed gets it back.
+    static func formValue(_ text: String, typed: Bool) -> JSONValue {
+        guard typed else { return .string(text) }
         if Int(text) != nil { return .number(text) }
         if text == "true" || text == "false" { return .bool(text == "true") }
         return .string(text)
