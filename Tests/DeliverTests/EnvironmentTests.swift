@@ -70,13 +70,21 @@ import Testing
         #expect(try raw.query("SELECT apns_environment IS NULL FROM devices WHERE id = '\(device.id)'") == [["1"]])
     }
 
+    /// The sandbox open and granting no stream, its SETTINGS already heard: a push sent before them would be refused
+    /// and retried (an attempt spent), which is not what these tests are about.
+    func grantingNoStream(_ h: DeliveryHarness) throws {
+        h.sandbox?.setStreamLimit(0)
+        let pool = try #require(h.other).pool()
+        #expect(h.waitUntil { pool.readyConnections == 1 && pool.freeStreams == 0 }, "the sandbox's SETTINGS arrived")
+    }
+
     /// Pushes to sandbox devices wait while the sandbox grants no stream (unreachable, or refusing streams), and must
     /// not take the configured environment's capacity: with more of them waiting than its free streams, its own
     /// devices were never claimed again. They go once the sandbox grants streams.
     @Test func pushesWaitingForTheOtherEnvironmentDoNotHoldUpTheConfiguredOne() throws {
         let h = try DeliveryHarness(streams: 4, connections: 1, withSandbox: true)
         defer { h.stop() }
-        h.sandbox?.setStreamLimit(0)
+        try grantingNoStream(h)
         let testFlight = try (10..<20).map { try h.device($0) }
         for device in testFlight {
             try h.store.setEnvironment(deviceID: device.id, token: device.token, environment: .sandbox)
@@ -96,7 +104,7 @@ import Testing
     @Test func aPushWaitingPastItsLeaseIsGivenBackNotQueuedAgain() throws {
         let h = try DeliveryHarness(requestTimeout: .seconds(1), withSandbox: true, leaseBeyondRequest: .seconds(3))
         defer { h.stop() }
-        h.sandbox?.setStreamLimit(0)
+        try grantingNoStream(h)
         let device = try h.device(30)
         try h.store.setEnvironment(deviceID: device.id, token: device.token, environment: .sandbox)
         try h.enqueue(device.id, ["waits"])
