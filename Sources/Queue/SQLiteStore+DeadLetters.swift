@@ -36,6 +36,8 @@ extension SQLiteStore {
             // It is stored again under a new id and its device's next number, so it queues behind every job its
             // device already has (acceptance order; keeping the old id put replayed jobs ahead of newer ones). A
             // dead letter whose device is gone (left by a binary older than schema 12) is not requeued, only removed.
+            // Its badge is the device's count now: it is delivered after every job the device has, and carries the
+            // last word on the badge (the count it was first stored with would set the phone back).
             let requeue = try db.statement(
                 """
                 INSERT INTO jobs (public_id, device_id, state, payload, created_at, scheduled_at, expires_at,
@@ -43,14 +45,17 @@ extension SQLiteStore {
                 SELECT public_id, device_id,
                        CASE WHEN EXISTS (SELECT 1 FROM jobs h WHERE h.device_id = old.device_id AND \(Self.isHead("h")))
                             THEN 'pending' ELSE 'available' END,
-                       payload, created_at, ?1, ?2, reports_outcome, folded, folded_count, badge, d.next_seq
+                       payload, created_at, ?1, ?2, reports_outcome, folded, folded_count,
+                       \(Self.downMonitors("old.device_id", since: "?4")), d.next_seq
                 FROM jobs old JOIN devices d ON d.id = old.device_id
                 WHERE old.id = ?3 AND old.state = 'discarded'
                 """)
             let remove = try db.statement("DELETE FROM jobs WHERE id = ? AND state = 'discarded'")
             var count = 0
             for id in ids {
-                count += try requeue.run([.integer(now), .integer(now + ttl.wholeMilliseconds), .integer(id)])
+                count += try requeue.run([
+                    .integer(now), .integer(now + ttl.wholeMilliseconds), .integer(id), .integer(now - options.monitorRetention.wholeMilliseconds)
+                ])
                 try remove.run([.integer(id)])
             }
             return count

@@ -122,14 +122,24 @@ public enum WebhookParser {
     /// otherwise the generic `title`/`subject` + `body`/`message`/`text`/`msg`.
     static func fromObject(_ object: JSONValue) -> Result<AlertEvent, Rejection> {
         if object["heartbeat"] != nil || object["monitor"] != nil {
-            let shaped = uptimeKuma(object)
             // Not Uptime Kuma's shape after all — a template's `"monitor":"{{name}}"`, or `"{{heartbeatJSON}}"`
             // rendered as `[object Object]` — but its text fields still make a push (SPEC §2.2: 400 only for an
-            // object with none of them). Without any, the shape's own error says what was wrong.
-            guard case .failure = shaped, case .success(let event) = generic(object) else { return shaped }
+            // object with none of them): an alert, never a Test that waits. Without any, or with objects whose
+            // fields have the wrong types, the shape's own error says what was wrong.
+            let notObjects = [object["heartbeat"], object["monitor"]].contains { $0.map { !$0.isObject && !$0.isNull } ?? false }
+            guard notObjects, let event = textAlert(object) else { return uptimeKuma(object) }
             return .success(event)
         }
         return generic(object)
+    }
+
+    /// A generic alert from whatever text fields `object` has (`msg` as the body when nothing else is), or nil.
+    static func textAlert(_ object: JSONValue) -> AlertEvent? {
+        let title = genericTitleKeys.lazy.compactMap { object[$0]?.stringValue }.first
+        guard let body = genericBodyKeys.lazy.compactMap({ object[$0]?.stringValue }).first ?? (title == nil ? nil : "") else {
+            return nil
+        }
+        return AlertEvent(kind: .generic, title: title ?? "", message: body)
     }
 
     /// The generic shape: `title`/`subject` and `body`/`message`/`text`/`msg`; `msg` alone is a Test-like alert.

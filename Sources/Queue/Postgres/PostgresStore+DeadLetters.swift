@@ -38,7 +38,8 @@ extension PostgresStore {
             Self.lockDevices(Set(letters.map(\.1)), db)
             // One row at a time: whether a replayed job becomes its device's head depends on the rows before it.
             // It is stored again under a new id, so it queues behind every job its device already has (ids are
-            // acceptance order; keeping the old id would put replayed jobs ahead of newer ones).
+            // acceptance order; keeping the old id would put replayed jobs ahead of newer ones). Its badge is the
+            // device's count now, as it is delivered last (the count it was first stored with would set the phone back).
             var count = 0
             for (id, device) in letters {
                 let replayed = try db.run(
@@ -49,9 +50,15 @@ extension PostgresStore {
                            CASE WHEN EXISTS (SELECT 1 FROM jobs h WHERE h.device_id = old.device_id
                                              AND h.state IN ('available', 'running', 'retryable'))
                                 THEN 'pending' ELSE 'available' END,
-                           payload, created_at, $1::bigint, $2::bigint, reports_outcome, folded, folded_count, badge
+                           payload, created_at, $1::bigint, $2::bigint, reports_outcome, folded, folded_count,
+                           (SELECT count(*) FROM monitor_states m
+                            WHERE m.device_id = old.device_id AND m.down AND m.updated_at >= $4::bigint)::integer
                     FROM jobs old WHERE old.id = $3::bigint AND old.state = 'discarded'
-                    """, [.integer(now), .integer(now + ttl.wholeMilliseconds), .integer(id)])
+                    """,
+                    [
+                        .integer(now), .integer(now + ttl.wholeMilliseconds), .integer(id),
+                        .integer(now - options.monitorRetention.wholeMilliseconds)
+                    ])
                 if replayed > 0 {
                     db.runDeferred("UPDATE devices SET live_jobs = live_jobs + 1 WHERE id = $1::text", [.text(device)])
                 }

@@ -253,9 +253,7 @@ public final class PostgresStore: Sendable {
     }
 
     public func liveJobCount() throws(StoreError) -> Int {
-        // The per-device live counts (as on SQLite): counting the jobs scanned the whole table, once a second in every
-        // ingest process (QUEUE_MAX) while holding the reader, a million rows deep in a backlog.
-        try read { db in try db.rows("SELECT coalesce(sum(live_jobs), 0)::bigint FROM devices") { $0.int(0) }.first ?? 0 }
+        try read { db in try db.rows("SELECT count(*) FROM jobs WHERE state <> 'discarded'") { $0.int(0) }.first ?? 0 }
     }
 
     public func stats() throws(StoreError) -> QueueStats {
