@@ -47,7 +47,7 @@ def run(args, **kwargs):
 
 
 def start(args, env=None, log=None):
-    full_env = dict(os.environ, LOG_LEVEL="warning", **(env or {}))
+    full_env = {**os.environ, "LOG_LEVEL": "warning", **(env or {})}  # env may set LOG_LEVEL itself
     out = open(log or os.devnull, "ab")
     process = subprocess.Popen([str(a) for a in args], env=full_env, stdout=out, stderr=out)
     processes.append(process)
