@@ -23,7 +23,7 @@ def unit_with_binary(name, binary, directory):
 def test_systemd_units_verify(relay_binary, tmp_path):
     units = [unit_with_binary(name, relay_binary, tmp_path) for name in
              ("kumapush-relay.service", "kumapush-ingest.service", "kumapush-deliver@.service")]
-    instance = tmp_path / "kumapush-deliver@1.service"
+    instance = tmp_path / "kumapush-deliver@9465.service"
     shutil.copy(units[2], instance)
     result = subprocess.run(["systemd-analyze", "verify", "--man=no", str(units[0]), str(units[1]), str(instance)],
                             capture_output=True, text=True, timeout=60)
@@ -38,6 +38,14 @@ def exec_start(name, instance="1"):
     return command, environment
 
 
+def test_each_deliverer_listens_for_metrics_on_the_port_it_is_named_after():
+    """Several deliverers on one host need a metrics port each, none of them ingest's (9464, the default): the
+    instance name is the port. (It was `946%i`: instance 4 took ingest's port, 10 and up were no port at all.)"""
+    ports = [exec_start("kumapush-deliver@.service", instance=str(port))[1]["METRICS_ADDR"] for port in (9465, 9466, 9470)]
+    assert ports == ["127.0.0.1:9465", "127.0.0.1:9466", "127.0.0.1:9470"]
+    assert "METRICS_ADDR" not in exec_start("kumapush-ingest.service")[1], "ingest keeps the default 9464"
+
+
 def test_the_split_setup_from_the_unit_files_carries_an_alert(relay_binary, tmp_path, fake_apns):
     shared = dict(APNS_URL=f"https://127.0.0.1:{fake_apns.port}", APNS_CA_FILE=TLS / "ca.pem", APNS_AUTH_KEY_PATH=TLS / "apns-key.p8",
                   APNS_KEY_ID="KEY1234567", APNS_TEAM_ID="TEAM123456", APP_BUNDLE_IDENTIFIER=TOPIC, RATE_LIMIT_REGISTER="off")
@@ -49,7 +57,7 @@ def test_the_split_setup_from_the_unit_files_carries_an_alert(relay_binary, tmp_
             env = relay_env(tmp_path, **shared)
             env.update({k: v for k, v in unit_env.items() if k != "DATABASE_PATH"})
             if unit.startswith("kumapush-deliver"):
-                env["METRICS_ADDR"] = f"127.0.0.1:{free_port()}"  # the unit's 946N may be taken on a shared machine
+                env["METRICS_ADDR"] = f"127.0.0.1:{free_port()}"  # the unit's port may be taken on a shared machine
             relay = Relay(relay_binary, command[1], env, tmp_path / f"{unit}.log")
             processes.append(relay)
         ingest = processes[0].wait_healthy()
@@ -105,6 +113,35 @@ def test_only_the_delivering_units_get_the_apns_key():
     # The environment file every unit reads must not hand the key's path to ingest either.
     example = (DEPLOY / "kumapush.env.example").read_text()
     assert not re.search(r"^APNS_AUTH_KEY_PATH=", example, re.M)
+
+
+def test_the_compose_files_publish_what_listens_and_give_the_key_to_deliverers_only():
+    """A published port reaches a process only if it listens on all of the container's addresses: .env's
+    HOST=127.0.0.1 is the container's own loopback, so every service with ports sets HOST itself. And the key goes
+    only where pushes are sent (compose.postgres.yaml's shared anchor once gave it to ingest too)."""
+    import yaml
+    for file in ("compose.yaml", "compose.postgres.yaml"):
+        services = yaml.safe_load((DEPLOY / file).read_text())["services"]
+        for name, service in services.items():
+            if name == "postgres":
+                continue
+            environment = service.get("environment", {})
+            if service.get("ports"):
+                assert environment.get("HOST") == "0.0.0.0", (file, name)
+            sends = service.get("command", ["serve"])[0] in ("serve", "deliver")
+            assert ("apns_auth_key" in service.get("secrets", [])) == sends, (file, name)
+            assert ("APNS_AUTH_KEY_PATH" in environment) == sends, (file, name)
+
+
+@pytest.mark.parametrize("name", ["kumapush-relay.service", "kumapush-ingest.service"])
+def test_the_start_waits_out_a_schema_upgrade(name):
+    """A unit is started once /health answers, and a schema upgrade serves nothing until it is done (migration 12:
+    about 18 s a million queued jobs; Migrations.upgradeWaitMillis lets the others wait 15 minutes). The wait was
+    about 10 s: a large queue's upgrade failed the start, systemd stopped the process, and the upgrade began again."""
+    settings = dict(unit_settings(name))
+    tries, pause = re.search(r"seq 1 (\d+)\); do .* sleep ([0-9.]+)", settings["ExecStartPost"]).groups()
+    assert int(tries) * float(pause) >= 15 * 60
+    assert settings["TimeoutStartSec"] == "16min"
 
 
 def test_the_environment_example_listens_on_loopback_behind_the_proxy():
