@@ -36,13 +36,11 @@ public struct APNsRequestFactory: Sendable {
             events += waiting.folded.entries.map(\.event)
             uncounted = uncounted + waiting.folded.uncounted
         }
-        var push = DigestBuilder(lateNotice: builder.lateNotice)
+        // The badge of its last alert: the count after everything the digest reports.
+        return DigestBuilder(lateNotice: builder.lateNotice)
             .digest(
                 events, uncounted: uncounted, timeSensitiveDown: job.downNotificationLevel == .timeSensitive,
-                firstAcceptedAt: job.createdAt, now: now)
-        // The badge of its last alert: the count after everything the digest reports.
-        push.badge = pending.last?.badge ?? job.badge
-        return push
+                firstAcceptedAt: job.createdAt, now: now, badge: pending.last?.badge ?? job.badge)
     }
 
     /// `POST /3/device/<token>` with the headers APNs wants and the JSON payload (≤ 4096 bytes).

@@ -79,6 +79,19 @@ import Testing
         #expect(digest.interruptionLevel == .timeSensitive)
     }
 
+    /// The badge is part of the payload: a digest sized without it could be cut again when encoded, losing the count
+    /// of the alerts not listed.
+    @Test(arguments: [0, 7, 99, 12_345, 1_000_000]) func aDigestWithABadgeIsEncodedWholeWithItsCount(badge: Int) throws {
+        let events = (0..<998).map { down($0, "Service \($0)") } + [up(998, "Service 998"), up(999, "Service 999")]
+        let digest = builder.digest(events, timeSensitiveDown: false, firstAcceptedAt: 0, now: 0, badge: badge)
+        let payload = APNsPayload.encode(digest)
+        #expect(payload.count <= 4096 && digest.badge == badge)
+        let aps = try JSONParser.parse(payload)["aps"]
+        #expect(aps?["badge"]?.intValue == badge)
+        #expect(aps?["alert"]?["body"]?.stringValue == digest.body, "encoded whole, not cut again")
+        #expect(digest.body.hasSuffix(" more"))
+    }
+
     @Test func countsAreGroupedByThousands() {
         #expect([0, 7, 999, 1000, 12_345, 1_234_567].map(CountText.grouped) == ["0", "7", "999", "1,000", "12,345", "1,234,567"])
     }

@@ -13,9 +13,10 @@ public struct DigestBuilder: Sendable {
     ///   - events: the merged alerts, oldest first.
     ///   - uncounted: alerts folded beyond what was kept of them (SPEC §2.4 `DEVICE_QUEUE_MAX`): counted, not listed.
     ///   - firstAcceptedAt: when the oldest was accepted (ms), for the late notice.
+    ///   - badge: the push's `aps.badge`, part of the payload the list must fit beside.
     public func digest(
         _ events: [AlertEvent], uncounted: StatusTally = StatusTally(), timeSensitiveDown: Bool,
-        firstAcceptedAt: Int64, now: Int64
+        firstAcceptedAt: Int64, now: Int64, badge: Int? = nil
     ) -> PushMessage {
         let wording = PushBuilder(lateNotice: .seconds(Int64.max / 1_000_000))
         let lines = events.map { wording.notification(for: $0, timeSensitiveDown: false, acceptedAt: now, now: now).digestLine }
@@ -26,6 +27,9 @@ public struct DigestBuilder: Sendable {
         var message = PushMessage(
             title: title, body: "", interruptionLevel: anyDown && timeSensitiveDown ? .timeSensitive : .active,
             threadID: "kumapush-digest")
+        // Sized with the badge in: added afterwards, it pushed a list that just fit over the limit, and the encoder
+        // cut the body's end — the count of the rest, with it the promise that every alert is accounted for.
+        message.badge = badge
         if now - firstAcceptedAt > lateNotice.wholeMilliseconds {
             message.bodySuffix = PushBuilder.lateSuffix(acceptedAt: firstAcceptedAt)
         }
