@@ -4,9 +4,9 @@ import HTTP2
 import Synchronization
 
 /// `APNS_CONNECTIONS` persistent HTTP/2 connections to APNs, each on its own event loop, reconnecting with backoff
-/// (1 s doubling to 60 s, reset once a connection is ready). A connection that was up for `stableAfter` and then
-/// closes (APNs ends idle connections, a network blip) did not fail: it is replaced at once and does not count
-/// towards `allDown`. Requests go to the connection with the most free
+/// (1 s doubling to 60 s over failed attempts in a row). A connection that was up for `stableAfter` and then closes
+/// (APNs ends idle connections, a network blip) did not fail: the count starts again, it is replaced at once and
+/// does not count towards `allDown`. Requests go to the connection with the most free
 /// streams, so a server's per-connection stream limit (APNs starts token connections at 1) is respected.
 public final class APNsConnectionPool: Sendable {
     struct Slot: Sendable {

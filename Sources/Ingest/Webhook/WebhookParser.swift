@@ -144,13 +144,12 @@ public enum WebhookParser {
 
     /// The generic shape: `title`/`subject` and `body`/`message`/`text`/`msg`; `msg` alone is a Test-like alert.
     static func generic(_ object: JSONValue) -> Result<AlertEvent, Rejection> {
-        let title = genericTitleKeys.lazy.compactMap { object[$0]?.stringValue }.first
-        let body = genericBodyKeys.lazy.compactMap { object[$0]?.stringValue }.first
-        if title == nil, let message = object["msg"]?.stringValue, genericBodyKeys.allSatisfy({ $0 == "msg" || object[$0]?.stringValue == nil }) {
+        let untitled = genericTitleKeys.allSatisfy { object[$0]?.stringValue == nil }
+        if untitled, let message = object["msg"]?.stringValue, genericBodyKeys.allSatisfy({ $0 == "msg" || object[$0]?.stringValue == nil }) {
             return .success(.test(message))
         }
-        guard title != nil || body != nil else { return .failure(.invalidBody("no title, body or msg field")) }
-        return .success(AlertEvent(kind: .generic, title: title ?? "", message: body ?? ""))
+        guard let event = textAlert(object) else { return .failure(.invalidBody("no title, body or msg field")) }
+        return .success(event)
     }
 
     /// `{heartbeat, monitor, msg}`. Absent and null are the same to Uptime Kuma, so they are here; a field of the
