@@ -236,9 +236,14 @@ public final class DeliveryEngine: Sendable {
             return
         }
         state.claimDue = false
-        let jobs: [ClaimedJob]
+        var jobs: [ClaimedJob]
         do {
             jobs = try store.claim(worker: configuration.worker, limit: limit, now: now, lease: configuration.lease)
+            // A probe with nothing due takes the retry that comes soonest: the backlog's retries may be backed off
+            // for minutes, and APNs' recovery should not wait for them (the backlog goes out once a probe is answered).
+            if allowance == .probe, jobs.isEmpty, try store.makeNextRetryDue(now: now) {
+                jobs = try store.claim(worker: configuration.worker, limit: limit, now: now, lease: configuration.lease)
+            }
         } catch {
             logger.error("claim failed", ["error": error.description])
             return

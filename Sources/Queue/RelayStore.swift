@@ -51,6 +51,10 @@ public protocol JobQueue: Sendable {
     func rescueExpiredLeases(now: Int64) throws(StoreError) -> Int
     /// Makes every retryable job due now (APNs came back after an outage). Returns how many.
     func makeRetryableDue(now: Int64) throws(StoreError) -> Int
+    /// Makes the retryable job whose retry comes soonest due now: an outage probe needs a job, and on a quiet relay
+    /// every one may be backed off for minutes (up to `RETRY_MAX`) while APNs is already back. Returns whether there
+    /// was one.
+    func makeNextRetryDue(now: Int64) throws(StoreError) -> Bool
     /// How many dead letters match.
     func countDeadLetters(_ filter: DeadLetterFilter) throws(StoreError) -> Int
     /// Puts up to `limit` matching dead letters back in the queue (oldest first) with a fresh `ttl`. Returns how many.

@@ -354,6 +354,19 @@ extension SQLiteStore {
         }
     }
 
+    public func makeNextRetryDue(now: Int64) throws(StoreError) -> Bool {
+        try write { db in
+            // The state test repeats jobs_due's condition so SQLite walks that index in retry order.
+            try db.statement(
+                """
+                UPDATE jobs SET scheduled_at = ?1
+                WHERE id = (SELECT id FROM jobs WHERE state IN ('available', 'retryable') AND state = 'retryable'
+                            AND scheduled_at > ?1 ORDER BY scheduled_at LIMIT 1)
+                """
+            ).run([.integer(now)])
+        } == 1
+    }
+
     public func hasDueJobs(now: Int64) throws(StoreError) -> Bool {
         try read { db in
             try db.statement(

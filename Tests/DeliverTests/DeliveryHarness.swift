@@ -33,7 +33,7 @@ final class DeliveryHarness {
     init(
         streams: UInt32 = 1000, connections: Int = 2, requestTimeout: Duration = .seconds(5), ttl: Duration = .seconds(3600),
         deviceBurst: Int? = nil, stallTimeout: Duration = .seconds(30), withSandbox: Bool = false,
-        leaseBeyondRequest: Duration = .seconds(30)
+        leaseBeyondRequest: Duration = .seconds(30), retryBackoff: Backoff = Backoff(base: .milliseconds(10), cap: .milliseconds(200))
     ) throws {
         store = try SQLiteStore(path: directory.path("relay.db"), now: SystemClock().nowMillis())
         var simConfig = APNsSimulator.Configuration(
@@ -54,8 +54,8 @@ final class DeliveryHarness {
             configuration: connection, connections: connections,
             tls: try TLSContext.client(extraCAFile: TLSFixtures.caFile), logger: logger, onChange: { waker.wake() })
         var settings = Settings()
-        settings.retryBase = .milliseconds(10)
-        settings.retryMax = .milliseconds(200)
+        settings.retryBase = retryBackoff.base
+        settings.retryMax = retryBackoff.cap
         // As the start-up check demands: the lease outlives a request (the engine sends only while it does).
         settings.apnsRequestTimeout = requestTimeout
         settings.leaseTimeout = requestTimeout + leaseBeyondRequest

@@ -34,6 +34,24 @@ import Testing
         #expect(h.metrics.value("kumapush_delivery_stalls_total") == 0, "the breaker found its way out without the stall detector")
     }
 
+    /// A quiet relay whose few pushes are all backed off for a long time (`RETRY_MAX` reached over a long outage) must
+    /// still notice APNs' recovery: the probe takes the soonest retry instead of waiting for one to fall due. Here
+    /// every retry is drawn from up to an hour, so without that the pushes arrive within the wait below only when
+    /// one of eight draws falls under ten seconds (about 2 %).
+    @Test func aProbeDoesNotWaitForBackedOffRetries() throws {
+        let h = try DeliveryHarness(retryBackoff: Backoff(base: .seconds(3600), cap: .seconds(3600)))
+        defer { h.stop() }
+        let devices = try (1...8).map { try h.device($0) }
+        let recovery = SystemClock().nowMillis() + 1500
+        h.simulator.faults.withLock { $0.unavailableUntil = recovery }
+        for device in devices { try h.enqueue(device.id, ["down"], ttl: .seconds(86_400)) }
+        #expect(h.waitUntil { (h.simulator.answersByStatus[503] ?? 0) >= 8 }, "every push failed once: the breaker opens")
+        #expect(
+            h.waitUntil(timeout: .seconds(10)) { devices.allSatisfy { h.acceptedBodies($0.token) == ["down"] } },
+            "a probe found APNs back and the backlog went out")
+        #expect(try h.store.stats().jobsByState[.retryable, default: 0] == 0)
+    }
+
     /// A probe whose device is deleted while its push waits is settled like any other probe that ends unanswered.
     @Test func aProbeThatNeverReachesAPNsIsReplacedByTheNextJob() throws {
         let h = try DeliveryHarness()

@@ -35,6 +35,7 @@ class ForwardingStore: RelayStore, @unchecked Sendable {
     func pendingJobs(deviceID: String, limit: Int) throws(StoreError) -> [PendingJob] { try inner.pendingJobs(deviceID: deviceID, limit: limit) }
     func rescueExpiredLeases(now: Int64) throws(StoreError) -> Int { try inner.rescueExpiredLeases(now: now) }
     func makeRetryableDue(now: Int64) throws(StoreError) -> Int { try inner.makeRetryableDue(now: now) }
+    func makeNextRetryDue(now: Int64) throws(StoreError) -> Bool { try inner.makeNextRetryDue(now: now) }
     func countDeadLetters(_ filter: DeadLetterFilter) throws(StoreError) -> Int { try inner.countDeadLetters(filter) }
     func replayDeadLetters(_ filter: DeadLetterFilter, limit: Int, now: Int64, ttl: Duration) throws(StoreError) -> Int {
         try inner.replayDeadLetters(filter, limit: limit, now: now, ttl: ttl)

@@ -138,6 +138,31 @@ import Testing
         #expect(try db.claim(at: t0 + 10).count == 2)
     }
 
+    /// An outage probe with nothing due takes the retry that comes soonest — never a push postponed for its device's
+    /// digest window, which is not waiting on APNs.
+    @Test(arguments: StoreKind.allCases) func makeNextRetryDueMovesOnlyTheSoonestRetry(_ kind: StoreKind) throws {
+        let db = try TestDatabase(kind)
+        let (a, b, c) = (try db.device(1), try db.device(2), try db.device(3))
+        try db.enqueue(a, "a1")
+        try db.enqueue(b, "b1")
+        try db.enqueue(c, "c1")
+        let jobs = try db.claim()
+        let byDevice = Dictionary(uniqueKeysWithValues: jobs.map { ($0.deviceID, $0) })
+        _ = try db.store.finish(
+            [
+                .retry(try #require(byDevice[a]), at: t0 + 300_000), .retry(try #require(byDevice[b]), at: t0 + 100_000),
+                JobOutcome(try #require(byDevice[c]), kind: .postpone(until: t0 + 50_000))
+            ], worker: "w1", now: t0)
+        #expect(try db.claim(at: t0 + 10).isEmpty)
+
+        #expect(try db.store.makeNextRetryDue(now: t0 + 10))
+        #expect(try db.claim(at: t0 + 10).map(\.deviceID) == [b])
+        #expect(try db.store.makeNextRetryDue(now: t0 + 10))
+        #expect(try db.claim(at: t0 + 10).map(\.deviceID) == [a])
+        #expect(try db.store.makeNextRetryDue(now: t0 + 10) == false, "the postponed push waits for its window")
+        #expect(try db.claim(at: t0 + 50_000).map(\.deviceID) == [c])
+    }
+
     @Test(arguments: StoreKind.allCases) func replayRequeuesMatchingDeadLettersBehindWhatIsQueued(_ kind: StoreKind) throws {
         let db = try TestDatabase(kind)
         let a = try db.device(1)

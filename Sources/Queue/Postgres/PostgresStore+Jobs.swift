@@ -333,4 +333,18 @@ extension PostgresStore {
         if count > 0 { signalChange() }
         return count
     }
+
+    public func makeNextRetryDue(now: Int64) throws(StoreError) -> Bool {
+        let count = try writeStatement { db in
+            // SKIP LOCKED: a job another deliverer is finishing or claiming right now is not this probe's to move.
+            try db.run(
+                """
+                UPDATE jobs SET scheduled_at = $1::bigint
+                WHERE id = (SELECT id FROM jobs WHERE state IN ('available', 'retryable') AND state = 'retryable'
+                            AND scheduled_at > $1::bigint ORDER BY scheduled_at LIMIT 1 FOR UPDATE SKIP LOCKED)
+                """, [.integer(now)])
+        }
+        if count > 0 { signalChange() }
+        return count > 0
+    }
 }
