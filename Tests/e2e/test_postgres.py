@@ -219,6 +219,48 @@ def test_while_postgres_is_down_ingest_answers_503_and_recovers_without_a_restar
     assert len(accepted) == 21
 
 
+def test_after_a_failover_ingest_leaves_the_old_primary_that_turned_read_only(relays, postgres, database):
+    """A failover that fences the old primary read-only instead of stopping it: ingest's connection to it stays
+    up, and every write on it is refused (SQLSTATE 25006). With DATABASE_URL naming both servers and
+    `target_session_attrs=read-write`, ingest must replace that connection and reach the new primary, not answer 503
+    until someone restarts it."""
+    name, _ = database
+    promoted = PostgresServer().start()
+    try:
+        url = (f"postgresql:///{name}?host={postgres.directory},{promoted.directory}&user=postgres"
+               "&target_session_attrs=read-write")
+        ingest = relays("ingest", DATABASE_URL=url, RATE_LIMIT_WEBHOOK="off", RATE_LIMIT_REGISTER="off")
+        device, _ = register(ingest, 9500)
+        status, body, _ = request("POST", f"{ingest.base}/wh/{device}", alert(1, "M", 0, "before"))
+        assert status == 202, body
+        # The new primary holds what the old one had (replication's part, done here by a copy).
+        promoted.query("postgres", f"CREATE DATABASE {name}")
+        dump = subprocess.run([f"{postgres.bin}/pg_dump", postgres.conninfo(name)], check=True, capture_output=True)
+        subprocess.run([f"{promoted.bin}/psql", promoted.conninfo(name), "-Xq", "-v", "ON_ERROR_STOP=1"], input=dump.stdout,
+                       check=True, capture_output=True)
+        assert promoted.query(name, "SELECT count(*) FROM jobs") == [["1"]]
+        postgres.query("postgres", "ALTER SYSTEM SET default_transaction_read_only = on")
+        postgres.query("postgres", "SELECT pg_reload_conf()")
+        wait_until(lambda: postgres.query("postgres", "SHOW default_transaction_read_only") == [["on"]],
+                   what="the old primary to refuse writes")
+        accepted = []
+
+        def posted_to_the_new_primary():
+            status, body, _ = request("POST", f"{ingest.base}/wh/{device}", alert(1, "M", 0, "after"))
+            assert status in (202, 503), (status, body)
+            if status == 202:
+                accepted.append(body["id"])
+            return [[accepted[-1]]] == promoted.query(name, f"SELECT public_id FROM jobs WHERE public_id = '{accepted[-1]}'") \
+                if status == 202 else False
+        wait_until(posted_to_the_new_primary, timeout=15, what="a webhook to be stored on the new primary")
+    finally:
+        writable = postgres.conninfo("postgres") + " options='-c default_transaction_read_only=off'"
+        subprocess.run([f"{postgres.bin}/psql", writable, "-Xq", "-c", "ALTER SYSTEM RESET default_transaction_read_only"],
+                       check=True, capture_output=True)
+        postgres.query("postgres", "SELECT pg_reload_conf()")
+        promoted.stop()
+
+
 def test_migrate_store_moves_a_sqlite_relay_to_postgres_and_its_webhook_urls_keep_working(relays, relay_binary, fake_apns,
                                                                                           postgres, database, tmp_path):
     """A single-host relay's queue (accepted while no deliverer ran) moves to PostgreSQL with `migrate-store`; a

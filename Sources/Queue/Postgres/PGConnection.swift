@@ -35,6 +35,10 @@ final class PGConnection {
     /// Set when a pipeline ended in a state this code does not expect: the connection is then treated as broken
     /// (`isBroken`), so `PostgresLink` replaces it rather than reuse a connection left in pipeline mode.
     private var unusable = false
+    /// The server refused a write as read-only (SQLSTATE 25006): it turned read-only under this connection (a
+    /// fenced old primary, a standby after a failover). The connection is then unusable too: only a new one lets
+    /// libpq's `target_session_attrs=read-write` find the server that now takes writes.
+    private(set) var refusedWrites = false
     /// A deferred BEGIN has gone to the server, and no COMMIT or ROLLBACK since: `rollback` has something to undo.
     private var transactionSent = false
 
@@ -341,8 +345,13 @@ final class PGConnection {
         default:
             func field(_ code: UInt8) -> String? { PQresultErrorField(result, Int32(code)).map { String(cString: $0) } }
             let message = field(UInt8(ascii: "M")) ?? Self.trimmed(PQresultErrorMessage(result))
+            let sqlstate = field(UInt8(ascii: "C")) ?? ""
+            if sqlstate == PGError.readOnlyTransaction {
+                refusedWrites = true
+                unusable = true
+            }
             throw PGError(
-                sqlstate: field(UInt8(ascii: "C")) ?? "", message: message, constraint: field(UInt8(ascii: "n")),
+                sqlstate: sqlstate, message: message, constraint: field(UInt8(ascii: "n")),
                 sql: sql, connectionBroken: isBroken)
         }
     }

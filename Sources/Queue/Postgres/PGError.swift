@@ -25,6 +25,9 @@ struct PGError: Error, CustomStringConvertible {
 
     var isUniqueViolation: Bool { sqlstate == "23505" }
 
+    /// `read_only_sql_transaction`: a write reached a server that is read-only (a standby, a fenced old primary).
+    static let readOnlyTransaction = "25006"
+
     /// Worth running the whole transaction again: a deadlock was broken by aborting us, or a serialization check failed.
     var isTransient: Bool { sqlstate == "40P01" || sqlstate == "40001" }
 
@@ -34,6 +37,6 @@ struct PGError: Error, CustomStringConvertible {
     var isEnvironmental: Bool {
         if connectionBroken || sqlstate.isEmpty { return true }
         let environmentalClasses = ["08", "53", "57", "58"]
-        return environmentalClasses.contains(String(sqlstate.prefix(2))) || sqlstate == "25006" || sqlstate == "55P03" || isTransient
+        return environmentalClasses.contains(String(sqlstate.prefix(2))) || sqlstate == Self.readOnlyTransaction || sqlstate == "55P03" || isTransient
     }
 }

@@ -1,7 +1,8 @@
 /// A connection to PostgreSQL that comes back after it is lost: a failed statement on a broken connection drops it,
 /// and the next use reconnects — at once the first time, then no more often than a backoff that doubles from
 /// 100 ms to 5 s while the server stays unreachable. Between attempts, uses fail at once (the caller answers 503)
-/// instead of each waiting out `connect_timeout`.
+/// instead of each waiting out `connect_timeout`. A connection whose server turned read-only is replaced the same
+/// way (at most once a second), so that after a failover the relay finds the new primary without a restart.
 ///
 /// Not thread-safe: `PostgresStore` keeps each link inside a `Mutex`.
 final class PostgresLink: @unchecked Sendable {
@@ -13,12 +14,14 @@ final class PostgresLink: @unchecked Sendable {
     private var nextAttempt = ContinuousClock.now
     private var backoff: Duration = .zero
     private var lastFailure = ""
+    private var lastReadOnlyReplacement: ContinuousClock.Instant?
 
     /// Connects once, so that a wrong DATABASE_URL fails at start-up.
     init(conninfo: String, options: PGConnection.Options) throws {
         self.conninfo = conninfo
         self.options = options
         connection = try PGConnection(conninfo: conninfo, options: options)
+        connectionsOpened = 1
     }
 
     /// Connects on first use (`connected()`), with the backoff from the first failure on: for a connection opened
@@ -27,6 +30,9 @@ final class PostgresLink: @unchecked Sendable {
         self.conninfo = conninfo
         self.options = options
     }
+
+    /// Connections opened so far, the first one included (tests count reconnections).
+    private(set) var connectionsOpened = 0
 
     /// Round trips on the current connection (tests count them); 0 when there is none.
     var roundTrips: Int { connection?.roundTrips ?? 0 }
@@ -42,6 +48,7 @@ final class PostgresLink: @unchecked Sendable {
     /// noticed here on the next call (libpq marks it bad) and replaced.
     func connected() throws -> PGConnection {
         if let connection, !connection.isBroken { return connection }
+        if connection?.refusedWrites == true { holdOffAfterReadOnly() }
         connection = nil
         guard ContinuousClock.now >= nextAttempt else {
             throw PGError(sqlstate: "", message: "database unreachable, reconnecting (last error: \(lastFailure))", connectionBroken: true)
@@ -49,6 +56,7 @@ final class PostgresLink: @unchecked Sendable {
         do {
             let fresh = try PGConnection(conninfo: conninfo, options: options)
             connection = fresh
+            connectionsOpened += 1
             backoff = .zero
             return fresh
         } catch {
@@ -56,6 +64,19 @@ final class PostgresLink: @unchecked Sendable {
             nextAttempt = ContinuousClock.now + backoff
             lastFailure = (error as? PGError)?.message ?? "\(error)"
             throw error
+        }
+    }
+
+    /// The first replacement of a connection whose server turned read-only happens at once (the transaction that
+    /// met it runs again on the new one, so a failover can cost no webhook); another within a second waits out the
+    /// rest of that second, so a server that stays read-only is not reconnected to on every statement.
+    private func holdOffAfterReadOnly() {
+        let now = ContinuousClock.now
+        lastFailure = "the server is read-only"
+        if let last = lastReadOnlyReplacement, now - last < .seconds(1) {
+            nextAttempt = max(nextAttempt, last + .seconds(1))
+        } else {
+            lastReadOnlyReplacement = now
         }
     }
 }

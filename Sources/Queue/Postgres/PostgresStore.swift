@@ -95,6 +95,9 @@ public final class PostgresStore: Sendable {
     /// Round trips on the write connection so far (tests count what a call costs).
     var writerRoundTrips: Int { writer.withLock { $0.roundTrips } }
 
+    /// Connections the write link has opened so far (tests count reconnections).
+    var writerConnectionsOpened: Int { writer.withLock { $0.connectionsOpened } }
+
     /// Tests only: from now on, the SQL of every statement on the write connection, in order (`writerStatementLog`).
     func keepWriterStatementLog() { writer.withLock { $0.keepStatementLog() } }
     var writerStatementLog: [String] { writer.withLock { $0.statementLog } }
