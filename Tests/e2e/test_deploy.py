@@ -133,6 +133,21 @@ def test_the_compose_files_publish_what_listens_and_give_the_key_to_deliverers_o
             assert ("APNS_AUTH_KEY_PATH" in environment) == sends, (file, name)
 
 
+def test_the_compose_files_let_the_relay_finish_its_shutdown():
+    """Docker kills a container 10 s after SIGTERM unless told otherwise: exactly SHUTDOWN_GRACE's default, so the
+    relay was killed before giving its leases back (each push then waits out LEASE_TIMEOUT and may go out twice).
+    Every relay service allows what the systemd units allow."""
+    import yaml
+    unit_timeout = int(dict(unit_settings("kumapush-relay.service"))["TimeoutStopSec"])
+    for file in ("compose.yaml", "compose.postgres.yaml"):
+        services = yaml.safe_load((DEPLOY / file).read_text())["services"]
+        for name, service in services.items():
+            if name == "postgres":
+                continue
+            grace = re.fullmatch(r"(\d+)s", str(service.get("stop_grace_period", "10s")))
+            assert grace and int(grace.group(1)) >= unit_timeout, (file, name, service.get("stop_grace_period"))
+
+
 @pytest.mark.parametrize("name", ["kumapush-relay.service", "kumapush-ingest.service"])
 def test_the_start_waits_out_a_schema_upgrade(name):
     """A unit is started once /health answers, and a schema upgrade serves nothing until it is done (migration 12:
