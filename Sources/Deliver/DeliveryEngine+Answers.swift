@@ -29,7 +29,8 @@ extension DeliveryEngine {
 
     /// Turns one APNs answer into an outcome (appended to `outcomes`) or a resend.
     func handle(_ answer: Answer, into outcomes: inout [JobOutcome]) {
-        guard let flight = loopState.inFlight.removeValue(forKey: answer.jobID) else { return }
+        guard let flight = loopState.inFlight[answer.jobID], flight.job.publicID == answer.publicID else { return }
+        loopState.inFlight[answer.jobID] = nil
         let verdict = verdict(for: answer.result, of: flight)
         if case .success = answer.result { noteAnswerFromAPNs() }
         let answered = AnsweredPush(flight: flight, verdict: verdict, connection: answer.connection, now: clock.nowMillis())

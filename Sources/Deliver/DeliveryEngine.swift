@@ -71,6 +71,9 @@ public final class DeliveryEngine: Sendable {
 
     struct Answer: Sendable {
         let jobID: Int64
+        /// Which job of that id: SQLite gives a deleted newest job's id to the next one (a device deleted with its
+        /// push in flight), so the id alone could match the late answer to another device's push.
+        let publicID: String
         let result: Result<HTTP2Response, HTTP2Failure>
         let connection: HTTP2ClientConnection
     }
@@ -338,7 +341,7 @@ public final class DeliveryEngine: Sendable {
         metrics.observe("kumapush_webhook_to_apns_seconds", value: Double(max(0, clock.nowMillis() - job.createdAt)) / 1000)
         connection.send(request) { [weak self] result in
             guard let self else { return }
-            self.shared.withLock { $0.answers.append(Answer(jobID: job.id, result: result, connection: connection)) }
+            self.shared.withLock { $0.answers.append(Answer(jobID: job.id, publicID: job.publicID, result: result, connection: connection)) }
             self.wakeUp.signal()
         }
     }

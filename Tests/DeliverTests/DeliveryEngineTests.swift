@@ -64,6 +64,32 @@ import Testing
         #expect(h.simulator.received.filter { $0.token == device.token }.map(\.status) == [410], "the old token was tried once")
     }
 
+    /// SQLite gives the id of a deleted newest job to the next one. A device deleted with its push in flight, and
+    /// another device's alert accepted and sent before that push's answer came back: the late answer belongs to the
+    /// deleted device's push, not to the job that now has its id. Taken for it, APNs' 200 for the deleted device
+    /// recorded the other device's push as delivered, and its own 503 was then ignored: an alert lost.
+    @Test func aLateAnswerForADeletedDevicesPushIsNotTakenForTheJobThatReusedItsID() throws {
+        let h = try DeliveryHarness()
+        defer { h.stop() }
+        let (gone, kept) = (try h.device(41), try h.device(42))
+        h.simulator.faults.withLock {
+            $0.latencyMillis = 500
+            $0.byToken[kept.token] = .init(status: 503, reason: "ServiceUnavailable")
+        }
+        let raw = try RawSQLite(path: h.directory.path("relay.db"))
+        try h.enqueue(gone.id, ["to a device deleted in flight"])
+        #expect(try h.waitUntil { try raw.query("SELECT attempted_at IS NOT NULL FROM jobs") == [["1"]] }, "claimed and sent")
+        let reusedID = try raw.query("SELECT id FROM jobs")
+        #expect(try h.store.deleteDevice(id: gone.id))
+        try h.enqueue(kept.id, ["alert"])
+        #expect(try raw.query("SELECT id FROM jobs") == reusedID, "the new job has the deleted one's id")
+        #expect(try h.waitUntil { try raw.query("SELECT attempted_at IS NOT NULL FROM jobs") == [["1"]] }, "sent too")
+
+        #expect(h.waitUntil { h.simulator.received.contains { $0.token == kept.token && $0.status == 503 } })
+        h.simulator.faults.withLock { $0.byToken[kept.token] = nil }
+        #expect(h.waitUntil { h.acceptedBodies(kept.token) == ["alert"] }, "the refused alert is sent again, not taken as delivered")
+    }
+
     @Test func badDeviceTokenDeadLettersButKeepsTheDevice() throws {
         let h = try DeliveryHarness()
         defer { h.stop() }
