@@ -271,8 +271,9 @@ extension SQLiteStore {
         let settle = try db.statement(
             deadLetterReason == nil
                 ? "DELETE FROM jobs WHERE \(fence)"
-                : "UPDATE jobs SET state = 'discarded', finalized_at = \(now), last_error = ? WHERE \(fence)")
-        let reason: [SQLiteValue] = deadLetterReason.map { [.text($0)] } ?? []
+                : "UPDATE jobs SET state = 'discarded', finalized_at = ?, last_error = ? WHERE \(fence)")
+        // Bound, never pasted into the text: the connection keeps one prepared statement per distinct text.
+        let reason: [SQLiteValue] = deadLetterReason.map { [.integer(now), .text($0)] } ?? []
         var settled = 0
         for job in merged {
             settled += try settle.run(reason + [.integer(job.id), .text(device), .integer(Int64(job.foldedCount))])
@@ -301,11 +302,17 @@ extension SQLiteStore {
         guard !publicIDs.isEmpty else { return [:] }
         return try read { db in
             var found: [String: ReportedOutcome] = [:]
-            // SQLite binds at most 32,766 parameters per statement; the waiter holds at most a thousand.
-            for chunk in stride(from: 0, to: publicIDs.count, by: 500).map({ Array(publicIDs[$0..<min($0 + 500, publicIDs.count)]) }) {
-                let placeholders = Array(repeating: "?", count: chunk.count).joined(separator: ",")
+            // SQLite binds at most 32,766 parameters per statement; the waiter holds at most a thousand. The list is
+            // padded with NULLs (which match nothing) to a power of two: the connection keeps every statement text it
+            // prepared, so one text per list length would leave up to 512 of them behind.
+            for start in stride(from: 0, to: publicIDs.count, by: 512) {
+                let chunk = publicIDs[start..<min(start + 512, publicIDs.count)]
+                var slots = 1
+                while slots < chunk.count { slots *= 2 }
+                let placeholders = Array(repeating: "?", count: slots).joined(separator: ",")
+                let values = chunk.map { SQLiteValue.text($0) } + Array(repeating: .null, count: slots - chunk.count)
                 let rows = try db.statement("SELECT public_id, outcome, reason FROM job_outcomes WHERE public_id IN (\(placeholders))")
-                    .rows(chunk.map { .text($0) }) {
+                    .rows(values) {
                         ($0.text(0), ReportedOutcome(kind: ReportedOutcome.Kind(rawValue: $0.text(1)) ?? .rejected, reason: $0.text(2)))
                     }
                 for (id, outcome) in rows { found[id] = outcome }

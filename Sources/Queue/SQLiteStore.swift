@@ -108,6 +108,11 @@ public final class SQLiteStore: Sendable {
         }
     }
 
+    /// Statements the writer and the reader keep prepared (tests check that they stay bounded over time).
+    var preparedStatementCount: Int {
+        writer.withLock { $0.preparedStatementCount } + reader.withLock { $0.preparedStatementCount }
+    }
+
     /// Runs `body` with the read connection (a consistent snapshot per statement), mapping failures to `StoreError`.
     func read<T: Sendable>(_ body: (SQLiteConnection) throws -> T) throws(StoreError) -> T {
         do {

@@ -90,6 +90,9 @@ final class SQLiteConnection {
     }
 
     /// The cached prepared statement for `sql`, prepared on first use.
+    /// Statements prepared and kept so far (tests check that the cache stays bounded).
+    var preparedStatementCount: Int { statements.count }
+
     func statement(_ sql: String) throws -> SQLiteStatement {
         if let cached = statements[sql] { return cached }
         let statement = try SQLiteStatement(connection: handle, sql: sql)
