@@ -21,8 +21,9 @@ public protocol DeviceStore: Sendable {
     /// Remembers that `token`'s pushes go to `environment` (the other APNs environment accepted it), while the device
     /// still has that token. Registering the token again or changing it forgets this.
     func setEnvironment(deviceID: String, token: String, environment: Settings.APNsEnvironment) throws(StoreError)
-    /// Deletes the device and drops its jobs. False when there was no such device.
-    func deleteDevice(id: String) throws(StoreError) -> Bool
+    /// Deletes the device and drops its jobs; a Test request waiting for one of them is told it was not delivered
+    /// (`DeviceDeleted`). False when there was no such device.
+    func deleteDevice(id: String, now: Int64) throws(StoreError) -> Bool
     func tombstone(deviceID: String) throws(StoreError) -> Tombstone?
     /// Adds a device exactly as given (moving from another relay): false when its id or token is already here.
     func importDevice(_ device: Device) throws(StoreError) -> Bool

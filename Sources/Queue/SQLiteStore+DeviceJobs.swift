@@ -93,13 +93,29 @@ extension SQLiteStore {
     /// Deletes the device's dead letters.
     static let deleteDeadLetters = "DELETE FROM jobs WHERE device_id = ?1 AND state = 'discarded'"
 
+    /// Records `?3`/`?4` at `?5` for the device's (?2) live job numbered ?1 if a Test request waits for it (one
+    /// already recorded, the head APNs just answered, keeps its own).
+    static let reportNumbered = """
+        INSERT OR IGNORE INTO job_outcomes (public_id, outcome, reason, finished_at)
+        SELECT public_id, ?3, ?4, ?5 FROM jobs
+        WHERE device_seq = ?1 AND device_id = ?2 AND reports_outcome = 1 AND state != 'discarded'
+        """
+
     /// Deletes the device and every job it has, live or dead. What the foreign key's cascade did before migration 12:
-    /// the live jobs by number from the head's, the dead letters through their partial index by device.
-    static func deleteDevice(_ device: String, _ db: SQLiteConnection) throws -> Bool {
+    /// the live jobs by number from the head's, the dead letters through their partial index by device. A live job
+    /// a Test request waits for gets `outcome` first, so the request is answered now rather than told "queued" at
+    /// `TEST_WAIT` for a push that no longer exists.
+    static func deleteDevice(
+        _ device: String, reporting outcome: (kind: ReportedOutcome.Kind, reason: String, now: Int64), _ db: SQLiteConnection
+    ) throws -> Bool {
         if let numbers = try jobNumbers(device: device, db), let head = numbers.head {
+            let report = try db.statement(reportNumbered)
             let delete = try db.statement(deleteNumbered)
             var seq = head
             while seq < numbers.next {
+                try report.run([
+                    .integer(seq), .text(device), .text(outcome.kind.rawValue), .text(outcome.reason), .integer(outcome.now)
+                ])
                 try delete.run([.integer(seq), .text(device)])
                 seq += 1
             }

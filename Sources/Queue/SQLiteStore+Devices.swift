@@ -78,9 +78,9 @@ extension SQLiteStore {
         }
     }
 
-    public func deleteDevice(id: String) throws(StoreError) -> Bool {
+    public func deleteDevice(id: String, now: Int64) throws(StoreError) -> Bool {
         // The device's jobs, live and dead, go with it (SQLiteStore+DeviceJobs.swift).
-        try write { db in try Self.deleteDevice(id, db) }
+        try write { db in try Self.deleteDevice(id, reporting: (.failed, "DeviceDeleted", now), db) }
     }
 
     public func importDevice(_ device: Device) throws(StoreError) -> Bool {

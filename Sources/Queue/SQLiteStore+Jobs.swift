@@ -236,7 +236,7 @@ extension SQLiteStore {
                         try Self.report(outcome, .unregistered, reason, now: now, db)
                         try db.statement("INSERT OR REPLACE INTO tombstones (device_id, reason, removed_at) VALUES (?, ?, ?)")
                             .run([.text(device), .text(reason), .integer(now)])
-                        _ = try Self.deleteDevice(device, db)
+                        _ = try Self.deleteDevice(device, reporting: (.unregistered, reason, now), db)
                     }
                     applied.append(leased)
                 }

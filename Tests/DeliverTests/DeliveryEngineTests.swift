@@ -80,7 +80,7 @@ import Testing
         try h.enqueue(gone.id, ["to a device deleted in flight"])
         #expect(try h.waitUntil { try raw.query("SELECT attempted_at IS NOT NULL FROM jobs") == [["1"]] }, "claimed and sent")
         let reusedID = try raw.query("SELECT id FROM jobs")
-        #expect(try h.store.deleteDevice(id: gone.id))
+        #expect(try h.store.deleteDevice(id: gone.id, now: h.clock.nowMillis()))
         try h.enqueue(kept.id, ["alert"])
         #expect(try raw.query("SELECT id FROM jobs") == reusedID, "the new job has the deleted one's id")
         #expect(try h.waitUntil { try raw.query("SELECT attempted_at IS NOT NULL FROM jobs") == [["1"]] }, "sent too")

@@ -61,7 +61,7 @@ import Testing
         h.simulator.faults.withLock { $0.unavailableUntil = recovery }
         for device in devices { try h.enqueue(device.id, ["x1", "x2"], ttl: .milliseconds(800)) }
         #expect(try h.waitUntil { try h.store.countDeadLetters(DeadLetterFilter(reason: "Expired")) == 8 })
-        for device in devices { _ = try h.store.deleteDevice(id: device.id) }
+        for device in devices { _ = try h.store.deleteDevice(id: device.id, now: h.clock.nowMillis()) }
         #expect(h.waitUntil { SystemClock().nowMillis() > recovery })
         let fresh = try h.device(9)
         try h.enqueue(fresh.id, ["after"])
@@ -118,7 +118,7 @@ import Testing
         try h.enqueue(device.id, ["due, never sent"])
         #expect(h.waitUntil { h.metrics.value("kumapush_delivery_stalls_total") >= 1 })
         #expect(!h.engine.isHealthy)
-        #expect(try h.store.deleteDevice(id: device.id))
+        #expect(try h.store.deleteDevice(id: device.id, now: h.clock.nowMillis()))
         #expect(h.waitUntil { h.engine.isHealthy })
         #expect(h.metrics.value("kumapush_delivery_stalls_total") == 1)
     }

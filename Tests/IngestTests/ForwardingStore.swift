@@ -18,7 +18,7 @@ class ForwardingStore: RelayStore, @unchecked Sendable {
     func updateDevice(id: String, token: String?, level: Device.DownNotificationLevel?) throws(StoreError) -> Device? {
         try inner.updateDevice(id: id, token: token, level: level)
     }
-    func deleteDevice(id: String) throws(StoreError) -> Bool { try inner.deleteDevice(id: id) }
+    func deleteDevice(id: String, now: Int64) throws(StoreError) -> Bool { try inner.deleteDevice(id: id, now: now) }
     func tombstone(deviceID: String) throws(StoreError) -> Tombstone? { try inner.tombstone(deviceID: deviceID) }
     func importDevice(_ device: Device) throws(StoreError) -> Bool { try inner.importDevice(device) }
     func purgeTombstones(before: Int64) throws(StoreError) -> Int { try inner.purgeTombstones(before: before) }

@@ -82,7 +82,7 @@ import Testing
         #expect(try badges(db, phone) == [1, 1], "monitor 1 was last heard of over an hour before")
         #expect(try db.store.purgeTombstones(before: t0 + 1) == 0)
         #expect(try db.kind.rawQuery(db.location, "SELECT count(*) FROM monitor_states")[0][0] == "1")
-        _ = try db.store.deleteDevice(id: phone)
+        _ = try db.store.deleteDevice(id: phone, now: t0)
         #expect(try db.kind.rawQuery(db.location, "SELECT count(*) FROM monitor_states")[0][0] == "0")
     }
 

@@ -137,7 +137,7 @@ import Testing
         let last = try #require(try db.store.claim(worker: "w", limit: 10, now: t0, lease: .seconds(60)).first { $0.deviceID == a })
         _ = try db.store.finish([JobOutcome(last, kind: .abandon(reason: "expired"))], worker: "w", now: t0)
         #expect(try agree())
-        _ = try db.store.deleteDevice(id: b)
+        _ = try db.store.deleteDevice(id: b, now: t0)
         #expect(try agree())
         #expect(try kind.rawQuery(db.location, "SELECT live_jobs FROM devices WHERE id = '\(a)'") == [["0"]])
     }

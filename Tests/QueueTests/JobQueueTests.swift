@@ -138,6 +138,29 @@ import Testing
         #expect(try db.claim(at: t0 + 10).count == 2)
     }
 
+    /// A Test request waiting behind its device's head (the head in flight): when APNs' 410 for the head removes the
+    /// device, the request is answered 410 at once (SPEC §2.2 "just now for a waiting Test request"), and when the
+    /// app deletes the device it is told the push was not delivered — never "queued" at TEST_WAIT for a push that
+    /// went with its device.
+    @Test(arguments: StoreKind.allCases) func aTestJobThatGoesWithItsDeviceHasAnOutcome(_ kind: StoreKind) throws {
+        let db = try TestDatabase(kind)
+        let (unregistered, deleted) = (try db.device(1), try db.device(2))
+        func testJob(_ device: String) -> NewJob {
+            NewJob(deviceID: device, publicID: UUID().uuidString, payload: Array("test".utf8), reportsOutcome: true)
+        }
+        let waiting = [testJob(unregistered), testJob(deleted)]
+        try db.enqueue(unregistered, "head")
+        try db.enqueue(deleted, "head")
+        _ = try db.store.enqueue(waiting, now: t0, ttl: .seconds(3600))
+        let heads = try db.claim()
+        let head = try #require(heads.first { $0.deviceID == unregistered })
+        #expect(try db.store.finish([JobOutcome(head, kind: .removeDevice(reason: "Unregistered"))], worker: "w1", now: t0) == [true])
+        #expect(try db.store.reportedOutcome(publicID: waiting[0].publicID) == ReportedOutcome(kind: .unregistered, reason: "Unregistered"))
+
+        #expect(try db.store.deleteDevice(id: deleted, now: t0))
+        #expect(try db.store.reportedOutcome(publicID: waiting[1].publicID) == ReportedOutcome(kind: .failed, reason: "DeviceDeleted"))
+    }
+
     /// An outage probe with nothing due takes the retry that comes soonest — never a push postponed for its device's
     /// digest window, which is not waiting on APNs.
     @Test(arguments: StoreKind.allCases) func makeNextRetryDueMovesOnlyTheSoonestRetry(_ kind: StoreKind) throws {

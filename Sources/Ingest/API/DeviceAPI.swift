@@ -77,7 +77,7 @@ struct DeviceAPI: Sendable {
     func delete(_ request: HTTPRequest, id: String) -> HTTPResponse {
         authenticated(request, id: id) { _ in
             do throws(StoreError) {
-                return try store.deleteDevice(id: id) ? HTTPResponse(status: 204) : .error(404, "device not found")
+                return try store.deleteDevice(id: id, now: clock.nowMillis()) ? HTTPResponse(status: 204) : .error(404, "device not found")
             } catch {
                 return failure(error)
             }

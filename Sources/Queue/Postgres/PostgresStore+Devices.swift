@@ -85,9 +85,27 @@ extension PostgresStore {
         }
     }
 
-    public func deleteDevice(id: String) throws(StoreError) -> Bool {
-        // Foreign keys cascade: the device's jobs, pending and dead, go with it.
-        try write { db in try db.run("DELETE FROM devices WHERE id = $1::text", [.text(id)]) > 0 }
+    public func deleteDevice(id: String, now: Int64) throws(StoreError) -> Bool {
+        try write { db in
+            Self.reportWaitingTests(ofDevice: id, .failed, "DeviceDeleted", now: now, db)
+            // Foreign keys cascade: the device's jobs, pending and dead, go with it.
+            return try db.run("DELETE FROM devices WHERE id = $1::text", [.text(id)]) > 0
+        }
+    }
+
+    /// Records `kind`/`reason` for the device's live jobs a Test request waits for, before the device and its jobs
+    /// go: the request is answered now rather than told "queued" at `TEST_WAIT` for a push that no longer exists.
+    /// One already recorded (the head APNs just answered) keeps its own.
+    static func reportWaitingTests(
+        ofDevice device: String, _ kind: ReportedOutcome.Kind, _ reason: String, now: Int64, _ db: PGConnection
+    ) {
+        db.runDeferred(
+            """
+            INSERT INTO job_outcomes (public_id, outcome, reason, finished_at)
+            SELECT public_id, $2::text, $3::text, $4::bigint FROM jobs
+            WHERE device_id = $1::text AND reports_outcome AND state <> 'discarded'
+            ON CONFLICT (public_id) DO NOTHING
+            """, [.text(device), .text(kind.rawValue), .text(reason), .integer(now)])
     }
 
     public func importDevice(_ device: Device) throws(StoreError) -> Bool {

@@ -145,6 +145,7 @@ extension PostgresStore {
                     ) { ($0.text(0), $0.text(1), $0.bool(2)) }
                     Self.report(finished, .unregistered, reason, now: now, db)
                     for (device, _, _) in finished {
+                        Self.reportWaitingTests(ofDevice: device, .unregistered, reason, now: now, db)
                         try db.run(
                             """
                             INSERT INTO tombstones (device_id, reason, removed_at) VALUES ($1::text, $2::text, $3::bigint)
