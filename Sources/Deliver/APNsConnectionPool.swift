@@ -14,6 +14,9 @@ public final class APNsConnectionPool: Sendable {
         var failures = 0
         /// Which connection of this slot is current; events of an older one (still draining) are ignored.
         var generation = 0
+        /// The current connection's end (GOAWAY or close, whichever came first) was counted and its replacement
+        /// scheduled: the other event of the same end changes nothing.
+        var ended = false
     }
 
     private let configuration: HTTP2ClientConnection.Configuration
@@ -102,6 +105,7 @@ public final class APNsConnectionPool: Sendable {
         guard !stopped.load(ordering: .relaxed) else { return }
         let generation = slots.withLock { slots -> Int in
             slots[index].generation += 1
+            slots[index].ended = false
             return slots[index].generation
         }
         let connection = HTTP2ClientConnection(configuration, tls: tls, loop: loops[index]) { [weak self] event in
@@ -126,21 +130,32 @@ public final class APNsConnectionPool: Sendable {
             break
         case .goingAway(let reason):
             logger.info("APNs connection going away", ["conn.id": String(index), "apns.reason": reason])
-            replaceLater(index, after: .zero)
+            connectionEnded(index, reason: "GOAWAY \(reason)")
         case .closed(let reason):
-            let failures = slots.withLock { slots -> Int in
-                // `isReady` is already false here; when it became ready says whether it had been up.
-                let readyAt = slots[index].connection?.currentStatus.readyAt
-                let wasUp = readyAt.map { ContinuousClock.now - $0 >= stableAfter } ?? false
-                slots[index].failures = wasUp ? 0 : slots[index].failures + 1
-                return slots[index].failures
-            }
-            if failures > 0 {
-                logger.warning("APNs connection failed", ["conn.id": String(index), "error": reason, "attempt": String(failures)])
-            }
-            replaceLater(index, after: failures == 0 ? .zero : .milliseconds(backoff.ceilingMillis(afterAttempt: failures)))
+            connectionEnded(index, reason: reason)
         }
         onChange()
+    }
+
+    /// Counts the end of the slot's connection once (a GOAWAY and the close that follows it are one end) and
+    /// schedules its replacement: at once after a connection that stayed up, after the backoff otherwise — a server
+    /// that sends GOAWAY right after SETTINGS must not get a new connection every handshake (APNs treats rapid
+    /// reconnects as an attack).
+    private func connectionEnded(_ index: Int, reason: String) {
+        let failures = slots.withLock { slots -> Int? in
+            guard !slots[index].ended else { return nil }
+            slots[index].ended = true
+            // `isReady` is already false after a close; when it became ready says whether it had been up.
+            let readyAt = slots[index].connection?.currentStatus.readyAt
+            let wasUp = readyAt.map { ContinuousClock.now - $0 >= stableAfter } ?? false
+            slots[index].failures = wasUp ? 0 : slots[index].failures + 1
+            return slots[index].failures
+        }
+        guard let failures else { return }
+        if failures > 0 {
+            logger.warning("APNs connection failed", ["conn.id": String(index), "error": reason, "attempt": String(failures)])
+        }
+        replaceLater(index, after: failures == 0 ? .zero : .milliseconds(backoff.ceilingMillis(afterAttempt: failures)))
     }
 
     private func replaceLater(_ index: Int, after delay: Duration) {

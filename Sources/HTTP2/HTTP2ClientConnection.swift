@@ -74,8 +74,9 @@ public final class HTTP2ClientConnection: Sendable {
         let fd: Int32
         let tls: TLSConnection
         do {
-            fd = try Socket.startConnect(host: configuration.host, port: configuration.port)
+            // TLS first: it holds no descriptor, so if it cannot be set up there is no socket to leak.
             tls = try TLSConnection(clientOf: tlsContext, host: configuration.host)
+            fd = try Socket.startConnect(host: configuration.host, port: configuration.port)
         } catch {
             markClosed()
             onEvent(.closed(reason: "\(error)"))
@@ -141,6 +142,17 @@ public final class HTTP2ClientConnection: Sendable {
         }
         done.wait()
         return probe.withLock { $0 }
+    }
+
+    /// Tests: the stream id the next request takes (odd), to reach the end of a connection's ids. Blocks until done;
+    /// not from the loop thread.
+    package func setNextStreamID(_ id: Int32) {
+        let done = DispatchSemaphore(value: 0)
+        loop.execute { [self] in
+            core.withLock { $0 }?.setNextStreamID(id)
+            done.signal()
+        }
+        done.wait()
     }
 
     // MARK: Called by the core on the loop
@@ -280,12 +292,14 @@ final class ClientCore: HTTP2Transport, HTTP2SessionDelegate, @unchecked Sendabl
     }
 
     override func runDeferredWork() {
-        submitWaiting()
+        if submitWaiting() == .streamIDsUsedUp { retire(reason: "stream ids used up") }
         closeIfDrained()
     }
 
-    private func submitWaiting() {
-        guard phase == .ready, !waiting.isEmpty, let session else { return }
+    private enum SubmitResult { case done, streamIDsUsedUp }
+
+    private func submitWaiting() -> SubmitResult {
+        guard phase == .ready, !waiting.isEmpty, let session else { return .done }
         // Taken from the front in one go at the end: removing the first of hundreds waiting, one at a time, moved
         // all the others each time.
         var submitted = 0
@@ -318,8 +332,21 @@ final class ClientCore: HTTP2Transport, HTTP2SessionDelegate, @unchecked Sendabl
                 wantFlush()
             } catch {
                 owner.finished(completion, .failure(.refused))
+                if let failure = error as? HTTP2Session.Failure, failure.streamIDsUsedUp { return .streamIDsUsedUp }
             }
         }
+        return .done
+    }
+
+    func setNextStreamID(_ id: Int32) { session?.setNextStreamID(id) }
+
+    /// This connection can send no more (its stream ids are used up): the waiting requests are refused (resent on
+    /// another connection), those open finish here, and the owner is told to replace it, as after a GOAWAY.
+    private func retire(reason: String) {
+        phase = .draining(.closeRequested)
+        owner.updateStatus { $0.isGoingAway = true }
+        owner.onEvent(.goingAway(reason: reason))
+        refuseWaiting()
     }
 
     /// HTTP/2 header names are lower case; callers mostly write them so already, and then keep their string.

@@ -43,6 +43,8 @@ final class HTTP2Session {
         let code: Int32
         let context: String
         var description: String { "\(context): \(String(cString: nghttp2_strerror(code)))" }
+        /// A client has used every stream id a connection allows (2^30 requests): only a new connection can send.
+        var streamIDsUsedUp: Bool { code == NGHTTP2_ERR_STREAM_ID_NOT_AVAILABLE.rawValue }
     }
 
     init(role: Role, delegate: any HTTP2SessionDelegate, maxConcurrentStreams: UInt32 = 1000) throws {
@@ -152,6 +154,12 @@ final class HTTP2Session {
 
     func submitPing() {
         nghttp2_submit_ping(handle, UInt8(NGHTTP2_FLAG_NONE.rawValue), nil)
+    }
+
+    /// Tests: the stream id the next request takes (odd for a client), to reach the end of the id space without
+    /// sending a billion requests first.
+    func setNextStreamID(_ id: Int32) {
+        nghttp2_session_set_next_stream_id(handle, id)
     }
 
     func resetStream(_ stream: Int32, errorCode: UInt32) {

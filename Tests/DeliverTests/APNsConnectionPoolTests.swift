@@ -92,6 +92,24 @@ import Testing
         #expect(pool.consecutiveFailures == 2, "the second fall is the second failure in a row")
     }
 
+    /// The same for a GOAWAY right after the connection came up (a server shutting down, a proxy turning clients
+    /// away): it was replaced at once, however often it came, and never counted — a reconnect every handshake,
+    /// which APNs takes for an attack. The GOAWAY and the close after it are one failure, not two.
+    @Test func goAwaysRightAfterComingUpAreFailuresInARowToo() throws {
+        let (pool, simulator, _) = try pool(stableAfter: .seconds(3600))
+        defer {
+            pool.shutdown()
+            simulator.stop()
+        }
+        for expected in 1...2 {
+            #expect(waitUntil { pool.readyConnections == 1 })
+            simulator.goAwayAll()
+            #expect(waitUntil { pool.consecutiveFailures == expected && pool.connectionCount == 0 }, "GOAWAY \(expected)")
+        }
+        #expect(waitUntil { pool.readyConnections == 1 }, "replaced after the backoff")
+        #expect(pool.consecutiveFailures == 2)
+    }
+
     /// The other environment's pool closes once idle for `idleTimeout`, and opens again on the next use.
     @Test func theOtherEnvironmentsPoolClosesWhenIdleAndOpensAgain() throws {
         let simulator = try simulator()
@@ -113,6 +131,41 @@ import Testing
         #expect(!other.isOpen)
         #expect(waitUntil { pool.connectionCount == 0 }, "its connection closed")
         #expect(other.pool() !== pool && opened.withLock { $0.count } == 2, "a new pool on the next use")
+    }
+
+    /// A client may open 2^30 streams on a connection (odd ids up to 2^31 − 1); after that nghttp2 refuses every
+    /// request on it. At 5,000 pushes a second on one connection that is two and a half days: the connection must be
+    /// replaced, not kept — refusing instantly, it looked the least busy and drew every push.
+    @Test func aConnectionWhoseStreamIDsAreUsedUpIsReplaced() throws {
+        let (pool, simulator, _) = try pool(stableAfter: .seconds(1))
+        defer {
+            pool.shutdown()
+            simulator.stop()
+        }
+        #expect(waitUntil { pool.freeStreams > 0 })
+        let worn = try #require(pool.pick())
+        worn.setNextStreamID(Int32.max - 2)  // two ids left: 2^31 − 3 and 2^31 − 1
+        func send() -> Result<HTTP2Response, HTTP2Failure>? {
+            guard waitUntil(timeout: .seconds(5), { pool.pick() != nil }), let connection = pool.pick() else { return nil }
+            let answer = Mutex<Result<HTTP2Response, HTTP2Failure>?>(nil)
+            connection.send(HTTP2Request(path: "/3/device/\(String(repeating: "ab", count: 32))")) { result in
+                answer.withLock { $0 = result }
+            }
+            _ = waitUntil { answer.withLock { $0 } != nil }
+            return answer.withLock { $0 }
+        }
+        var answered = 0
+        var refused = 0
+        for _ in 0..<8 {
+            switch send() {
+            case .success: answered += 1
+            case .failure(.refused): refused += 1
+            default: break
+            }
+        }
+        #expect(refused == 1, "only the request that found the ids used up")
+        #expect(answered == 7, "the rest on the worn connection's two ids, then on its replacement")
+        #expect(pool.pick() !== worn)
     }
 
     func waitUntil(timeout: Duration = .seconds(20), _ condition: () -> Bool) -> Bool {
