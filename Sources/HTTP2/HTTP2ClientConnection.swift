@@ -309,9 +309,10 @@ final class ClientCore: HTTP2Transport, HTTP2SessionDelegate, @unchecked Sendabl
             let next = waiting[submitted]
             submitted += 1
             let (request, completion, deadline) = (next.request, next.completion, next.deadline)
-            // Past its deadline (the loop ran late): the caller already counts it as unanswered, so it never goes.
+            // Past its deadline (it waited for a stream, or the loop ran late): it never goes, and fails as refused —
+            // never sent, so nothing about the server's health (`timeOutWaiting`).
             guard deadline > now else {
-                owner.finished(completion, .failure(.timedOut))
+                owner.finished(completion, .failure(.refused))
                 continue
             }
             var headers = [
@@ -389,11 +390,14 @@ final class ClientCore: HTTP2Transport, HTTP2SessionDelegate, @unchecked Sendabl
         }
     }
 
+    /// Requests whose deadline passed while they waited for a stream (the server's limit fell, or it answers slowly)
+    /// fail as refused: they were never sent, so they are resent and say nothing of an outage, where a timeout
+    /// would spend the push's attempt and count towards the outage breaker.
     private func timeOutWaiting(now: ContinuousClock.Instant) {
         guard waiting.contains(where: { $0.deadline <= now }) else { return }
         let expired = waiting.filter { $0.deadline <= now }
         waiting.removeAll { $0.deadline <= now }
-        for entry in expired { owner.finished(entry.completion, .failure(.timedOut)) }
+        for entry in expired { owner.finished(entry.completion, .failure(.refused)) }
     }
 
     // MARK: HTTP2SessionDelegate (called from inside nghttp2: settle streams and record, never send)

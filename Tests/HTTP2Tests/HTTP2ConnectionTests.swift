@@ -183,6 +183,22 @@ import Testing
         #expect(send(connection, HTTP2Request(path: "/x")) == .failure(.timedOut))
     }
 
+    /// Requests that wait for a stream until their deadline were never sent: they fail as refused (resend, nothing
+    /// was processed), not as timed out, which a deliverer counts as an APNs outage and a spent attempt. A server
+    /// that lowers its stream limit (APNs goes to 1 after a rejected push) must not open the outage breaker for
+    /// pushes that never left.
+    @Test func requestsThatNeverGetAStreamFailAsRefused() throws {
+        let server = try server(streams: 1) { _, _ in }
+        defer { server.stop() }
+        let connection = try client(server.port, timeout: .milliseconds(300))
+        let deadline = ContinuousClock.now + .seconds(10)
+        while !(connection.currentStatus.isReady && connection.currentStatus.streamLimit == 1) && ContinuousClock.now < deadline {
+            Thread.sleep(forTimeInterval: 0.005)
+        }
+        let results = sendMany(connection, (0..<3).map { HTTP2Request(path: "/x\($0)") })
+        #expect(results == [.failure(.timedOut), .failure(.refused), .failure(.refused)])
+    }
+
     @Test(arguments: ["wrong-host", "untrusted"])
     func certificatesThatDoNotVerifyAreRefused(certificate: String) throws {
         let server = try server(certificate: certificate) { _, responder in responder.respond(status: 200) }
