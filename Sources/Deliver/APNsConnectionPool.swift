@@ -46,7 +46,7 @@ public final class APNsConnectionPool: Sendable {
     }
 
     public func start() {
-        for index in loops.indices { open(index) }
+        for index in loops.indices { open(index, replacing: nil) }
     }
 
     /// The connection with the most free streams, or nil when none has room.
@@ -79,8 +79,7 @@ public final class APNsConnectionPool: Sendable {
         let index = slots.withLock { slots in slots.firstIndex { $0.connection === connection } }
         guard let index else { return }
         connection.close()
-        slots.withLock { $0[index].connection = nil }
-        open(index)
+        open(index, replacing: connection)
     }
 
     /// Replaces every connection (the stall detector's reset): whatever state they were in, fresh ones follow.
@@ -101,19 +100,24 @@ public final class APNsConnectionPool: Sendable {
         for loop in loops { loop.shutdown() }
     }
 
-    private func open(_ index: Int) {
+    /// Puts a new connection in slot `index` if it still holds `old`: a recycle (delivery thread) and a scheduled
+    /// replacement (`reconnects`) may both mean to replace the same connection, and only one may, or the other's
+    /// connection would live on untracked, never closed.
+    private func open(_ index: Int, replacing old: HTTP2ClientConnection?) {
         guard !stopped.load(ordering: .relaxed) else { return }
-        let generation = slots.withLock { slots -> Int in
+        let opened = slots.withLock { slots -> HTTP2ClientConnection? in
+            guard slots[index].connection === old else { return nil }
             slots[index].generation += 1
             slots[index].ended = false
-            return slots[index].generation
+            let generation = slots[index].generation
+            let connection = HTTP2ClientConnection(configuration, tls: tls, loop: loops[index]) { [weak self] event in
+                self?.event(event, slot: index, generation: generation)
+            }
+            slots[index].connection = connection
+            return connection
         }
-        let connection = HTTP2ClientConnection(configuration, tls: tls, loop: loops[index]) { [weak self] event in
-            self?.event(event, slot: index, generation: generation)
-        }
-        slots.withLock { $0[index].connection = connection }
         // DNS and connect() block: never on an event loop.
-        reconnects.async { connection.connect() }
+        if let opened { reconnects.async { opened.connect() } }
     }
 
     private func event(_ event: HTTP2ClientConnection.Event, slot index: Int, generation: Int) {
@@ -165,7 +169,7 @@ public final class APNsConnectionPool: Sendable {
             let current = self.slots.withLock { $0[index].connection }
             // Only replace a connection that is closed or going away (a recycle may have replaced it already).
             if let current, !current.currentStatus.isClosed, !current.currentStatus.isGoingAway { return }
-            self.open(index)
+            self.open(index, replacing: current)
         }
     }
 

@@ -55,6 +55,9 @@ public final class HTTP2ClientConnection: Sendable {
 
     private let core: Mutex<ClientCore?>
     private let status = Mutex(Status())
+    /// `close` was called: a connect not yet under way does not start (a pool recycling a connection whose connect
+    /// still waited its turn would otherwise get it up later, untracked and never closed).
+    private let closeRequested = Atomic<Bool>(false)
     let loop: EventLoop
     let configuration: Configuration
     let tlsContext: TLSContext
@@ -71,6 +74,7 @@ public final class HTTP2ClientConnection: Sendable {
     /// Resolves and connects (the DNS lookup blocks the calling thread; call it off the event loop). Failures are
     /// reported as `.closed`.
     public func connect() {
+        guard !closeRequested.load(ordering: .relaxed) else { return closedBeforeConnecting() }
         let fd: Int32
         let tls: TLSConnection
         do {
@@ -86,6 +90,11 @@ public final class HTTP2ClientConnection: Sendable {
         let box = UncheckedBox((fd, tls))
         loop.execute { [self] in
             let (fd, tls) = box.value
+            // A `close` since the check above queued its task before this one, and found nothing to close.
+            guard !closeRequested.load(ordering: .relaxed) else {
+                _ = Glibc.close(fd)
+                return closedBeforeConnecting()
+            }
             let connection = ClientCore(owner: self, fd: fd, tls: tls)
             core.withLock { $0 = connection }
             connection.start()
@@ -107,6 +116,7 @@ public final class HTTP2ClientConnection: Sendable {
     /// Sends GOAWAY and closes once nothing is in flight; with `immediately`, at once, and with requests still open
     /// by aborting the TCP connection (they fail as `.connectionLost`).
     public func close(immediately: Bool = false) {
+        closeRequested.store(true, ordering: .relaxed)
         loop.execute { [self] in
             guard let connection = core.withLock({ $0 }) else { return }
             connection.shutdown(immediately: immediately)
@@ -172,6 +182,11 @@ public final class HTTP2ClientConnection: Sendable {
     }
 
     func released() { core.withLock { $0 = nil } }
+
+    private func closedBeforeConnecting() {
+        markClosed()
+        onEvent(.closed(reason: "closed by client before connecting"))
+    }
 }
 
 /// Wraps a value that is handed from one thread to the event loop and then used only there.

@@ -199,6 +199,25 @@ import Testing
         #expect(results == [.failure(.timedOut), .failure(.refused), .failure(.refused)])
     }
 
+    /// A pool may recycle a connection whose connect still waits its turn on the reconnect queue. Closed before it
+    /// started, it must not come up afterwards: the pool no longer tracks it, and nothing would ever close it.
+    @Test func aConnectionClosedBeforeItConnectsNeverComesUp() throws {
+        let server = try server { _, responder in responder.respond(status: 200) }
+        defer { server.stop() }
+        let events = EventLog()
+        let connection = HTTP2ClientConnection(
+            HTTP2ClientConnection.Configuration(host: "127.0.0.1", port: server.port),
+            tls: try TLSContext.client(extraCAFile: TLSFixtures.caFile), loop: loop
+        ) { events.append($0) }
+        opened.withLock { $0.append(connection) }
+        connection.close()
+        connection.connect()
+        #expect(connection.currentStatus.isClosed)
+        #expect(events.all.contains { if case .closed = $0 { true } else { false } })
+        #expect(send(connection, HTTP2Request(path: "/x")) == .failure(.refused))
+        #expect(!connection.currentStatus.isReady)
+    }
+
     @Test(arguments: ["wrong-host", "untrusted"])
     func certificatesThatDoNotVerifyAreRefused(certificate: String) throws {
         let server = try server(certificate: certificate) { _, responder in responder.respond(status: 200) }
