@@ -223,7 +223,7 @@ def test_after_a_failover_ingest_leaves_the_old_primary_that_turned_read_only(re
     """A failover that fences the old primary read-only instead of stopping it: ingest's connection to it stays
     up, and every write on it is refused (SQLSTATE 25006). With DATABASE_URL naming both servers and
     `target_session_attrs=read-write`, ingest must replace that connection and reach the new primary, not answer 503
-    until someone restarts it."""
+    until someone restarts it — and its reads must follow, or the app's calls would read the old server's frozen data."""
     name, _ = database
     promoted = PostgresServer().start()
     try:
@@ -253,6 +253,10 @@ def test_after_a_failover_ingest_leaves_the_old_primary_that_turned_read_only(re
             return [[accepted[-1]]] == promoted.query(name, f"SELECT public_id FROM jobs WHERE public_id = '{accepted[-1]}'") \
                 if status == 202 else False
         wait_until(posted_to_the_new_primary, timeout=15, what="a webhook to be stored on the new primary")
+        # Reads follow: the old primary still answers them, with frozen data (a device registered now is not there).
+        registered, auth = register(ingest, 9501)
+        status, body, _ = request("GET", f"{ingest.base}/devices/{registered}", headers={"Authorization": f"Bearer {auth}"})
+        assert status == 200, (status, body)
     finally:
         writable = postgres.conninfo("postgres") + " options='-c default_transaction_read_only=off'"
         subprocess.run([f"{postgres.bin}/psql", writable, "-Xq", "-c", "ALTER SYSTEM RESET default_transaction_read_only"],

@@ -15,20 +15,27 @@ final class PostgresLink: @unchecked Sendable {
     private var backoff: Duration = .zero
     private var lastFailure = ""
     private var lastReadOnlyReplacement: ContinuousClock.Instant?
+    private let failover: FailoverSignal?
+    /// `failover.count` when the current connection was opened.
+    private var failoverSeen = 0
 
-    /// Connects once, so that a wrong DATABASE_URL fails at start-up.
-    init(conninfo: String, options: PGConnection.Options) throws {
+    /// Connects once, so that a wrong DATABASE_URL fails at start-up. `failover`: shared with the store's other
+    /// links, so that one finding its server read-only sends them all to find the primary again.
+    init(conninfo: String, options: PGConnection.Options, failover: FailoverSignal? = nil) throws {
         self.conninfo = conninfo
         self.options = options
+        self.failover = failover
+        failoverSeen = failover?.count ?? 0
         connection = try PGConnection(conninfo: conninfo, options: options)
         connectionsOpened = 1
     }
 
     /// Connects on first use (`connected()`), with the backoff from the first failure on: for a connection opened
     /// after start-up, whose first attempt must not be retried on every call while the server is unreachable.
-    init(connectingLater conninfo: String, options: PGConnection.Options) {
+    init(connectingLater conninfo: String, options: PGConnection.Options, failover: FailoverSignal? = nil) {
         self.conninfo = conninfo
         self.options = options
+        self.failover = failover
     }
 
     /// Connections opened so far, the first one included (tests count reconnections).
@@ -47,8 +54,12 @@ final class PostgresLink: @unchecked Sendable {
     /// A live connection, reconnecting first if the last one broke. A connection that breaks while in use is
     /// noticed here on the next call (libpq marks it bad) and replaced.
     func connected() throws -> PGConnection {
-        if let connection, !connection.isBroken { return connection }
-        if connection?.refusedWrites == true { holdOffAfterReadOnly() }
+        let failovers = failover?.count ?? 0
+        if let connection, !connection.isBroken, failovers == failoverSeen { return connection }
+        if connection?.refusedWrites == true {
+            holdOffAfterReadOnly()
+            failover?.raise()
+        }
         connection = nil
         guard ContinuousClock.now >= nextAttempt else {
             throw PGError(sqlstate: "", message: "database unreachable, reconnecting (last error: \(lastFailure))", connectionBroken: true)
@@ -56,6 +67,7 @@ final class PostgresLink: @unchecked Sendable {
         do {
             let fresh = try PGConnection(conninfo: conninfo, options: options)
             connection = fresh
+            failoverSeen = failover?.count ?? 0
             connectionsOpened += 1
             backoff = .zero
             return fresh
@@ -74,7 +86,9 @@ final class PostgresLink: @unchecked Sendable {
         let now = ContinuousClock.now
         lastFailure = "the server is read-only"
         if let last = lastReadOnlyReplacement, now - last < .seconds(1) {
+            // The reconnect a second after the last one counts as the next replacement.
             nextAttempt = max(nextAttempt, last + .seconds(1))
+            lastReadOnlyReplacement = last + .seconds(1)
         } else {
             lastReadOnlyReplacement = now
         }

@@ -16,8 +16,8 @@ final class PostgresListener {
     /// Connects on the first `poll()`: opened by a deliverer's loop after start-up, perhaps while the server is
     /// failing over, its attempts keep the link's backoff from the first one on (a listener that failed to open
     /// was opened again on every poll, a connection attempt every few milliseconds on the delivery thread).
-    init(conninfo: String, options: PGConnection.Options) {
-        link = PostgresLink(connectingLater: conninfo, options: options)
+    init(conninfo: String, options: PGConnection.Options, failover: FailoverSignal? = nil) {
+        link = PostgresLink(connectingLater: conninfo, options: options, failover: failover)
     }
 
     /// The last attempt failed and the backoff has not passed: `poll()` fails at once, without connecting.

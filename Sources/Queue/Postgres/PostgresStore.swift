@@ -44,15 +44,17 @@ public final class PostgresStore: Sendable {
     /// once their group commits overlap, `secondWriter`).
     private let listener = Mutex<PostgresListener?>(nil)
     private let url: String
+    /// Raised by a connection whose server turned read-only: every connection of the store then finds the primary.
+    private let failover = FailoverSignal()
 
     /// Connects to `url` (a libpq URI or key=value string) and applies pending migrations.
     public init(url: String, options: Options = Options(), now: Int64) throws(StoreError) {
         self.options = options
         self.url = url
         do {
-            let writeLink = try PostgresLink(conninfo: url, options: options.connection)
+            let writeLink = try PostgresLink(conninfo: url, options: options.connection, failover: failover)
             try PostgresMigrations.apply(on: try writeLink.connected(), now: now)
-            let readLink = try PostgresLink(conninfo: url, options: options.connection)
+            let readLink = try PostgresLink(conninfo: url, options: options.connection, failover: failover)
             writer = Mutex(writeLink)
             reader = Mutex(readLink)
         } catch {
@@ -126,7 +128,7 @@ public final class PostgresStore: Sendable {
         do {
             if let result = try writer.withLockIfAvailable({ link in try Self.transaction(on: link, body) }) { return result }
             let onSecond = try secondWriter.withLockIfAvailable { second -> T? in
-                guard let link = second.usable(url, options.connection) else { return nil }
+                guard let link = second.usable(url, options.connection, failover) else { return nil }
                 return try Self.transaction(on: link, body)
             }
             if let onSecond, let result = onSecond { return result }
@@ -143,10 +145,10 @@ public final class PostgresStore: Sendable {
 
         /// The link, opened now if it is time; nil while it cannot be had (the enqueue then waits for the first
         /// connection rather than fail): not yet opened again after a failure, or reconnecting with backoff.
-        mutating func usable(_ url: String, _ options: PGConnection.Options) -> PostgresLink? {
+        mutating func usable(_ url: String, _ options: PGConnection.Options, _ failover: FailoverSignal) -> PostgresLink? {
             if let link { return link.isBackingOff ? nil : link }
             guard ContinuousClock.now >= retryAt else { return nil }
-            link = try? PostgresLink(conninfo: url, options: options)
+            link = try? PostgresLink(conninfo: url, options: options, failover: failover)
             if link == nil { retryAt = .now + .seconds(5) }
             return link
         }
@@ -215,7 +217,7 @@ public final class PostgresStore: Sendable {
     public func changeCounter() throws(StoreError) -> Int64 {
         do {
             return try listener.withLock { listener in
-                if listener == nil { listener = PostgresListener(conninfo: url, options: options.connection) }
+                if listener == nil { listener = PostgresListener(conninfo: url, options: options.connection, failover: failover) }
                 return try listener!.poll()
             }
         } catch {
