@@ -283,6 +283,12 @@ public final class DeliveryEngine: Sendable {
     private func send(_ attempt: Resend, outcomes: inout [JobOutcome]) {
         let state = loopState
         let (job, resends) = (attempt.job, attempt.resends)
+        // SQLite gives a deleted newest job's id to the next job: a push under this id claimed after this one (its
+        // device deleted while it waited for a stream) is the live one. This one's row is gone; it is not sent, and
+        // records nothing, which would land on the other job's row.
+        if let other = state.inFlight[job.id], other.job.publicID != job.publicID, other.job.leaseExpiresAt >= job.leaseExpiresAt {
+            return
+        }
         let now = clock.nowMillis()
         // A request still open when the lease ends could reach APNs after another worker took the job over and
         // delivered the device's next one: out of order. A push resent late in its lease (refused, a new provider

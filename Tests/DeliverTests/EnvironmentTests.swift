@@ -99,6 +99,35 @@ import Testing
         #expect(h.waitUntil { (try? h.store.liveJobCount()) == 0 })
     }
 
+    /// SQLite gives a deleted newest job's id to the next job. A push waiting for the sandbox's streams whose
+    /// device is deleted meanwhile, and another device's alert claimed and sent under the same id: when the sandbox
+    /// grants streams, the old push must not go out in the new one's name — sent, its 200 was recorded for the new
+    /// job's row (same id, worker and attempt), and the new push's own 503 was ignored: an alert lost.
+    @Test func aWaitingPushWhoseDeviceWasDeletedDoesNotTakeOverItsReusedID() throws {
+        let h = try DeliveryHarness(withSandbox: true)
+        defer { h.stop() }
+        try grantingNoStream(h)
+        let (gone, kept) = (try h.device(40), try h.device(41))
+        try h.store.setEnvironment(deviceID: gone.id, token: gone.token, environment: .sandbox)
+        h.simulator.faults.withLock {
+            $0.latencyMillis = 300
+            $0.byToken[kept.token] = .init(status: 503, reason: "ServiceUnavailable")
+        }
+        try h.enqueue(gone.id, ["waits for the sandbox"])
+        #expect(h.waitUntil { h.engine.waitingForStreams == 1 })
+        let raw = try RawSQLite(path: h.directory.path("relay.db"))
+        let reusedID = try raw.query("SELECT id FROM jobs")
+        #expect(try h.store.deleteDevice(id: gone.id, now: h.clock.nowMillis()))
+        try h.enqueue(kept.id, ["alert"])
+        #expect(try raw.query("SELECT id FROM jobs") == reusedID, "the new job has the deleted one's id")
+        #expect(try h.waitUntil { try raw.query("SELECT attempted_at IS NOT NULL FROM jobs") == [["1"]] }, "sent")
+        h.sandbox?.setStreamLimit(100)
+        #expect(h.waitUntil { h.simulator.received.contains { $0.token == kept.token && $0.status == 503 } })
+        h.simulator.faults.withLock { $0.byToken[kept.token] = nil }
+        #expect(h.waitUntil { h.acceptedBodies(kept.token) == ["alert"] }, "the refused alert is sent again, not taken as delivered")
+        #expect(requests(h.sandbox, gone.token) == 0, "the deleted device's push was not sent")
+    }
+
     /// A push that waits for a stream until its lease can no longer cover a request is given back and claimed again,
     /// not kept: kept, every new claim of the same job (after its lease ran out) queued one more copy.
     @Test func aPushWaitingPastItsLeaseIsGivenBackNotQueuedAgain() throws {
