@@ -117,6 +117,12 @@ extension Settings {
         Variable(name: "DATABASE_PATH", defaultText: "./data/kumapush.db", summary: "SQLite database (created with its folder)") {
             s, text throws(ConfigurationError) in
             guard !text.isEmpty else { throw invalid("DATABASE_PATH", text, "a file path") }
+            // A URL here would become a SQLite file under a folder named `postgresql:` (an empty store: `stats`
+            // showing nothing, `replay` finding nothing). The value is not echoed: it may hold a password.
+            guard !text.hasPrefix("postgres://") && !text.hasPrefix("postgresql://") else {
+                throw ConfigurationError(
+                    variable: "DATABASE_PATH", message: "names the SQLite file; for PostgreSQL set DATABASE_URL (--database-url)")
+            }
             s.databasePath = text
         },
         Variable(

@@ -132,6 +132,19 @@ import Testing
     ]
     static let freeText: Set = ["APNS_AUTH_KEY_PATH", "APNS_KEY_ID", "APNS_TEAM_ID", "APP_BUNDLE_IDENTIFIER", "ENV", "APNS_CA_FILE"]
 
+    /// An operator who passes the PostgreSQL URL to `--database-path` (the runbook's SQLite commands) got a new, empty
+    /// SQLite file under `./postgresql:/…`, and `stats` reported an empty queue.
+    @Test func aPostgresURLGivenAsTheSQLitePathIsRefusedWithoutEchoingIt() {
+        for url in ["postgres://kumapush:secret@db/kumapush", "postgresql:///kumapush?host=/run/postgresql&password=secret"] {
+            let error = #expect(throws: ConfigurationError.self) {
+                _ = try Settings.load(environment: [:], arguments: ["--database-path", url])
+            }
+            #expect(error?.variable == "DATABASE_PATH")
+            #expect(error?.description.contains("DATABASE_URL") == true)
+            #expect(error?.description.contains("secret") == false)
+        }
+    }
+
     @Test func everyVariableIsCoveredByTheInvalidValueTable() {
         #expect(Set(Self.invalidValues.keys).union(Self.freeText) == Set(Settings.variables.map(\.name)))
     }
