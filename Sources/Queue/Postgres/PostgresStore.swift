@@ -257,8 +257,11 @@ public final class PostgresStore: Sendable {
         }
     }
 
+    /// The sum of each device's live-job count, as SQLite reads it and DEVICE_QUEUE_MAX trusts: every ingest
+    /// process asks once a second (QUEUE_MAX), and counting the jobs themselves scanned the table — 182 ms of a
+    /// PostgreSQL core per call with a million queued, against 0.26 ms (`bench/pg_live_count.py`).
     public func liveJobCount() throws(StoreError) -> Int {
-        try read { db in try db.rows("SELECT count(*) FROM jobs WHERE state <> 'discarded'") { $0.int(0) }.first ?? 0 }
+        try read { db in try db.rows("SELECT coalesce(sum(live_jobs), 0) FROM devices") { $0.int(0) }.first ?? 0 }
     }
 
     public func stats() throws(StoreError) -> QueueStats {
