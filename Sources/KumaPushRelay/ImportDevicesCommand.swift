@@ -16,7 +16,8 @@ enum ImportDevicesCommand: Command {
           psql … -At -c "SELECT json_agg(d) FROM devices d" > devices.json  (json)
         Columns: id, device_token, auth_token_hash, last_successful_notification, date_added,
         down_notification_level. Devices whose id or token is already here are skipped; rows that cannot be
-        imported (bad token, bad id) are reported and skipped. The format defaults to the file's extension.
+        imported (bad token, bad id) are reported and skipped; a level other than normal or time-sensitive is
+        imported as normal and its row named. The format defaults to the file's extension.
         """
 
     static func run(settings: Settings, arguments: [String]) throws -> Int32 {
@@ -40,7 +41,11 @@ enum ImportDevicesCommand: Command {
         var imported = 0
         var present = 0
         var invalid: [String] = []
+        var notes: [String] = []
         for (index, row) in rows.enumerated() {
+            if let level = DeviceExport.unknownLevel(in: row) {
+                notes.append("row \(index + 1): unknown down_notification_level \"\(level)\", imported as normal")
+            }
             switch DeviceExport.device(from: row) {
             case .failure(let problem):
                 invalid.append("row \(index + 1): \(problem)")
@@ -58,6 +63,7 @@ enum ImportDevicesCommand: Command {
             "\(dryRun ? "would import" : "imported") \(imported) device\(imported == 1 ? "" : "s"), "
                 + "\(present) already present, \(invalid.count) invalid")
         for problem in invalid.prefix(20) { printError(problem) }
+        for note in notes.prefix(20) { printError(note) }
         return invalid.isEmpty ? ExitCode.ok : ExitCode.runtimeError
     }
 }
@@ -65,6 +71,15 @@ enum ImportDevicesCommand: Command {
 /// Reading the Go relay's `devices` export.
 enum DeviceExport {
     struct Malformed: Error, CustomStringConvertible { let description: String }
+
+    /// A level the Go relay never wrote (it takes only these two): the device is imported at `normal`, and the
+    /// operator is told which rows.
+    static func unknownLevel(in row: [String: String]) -> String? {
+        guard let level = row["down_notification_level"], !level.isEmpty,
+            Device.DownNotificationLevel(rawValue: level) == nil
+        else { return nil }
+        return String(level.prefix(40))
+    }
 
     static func device(from row: [String: String]) -> Result<Device, Malformed> {
         guard let id = row["id"], DeviceID.isWellFormed(id) else { return .failure(Malformed(description: "bad id")) }

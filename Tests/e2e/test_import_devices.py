@@ -24,6 +24,8 @@ def write_csv(path):
     for device_id, token, auth, last, added, level in ROWS:
         lines.append(f'{device_id},{token},{hashed(auth)},{last},"{added}",{level}')
     lines.append("not-an-id,zz,x,,2026-01-01 00:00:00+00,normal")
+    # A level the Go relay never wrote (edited by hand): imported at normal, and the row named.
+    lines.append(f"Xq3-unknownLvl,{'ef' * 32},{hashed('x')},,2026-01-01 00:00:00+00,critical")
     path.write_text("\n".join(lines) + "\n")
 
 
@@ -39,12 +41,15 @@ def test_imported_devices_keep_their_urls_logins_levels_and_dates(relay_binary, 
     (write_csv if kind == "csv" else write_json)(export)
     env = relay_env(tmp_path)
     result = subprocess.run([str(relay_binary), "import-devices", str(export)], env=env, capture_output=True, text=True, timeout=60)
-    expected_invalid = 1 if kind == "csv" else 0
-    assert f"imported 2 devices, 0 already present, {expected_invalid} invalid" in result.stdout, result.stdout + result.stderr
+    expected_invalid, expected_imported = (1, 3) if kind == "csv" else (0, 2)
+    assert f"imported {expected_imported} devices, 0 already present, {expected_invalid} invalid" in result.stdout, \
+        result.stdout + result.stderr
     assert result.returncode == (1 if expected_invalid else 0)
+    if kind == "csv":
+        assert 'row 4: unknown down_notification_level "critical", imported as normal' in result.stderr, result.stderr
 
     again = subprocess.run([str(relay_binary), "import-devices", str(export)], env=env, capture_output=True, text=True, timeout=60)
-    assert "imported 0 devices, 2 already present" in again.stdout
+    assert f"imported 0 devices, {expected_imported} already present" in again.stdout
 
     relay = Relay(relay_binary, "ingest", env, tmp_path / "ingest.log").wait_healthy()
     try:
