@@ -25,6 +25,9 @@ public final class APNsConnectionPool: Sendable {
     private let logger: Logger
     private let onChange: @Sendable () -> Void
     private let slots: Mutex<[Slot]>
+    /// Connections replaced in their slot (recycled, gone away) that may still be finishing their streams: a
+    /// shutdown closes them too, or one still draining would outlive the stopped loop with its socket.
+    private let replaced = Mutex<[HTTP2ClientConnection]>([])
     private let stopped = Atomic<Bool>(false)
     private let reconnects = DispatchQueue(label: "apns.reconnect")
     private let backoff = Backoff(base: .seconds(1), cap: .seconds(60))
@@ -95,7 +98,7 @@ public final class APNsConnectionPool: Sendable {
         // on its loop and is closed below. Closed before, it had nothing to close yet, came up after, and outlived
         // the stopped loop with its socket.
         reconnects.sync {}
-        let connections = slots.withLock { $0.compactMap(\.connection) }
+        let connections = slots.withLock { $0.compactMap(\.connection) } + replaced.withLock { $0 }
         for connection in connections { connection.close(immediately: true) }
         for loop in loops { loop.shutdown() }
     }
@@ -115,6 +118,12 @@ public final class APNsConnectionPool: Sendable {
             }
             slots[index].connection = connection
             return connection
+        }
+        if opened != nil, let old {
+            replaced.withLock { replaced in
+                replaced.removeAll { $0.currentStatus.isClosed }
+                replaced.append(old)
+            }
         }
         // DNS and connect() block: never on an event loop.
         if let opened { reconnects.async { opened.connect() } }

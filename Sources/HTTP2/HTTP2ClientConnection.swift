@@ -496,8 +496,10 @@ final class ClientCore: HTTP2Transport, HTTP2SessionDelegate, @unchecked Sendabl
         owner.updateStatus { $0.isGoingAway = true }
         refuseWaiting()
         if !isOpen {
-            // Nothing was sent yet (or the transport is closing anyway).
-            closeGracefully(reason: "closed by client")
+            // Nothing was sent yet, or the transport is closing anyway — but with `immediately` not lingering: the
+            // owner may stop this loop right after this task, and a linger timer it never runs would keep the socket,
+            // session and loop allocated.
+            if immediately { fail("closed by client") } else { closeGracefully(reason: "closed by client") }
         } else if immediately, !streams.isEmpty {
             // Requests still open when the owner wants them gone (a deliverer giving their jobs back at shutdown):
             // abort, so the server stops reading this connection now instead of answering them later, after

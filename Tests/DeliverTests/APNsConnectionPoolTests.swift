@@ -168,6 +168,26 @@ import Testing
         #expect(pool.pick() !== worn)
     }
 
+    /// A recycled connection leaves its slot and finishes its streams on its own. A pool shut down meanwhile (the
+    /// other environment's, closed when idle) must close it too: left out, it outlived the stopped loop with its
+    /// socket and session, and its open request was never answered.
+    @Test func shuttingDownClosesConnectionsStillFinishingAfterTheyWereReplaced() throws {
+        let (pool, simulator, _) = try pool(stableAfter: .seconds(1))
+        defer { simulator.stop() }
+        simulator.faults.withLock { $0.latencyMillis = 60_000 }
+        #expect(waitUntil { pool.freeStreams > 1 }, "the server's SETTINGS arrived")
+        let old = try #require(pool.pick())
+        let answer = Mutex<Result<HTTP2Response, HTTP2Failure>?>(nil)
+        old.send(HTTP2Request(path: "/3/device/\(String(repeating: "ab", count: 32))")) { result in answer.withLock { $0 = result } }
+        #expect(waitUntil { simulator.received.count == 1 }, "the server holds the request")
+        pool.recycle(old)
+        #expect(waitUntil { pool.pick().map { $0 !== old } ?? false }, "replaced in its slot")
+        pool.shutdown()
+        #expect(waitUntil(timeout: .seconds(5)) { answer.withLock { $0 } != nil }, "its open request was failed")
+        #expect(answer.withLock { $0 } == .failure(.connectionLost("closed by client with requests open")))
+        #expect(waitUntil(timeout: .seconds(5)) { old.currentStatus.isClosed })
+    }
+
     func waitUntil(timeout: Duration = .seconds(20), _ condition: () -> Bool) -> Bool {
         let deadline = ContinuousClock.now + timeout
         while ContinuousClock.now < deadline {
