@@ -252,6 +252,7 @@ public final class DeliveryEngine: Sendable {
             return
         }
         if jobs.count == limit { state.claimDue = true }
+        for job in jobs { forgetEarlierHolder(ofID: job) }
         if allowance == .probe, let probe = jobs.first {
             state.breaker.probeSent(jobID: probe.id, now: now)
             logger.info("probing APNs with one push")
@@ -272,6 +273,16 @@ public final class DeliveryEngine: Sendable {
         if !outcomes.isEmpty { record(outcomes) }
     }
 
+    /// SQLite gives a deleted newest job's id to the next job. A push this loop still holds under `job`'s id with
+    /// another public id — in flight, or waiting for a stream — belongs to a row that is gone (its device was deleted);
+    /// `job` was claimed after it, so it is the live one. The old push is forgotten: not sent, and nothing it would
+    /// record (an answer, a give-back) can land on `job`'s row, which has the same id, worker and attempt.
+    private func forgetEarlierHolder(ofID job: ClaimedJob) {
+        let state = loopState
+        if let other = state.inFlight[job.id], other.job.publicID != job.publicID { state.inFlight[job.id] = nil }
+        state.resendQueue.removeAll { $0.job.id == job.id && $0.job.publicID != job.publicID }
+    }
+
     /// A push to (re)send: how often it was resent, and the environment it must go to (nil: the device's).
     struct Resend: Sendable {
         let job: ClaimedJob
@@ -283,12 +294,6 @@ public final class DeliveryEngine: Sendable {
     private func send(_ attempt: Resend, outcomes: inout [JobOutcome]) {
         let state = loopState
         let (job, resends) = (attempt.job, attempt.resends)
-        // SQLite gives a deleted newest job's id to the next job: a push under this id claimed after this one (its
-        // device deleted while it waited for a stream) is the live one. This one's row is gone; it is not sent, and
-        // records nothing, which would land on the other job's row.
-        if let other = state.inFlight[job.id], other.job.publicID != job.publicID, other.job.leaseExpiresAt >= job.leaseExpiresAt {
-            return
-        }
         let now = clock.nowMillis()
         // A request still open when the lease ends could reach APNs after another worker took the job over and
         // delivered the device's next one: out of order. A push resent late in its lease (refused, a new provider

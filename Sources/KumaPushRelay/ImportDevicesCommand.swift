@@ -43,19 +43,22 @@ enum ImportDevicesCommand: Command {
         var invalid: [String] = []
         var notes: [String] = []
         for (index, row) in rows.enumerated() {
-            if let level = DeviceExport.unknownLevel(in: row) {
-                notes.append("row \(index + 1): unknown down_notification_level \"\(level)\", imported as normal")
-            }
             switch DeviceExport.device(from: row) {
             case .failure(let problem):
                 invalid.append("row \(index + 1): \(problem)")
             case .success(let device):
+                let added: Bool
                 if dryRun {
-                    imported += try store.device(id: device.id) == nil ? 1 : 0
-                } else if try store.importDevice(device) {
-                    imported += 1
+                    added = try store.device(id: device.id) == nil
                 } else {
-                    present += 1
+                    added = try store.importDevice(device)
+                    if !added { present += 1 }
+                }
+                guard added else { continue }
+                imported += 1
+                if let level = DeviceExport.unknownLevel(in: row) {
+                    notes.append(
+                        "row \(index + 1): unknown down_notification_level \"\(level)\", \(dryRun ? "would be imported" : "imported") as normal")
                 }
             }
         }

@@ -50,6 +50,7 @@ def test_imported_devices_keep_their_urls_logins_levels_and_dates(relay_binary, 
 
     again = subprocess.run([str(relay_binary), "import-devices", str(export)], env=env, capture_output=True, text=True, timeout=60)
     assert f"imported 0 devices, {expected_imported} already present" in again.stdout
+    assert "unknown down_notification_level" not in again.stderr, "a row not imported is not said to be"
 
     relay = Relay(relay_binary, "ingest", env, tmp_path / "ingest.log").wait_healthy()
     try:

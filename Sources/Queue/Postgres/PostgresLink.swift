@@ -65,9 +65,11 @@ final class PostgresLink: @unchecked Sendable {
             throw PGError(sqlstate: "", message: "database unreachable, reconnecting (last error: \(lastFailure))", connectionBroken: true)
         }
         do {
+            // Read before connecting: a signal raised while this connect went to the old server still applies to it.
+            let failovers = failover?.count ?? 0
             let fresh = try PGConnection(conninfo: conninfo, options: options)
             connection = fresh
-            failoverSeen = failover?.count ?? 0
+            failoverSeen = failovers
             connectionsOpened += 1
             backoff = .zero
             return fresh
