@@ -87,8 +87,8 @@ extension PostgresStore {
 
     public func deleteDevice(id: String, now: Int64) throws(StoreError) -> Bool {
         try write { db in
-            // The device first, as every transaction that touches its jobs does (enqueue, finish): no deadlock with
-            // a deliverer recording its Test job's answer, and no job enqueued between the outcomes and the delete.
+            // The device first, as enqueue, finish and replay lock it: no deadlock with a deliverer recording its
+            // Test job's answer, and no job enqueued between the outcomes and the delete.
             let locked = try db.rows("SELECT 1 FROM devices WHERE id = $1::text FOR UPDATE", [.text(id)]) { $0.int(0) }
             guard !locked.isEmpty else {
                 return false
