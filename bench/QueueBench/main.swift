@@ -8,6 +8,8 @@ import Queue
 //   enqueue_rps         jobs/s through SQLiteStore.enqueue in batches of 1,000 (one transaction each)
 //   claim_rate_10k      jobs/s claimed and completed (batches of 1,000) with 10,000 jobs queued
 //   claim_rate_1m       the same with 1,000,000 jobs queued
+//   claim_cpu_us_10k    CPU time of this process (every thread: the store's checkpointer too) per job claimed and
+//                       completed with 10,000 queued, in µs: what the durable queue alone costs a delivered push
 // Both claim runs have the same shape — 1,000 devices, each with jobs waiting behind its head, so every
 // completion promotes the next job — and differ only in how much is queued: 10 or 1,000 jobs per device.
 // `--runs N` (default 1) repeats each figure N times; the 1M database is filled once and each run claims 10,000
@@ -61,6 +63,14 @@ func log(_ message: String) { FileHandle.standardError.write(Data("queue-bench: 
 
 /// `[a,b,c]`: one figure's runs, as JSON.
 func list(_ values: [Double]) -> String { "[" + values.map { String(Int($0)) }.joined(separator: ",") + "]" }
+func decimals(_ values: [Double]) -> String { "[" + values.map { String(format: "%.2f", $0) }.joined(separator: ",") + "]" }
+
+/// CPU seconds this process has used, all threads.
+func processCPUSeconds() -> Double {
+    var time = timespec()
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &time)
+    return Double(time.tv_sec) + Double(time.tv_nsec) / 1e9
+}
 
 func removeStore(_ path: String) {
     for suffix in ["", "-wal", "-shm"] { try? FileManager.default.removeItem(atPath: path + suffix) }
@@ -101,9 +111,10 @@ func enqueue(_ store: any RelayStore, _ ids: [String], perDevice: Int) throws ->
     return Double(ids.count * perDevice) / (ContinuousClock.now - start).seconds
 }
 
-/// Claims and completes `count` jobs in batches of 1,000; returns jobs/s.
-func claimAndComplete(_ store: any RelayStore, count: Int) throws -> Double {
+/// Claims and completes `count` jobs in batches of 1,000: jobs/s, and this process's CPU µs per job.
+func claimAndComplete(_ store: any RelayStore, count: Int) throws -> (rate: Double, cpuMicrosPerJob: Double) {
     let start = ContinuousClock.now
+    let cpuStart = processCPUSeconds()
     var done = 0
     while done < count {
         let jobs = try store.claim(worker: "bench", limit: min(1000, count - done), now: clock.nowMillis(), lease: .seconds(60))
@@ -111,7 +122,8 @@ func claimAndComplete(_ store: any RelayStore, count: Int) throws -> Double {
         _ = try store.finish(jobs.map { JobOutcome($0, kind: .delivered) }, worker: "bench", now: clock.nowMillis())
         done += jobs.count
     }
-    return Double(done) / (ContinuousClock.now - start).seconds
+    let seconds = (ContinuousClock.now - start).seconds
+    return (Double(done) / seconds, (processCPUSeconds() - cpuStart) / Double(max(done, 1)) * 1e6)
 }
 
 /// The ceiling: the same rows with one prepared INSERT, 1,000 per transaction, no head-of-device logic.
@@ -171,8 +183,8 @@ if arguments.count >= 5, arguments[1] == "postgres" {
         for run in 1...runs {
             log("postgres: claim + complete with 10,000 queued, then with \(million) queued (run \(run) of \(runs))")
             _ = try enqueue(small, smallIDs, perDevice: 10)
-            claim10k.append(try claimAndComplete(small, count: 10_000))
-            claim1m.append(try claimAndComplete(large, count: 10_000))
+            claim10k.append(try claimAndComplete(small, count: 10_000).rate)
+            claim1m.append(try claimAndComplete(large, count: 10_000).rate)
         }
         print(
             "{\"enqueue_rps\":\(list(enqueueRates)),\"claim_rate_10k\":\(list(claim10k)),\"claim_rate_1m\":\(list(claim1m)),"
@@ -225,20 +237,24 @@ do {
     // Fold the prefill's WAL into the database first, so the claims do not pay for the prefill's checkpoint.
     try large.checkpoint()
     var claim10k: [Double] = []
+    var claimCPU10k: [Double] = []
     var claim1m: [Double] = []
     for run in 1...runs {
         log("claim + complete with 10,000 queued, then with \(million) queued (run \(run) of \(runs))")
         _ = try enqueue(small, smallIDs, perDevice: 10)
         try small.checkpoint()
         log("  claim + complete with 10,000 queued")
-        claim10k.append(try claimAndComplete(small, count: 10_000))
+        let small10k = try claimAndComplete(small, count: 10_000)
+        claim10k.append(small10k.rate)
+        claimCPU10k.append(small10k.cpuMicrosPerJob)
         log("  claim + complete with \(million) queued")
-        claim1m.append(try claimAndComplete(large, count: 10_000))
+        claim1m.append(try claimAndComplete(large, count: 10_000).rate)
         log("  run \(run) done")
     }
     print(
         "{\"raw_insert_rps\":\(list(raw)),\"enqueue_rps\":\(list(enqueueRates)),\"claim_rate_10k\":\(list(claim10k)),"
-            + "\"claim_rate_1m\":\(list(claim1m)),\"prefill_rps\":\(Int(prefill)),\"queued_large\":\(million)}")
+            + "\"claim_rate_1m\":\(list(claim1m)),\"claim_cpu_us_10k\":\(decimals(claimCPU10k)),"
+            + "\"prefill_rps\":\(Int(prefill)),\"queued_large\":\(million)}")
 } catch {
     log("failed: \(error)")
     exit(1)
