@@ -119,7 +119,7 @@ extension Settings {
             guard !text.isEmpty else { throw invalid("DATABASE_PATH", text, "a file path") }
             // A URL here would become a SQLite file under a folder named `postgresql:` (an empty store: `stats`
             // showing nothing, `replay` finding nothing). The value is not echoed: it may hold a password.
-            guard !text.hasPrefix("postgres://") && !text.hasPrefix("postgresql://") else {
+            guard !text.hasPrefix("postgres://") && !text.hasPrefix("postgresql://") && !looksLikeConnectionString(text) else {
                 throw ConfigurationError(
                     variable: "DATABASE_PATH", message: "names the SQLite file; for PostgreSQL set DATABASE_URL (--database-url)")
             }
@@ -404,4 +404,18 @@ private func parseAPNsURL(_ text: String, _ name: String = "APNS_URL") throws(Co
         throw invalid(name, text, "an https URL such as https://127.0.0.1:8443")
     }
     return url
+}
+
+/// Whether `text` starts like a libpq key=value connection string (`host=/run/postgresql dbname=kumapush`): its first
+/// word is one of libpq's common keywords and `=`. A file path rarely looks like that, and one that does can be
+/// given as `./host=…`.
+func looksLikeConnectionString(_ text: String) -> Bool {
+    let keywords: Set<Substring> = [
+        "host", "hostaddr", "port", "dbname", "user", "password", "passfile", "service", "sslmode", "sslrootcert",
+        "connect_timeout", "application_name", "options", "target_session_attrs",
+    ]
+    guard let firstWord = text.split(separator: " ", maxSplits: 1).first, let equals = firstWord.firstIndex(of: "=") else {
+        return false
+    }
+    return keywords.contains(firstWord[..<equals])
 }

@@ -135,13 +135,23 @@ import Testing
     /// An operator who passes the PostgreSQL URL to `--database-path` (the runbook's SQLite commands) got a new, empty
     /// SQLite file under `./postgresql:/…`, and `stats` reported an empty queue.
     @Test func aPostgresURLGivenAsTheSQLitePathIsRefusedWithoutEchoingIt() {
-        for url in ["postgres://kumapush:secret@db/kumapush", "postgresql:///kumapush?host=/run/postgresql&password=secret"] {
+        for url in [
+            "postgres://kumapush:secret@db/kumapush", "postgresql:///kumapush?host=/run/postgresql&password=secret",
+            "host=/run/postgresql dbname=kumapush password=secret", "dbname=kumapush",
+        ] {
             let error = #expect(throws: ConfigurationError.self) {
                 _ = try Settings.load(environment: [:], arguments: ["--database-path", url])
             }
             #expect(error?.variable == "DATABASE_PATH")
             #expect(error?.description.contains("DATABASE_URL") == true)
             #expect(error?.description.contains("secret") == false)
+        }
+    }
+
+    /// Only a first word naming a libpq keyword is taken for a connection string: other paths with `=` stay paths.
+    @Test func aPathWithAnEqualsSignIsStillAPath() throws {
+        for path in ["/var/lib/kumapush/a=b.db", "./host=x.db", "data/kumapush.db"] {
+            #expect(try Settings.load(environment: [:], arguments: ["--database-path", path]).settings.databasePath == path)
         }
     }
 
