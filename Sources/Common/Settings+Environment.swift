@@ -412,7 +412,7 @@ private func parseAPNsURL(_ text: String, _ name: String = "APNS_URL") throws(Co
 func looksLikeConnectionString(_ text: String) -> Bool {
     let keywords: Set<Substring> = [
         "host", "hostaddr", "port", "dbname", "user", "password", "passfile", "service", "sslmode", "sslrootcert",
-        "connect_timeout", "application_name", "options", "target_session_attrs",
+        "connect_timeout", "application_name", "options", "target_session_attrs"
     ]
     guard let firstWord = text.split(separator: " ", maxSplits: 1).first, let equals = firstWord.firstIndex(of: "=") else {
         return false

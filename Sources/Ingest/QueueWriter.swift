@@ -46,7 +46,8 @@ public final class QueueWriter: Sendable {
     /// may have held back another's jobs) or `stop` is called.
     private let wakeUps: [WakeUp]
     private let state = Mutex(State())
-    private let finished = DispatchSemaphore(value: 0)
+    /// Entered by each writer thread, left when it ends: `stop` waits on it, however often it is called.
+    private let running = DispatchGroup()
     /// Seconds a depth count may be old.
     static let recountInterval: Duration = .seconds(1)
 
@@ -69,6 +70,7 @@ public final class QueueWriter: Sendable {
             buckets: [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000])
         refreshDepth()
         for wakeUp in wakeUps {
+            running.enter()
             let thread = Thread { [self] in run(wakeUp) }
             thread.name = "queue-writer"
             thread.start()
@@ -101,11 +103,12 @@ public final class QueueWriter: Sendable {
     /// backlog draining, without a query per request.
     public var acceptsMore: Bool { estimatedDepth < queueMax }
 
-    /// Commits what is pending, then stops the threads. Blocks until they have.
+    /// Commits what is pending, then stops the threads. Blocks until they have; a second call (a second shutdown)
+    /// returns once they have too.
     public func stop() {
         state.withLock { $0.stopping = true }
         wakeAll()
-        for _ in wakeUps { finished.wait() }
+        running.wait()
     }
 
     private func run(_ wakeUp: WakeUp) {
@@ -134,7 +137,7 @@ public final class QueueWriter: Sendable {
             if stop { break }
             if clock.nowMillis() - state.withLock({ $0.depthCountedAt }) > Self.recountInterval.wholeMilliseconds { refreshDepth() }
         }
-        finished.signal()
+        running.leave()
     }
 
     /// Whether a pending job's device is free of the batches being committed (always, with one writer thread).

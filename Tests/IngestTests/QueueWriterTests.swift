@@ -9,6 +9,21 @@ import Testing
 /// Several writer threads (a store that takes two enqueue transactions at once, as PostgreSQL does) must still
 /// commit each device's jobs in the order they arrived.
 @Suite struct QueueWriterTests {
+    /// `IngestService.shutdown` stops the writer; a second shutdown waited for threads that had already ended.
+    @Test func stoppingTwiceReturns() throws {
+        let directory = TemporaryDirectory()
+        let writer = QueueWriter(
+            store: try SQLiteStore(path: directory.path("relay.db"), now: 0), clock: SystemClock(), ttl: .seconds(60),
+            logger: Logger(label: "test", level: .error), metrics: MetricsRegistry())
+        writer.stop()
+        let stoppedAgain = DispatchSemaphore(value: 0)
+        Thread {
+            writer.stop()
+            stoppedAgain.signal()
+        }.start()
+        #expect(stoppedAgain.wait(timeout: .now() + 10) == .success)
+    }
+
     @Test func twoWriterThreadsNeverSplitADeviceAcrossBatchesInFlight() throws {
         let directory = TemporaryDirectory()
         let store = TwoAtOnce(inner: try SQLiteStore(path: directory.path("relay.db"), now: 0))
