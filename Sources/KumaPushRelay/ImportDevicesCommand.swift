@@ -42,6 +42,10 @@ enum ImportDevicesCommand: Command {
         var present = 0
         var invalid: [String] = []
         var notes: [String] = []
+        // A dry run answers as the import would: a row is skipped when its id or token is in the store or in an
+        // earlier row that would be imported (the import's own insert would find that one).
+        var dryRunIDs: Set<String> = []
+        var dryRunTokens: Set<String> = []
         for (index, row) in rows.enumerated() {
             switch DeviceExport.device(from: row) {
             case .failure(let problem):
@@ -49,12 +53,19 @@ enum ImportDevicesCommand: Command {
             case .success(let device):
                 let added: Bool
                 if dryRun {
-                    added = try store.device(id: device.id) == nil
+                    let inFile = dryRunIDs.contains(device.id) || dryRunTokens.contains(device.token)
+                    added = try !inFile && !store.hasDevice(id: device.id, orToken: device.token)
+                    if added {
+                        dryRunIDs.insert(device.id)
+                        dryRunTokens.insert(device.token)
+                    }
                 } else {
                     added = try store.importDevice(device)
-                    if !added { present += 1 }
                 }
-                guard added else { continue }
+                guard added else {
+                    present += 1
+                    continue
+                }
                 imported += 1
                 if let level = DeviceExport.unknownLevel(in: row) {
                     notes.append(

@@ -27,6 +27,8 @@ public protocol DeviceStore: Sendable {
     func tombstone(deviceID: String) throws(StoreError) -> Tombstone?
     /// Adds a device exactly as given (moving from another relay): false when its id or token is already here.
     func importDevice(_ device: Device) throws(StoreError) -> Bool
+    /// Whether a device with this id or this token is here: `importDevice` would skip it (`import-devices --dry-run`).
+    func hasDevice(id: String, orToken token: String) throws(StoreError) -> Bool
     /// Forgets tombstones older than `before`. Returns how many.
     func purgeTombstones(before: Int64) throws(StoreError) -> Int
 }

@@ -98,6 +98,13 @@ extension SQLiteStore {
         }
     }
 
+    public func hasDevice(id: String, orToken token: String) throws(StoreError) -> Bool {
+        try read { db in
+            try db.statement("SELECT EXISTS (SELECT 1 FROM devices WHERE id = ? OR device_token = ?)")
+                .rows([.text(id), .text(token)]) { $0.int64(0) == 1 }.first ?? false
+        }
+    }
+
     public func tombstone(deviceID: String) throws(StoreError) -> Tombstone? {
         try read { db in
             try db.statement("SELECT device_id, reason, removed_at FROM tombstones WHERE device_id = ?")

@@ -21,6 +21,7 @@ class ForwardingStore: RelayStore, @unchecked Sendable {
     func deleteDevice(id: String, now: Int64) throws(StoreError) -> Bool { try inner.deleteDevice(id: id, now: now) }
     func tombstone(deviceID: String) throws(StoreError) -> Tombstone? { try inner.tombstone(deviceID: deviceID) }
     func importDevice(_ device: Device) throws(StoreError) -> Bool { try inner.importDevice(device) }
+    func hasDevice(id: String, orToken token: String) throws(StoreError) -> Bool { try inner.hasDevice(id: id, orToken: token) }
     func purgeTombstones(before: Int64) throws(StoreError) -> Int { try inner.purgeTombstones(before: before) }
     var concurrentEnqueues: Int { inner.concurrentEnqueues }
     func claim(worker: String, limit: Int, now: Int64, lease: Duration) throws(StoreError) -> [ClaimedJob] {

@@ -26,6 +26,20 @@ import Testing
         #expect(!AuthToken.matches("old", storedHash: stored.authTokenHash))
     }
 
+    /// `import-devices --dry-run` asks what `importDevice` would skip: an id or a token already here.
+    @Test(arguments: StoreKind.allCases) func hasDeviceFindsAnIdOrATokenAsTheImportWould(_ kind: StoreKind) throws {
+        let db = try TestDatabase(kind)
+        let id = try db.device(1)
+        let storedToken = String(format: "%064x", 1)
+        let otherToken = String(repeating: "cd", count: 32)
+        #expect(try db.store.hasDevice(id: id, orToken: otherToken))
+        #expect(try db.store.hasDevice(id: "Unknown_______", orToken: storedToken))
+        #expect(try !db.store.hasDevice(id: "Unknown_______", orToken: otherToken))
+        let device = Device(id: "Unknown_______", token: otherToken, authTokenHash: "h", dateAdded: 0)
+        #expect(try db.store.importDevice(device))
+        #expect(try db.store.hasDevice(id: "Unknown_______", orToken: otherToken))
+    }
+
     @Test(arguments: StoreKind.allCases) func aCollidingFreshIdIsRetriedWithAnother(_ kind: StoreKind) throws {
         let db = try TestDatabase(kind)
         let existing = try db.device(1)

@@ -67,3 +67,29 @@ def test_imported_devices_keep_their_urls_logins_levels_and_dates(relay_binary, 
         assert status in (200, 202), body
     finally:
         relay.stop()
+
+
+def test_a_dry_run_counts_what_the_import_then_does(relay_binary, tmp_path):
+    """`--dry-run` said "would import" for a row whose token another device already had (here in another case, as
+    the Go relay stored it) or that an earlier row of the file took, which the import then skipped: the operator
+    planned on devices that were not imported."""
+    env = relay_env(tmp_path)
+    first = tmp_path / "first.csv"
+    write_csv(first)
+    subprocess.run([str(relay_binary), "import-devices", str(first)], env=env, capture_output=True, text=True, timeout=60)
+    header = "id,device_token,auth_token_hash,last_successful_notification,date_added,down_notification_level"
+    added = '"2026-01-01 00:00:00+00"'
+    second = tmp_path / "second.csv"
+    second.write_text("\n".join([
+        header,
+        f"Token-Taken-01,{'ab' * 32},{hashed('a')},,{added},normal",      # V1StGXR8_Z5jdH's token, in lower case
+        f"Brand-New-0001,{'12' * 32},{hashed('b')},,{added},normal",       # imported
+        f"Token-Again-01,{'12' * 32},{hashed('c')},,{added},normal",      # the row above took this token
+        f"Brand-New-0001,{'34' * 32},{hashed('d')},,{added},normal",       # and this id
+        f"KfI-VXnua6d58Z,{'56' * 32},{hashed('e')},,{added},normal",      # an id already in the store
+    ]) + "\n")
+    dry = subprocess.run([str(relay_binary), "import-devices", str(second), "--dry-run"], env=env, capture_output=True,
+                         text=True, timeout=60)
+    real = subprocess.run([str(relay_binary), "import-devices", str(second)], env=env, capture_output=True, text=True, timeout=60)
+    assert "would import 1 device, 4 already present, 0 invalid" in dry.stdout, dry.stdout + dry.stderr
+    assert "imported 1 device, 4 already present, 0 invalid" in real.stdout, real.stdout + real.stderr

@@ -130,6 +130,14 @@ extension PostgresStore {
         }
     }
 
+    public func hasDevice(id: String, orToken token: String) throws(StoreError) -> Bool {
+        try read { db in
+            try db.rows(
+                "SELECT EXISTS (SELECT 1 FROM devices WHERE id = $1::text OR device_token = $2::text)", [.text(id), .text(token)]
+            ) { $0.bool(0) }.first ?? false
+        }
+    }
+
     public func tombstone(deviceID: String) throws(StoreError) -> Tombstone? {
         try read { db in
             try db.rows("SELECT device_id, reason, removed_at FROM tombstones WHERE device_id = $1::text", [.text(deviceID)]) {
