@@ -44,17 +44,22 @@ public struct APNsRequestFactory: Sendable {
     }
 
     /// `POST /3/device/<token>` with the headers APNs wants and the JSON payload (≤ 4096 bytes).
-    /// - Parameter providerToken: the current ES256 JWT.
-    public func request(for job: ClaimedJob, push: PushMessage, providerToken: String) -> HTTP2Request {
-        HTTP2Request(
+    /// - Parameters:
+    ///   - providerToken: the current ES256 JWT.
+    ///   - merged: the jobs a digest carries besides `job`: APNs keeps the push for an offline phone until the
+    ///     latest of their expiries, so the newest alert in it is kept for its whole JOB_TTL.
+    public func request(for job: ClaimedJob, push: PushMessage, providerToken: String, merged: [PendingJob] = []) -> HTTP2Request {
+        let expiresAt = merged.reduce(job.expiresAt) { max($0, $1.expiresAt) }
+        return HTTP2Request(
             path: "/3/device/\(job.deviceToken)",
             headers: [
                 ("authorization", "bearer \(providerToken)"),
                 ("apns-push-type", "alert"),
                 ("apns-priority", "10"),
                 ("apns-topic", topic),
-                // Until when APNs should keep trying an offline phone (seconds): acceptance + JOB_TTL.
-                ("apns-expiration", String(job.expiresAt / 1000)),
+                // Until when APNs should keep trying an offline phone (seconds): acceptance + JOB_TTL (a digest's
+                // newest).
+                ("apns-expiration", String(expiresAt / 1000)),
                 // Fixed per job across retries, so APNs and the phone see one notification, not several.
                 ("apns-id", job.publicID),
                 ("apns-collapse-id", job.publicID),

@@ -113,7 +113,11 @@ extension DeliveryEngine {
         }
         var outcome = Self.outcome(for: verdict, job: flight.job, backoff: configuration.backoff, now: answered.now)
         switch outcome.kind {
-        case .delivered, .deadLetter, .abandon: outcome.merged = flight.merged
+        // The merged jobs end with the digest when APNs accepted or rejected it. Not when the relay gives up on the
+        // head (`abandon`: its JOB_TTL ran out while it was retried): they were accepted later, their own TTLs may
+        // have hours left, and they wait as they were and go out behind it.
+        case .delivered, .deadLetter: outcome.merged = flight.merged
+        case .abandon: break
         case .retry(let at, _): loopState.nextRetryAt = min(loopState.nextRetryAt ?? at, at)
         case .removeDevice, .postpone: break
         }

@@ -318,7 +318,7 @@ public final class DeliveryEngine: Sendable {
         do {
             let (token, tokenGeneration) = try tokens.token()
             generation = tokenGeneration
-            request = factory.request(for: job, push: push, providerToken: token)
+            request = factory.request(for: job, push: push, providerToken: token, merged: merged)
         } catch {
             // Our signing failed, not the push: it waits and is tried again, never dead-lettered for it.
             logger.error("cannot sign a provider token", ["error": String(describing: error)])

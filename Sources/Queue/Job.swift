@@ -199,11 +199,15 @@ public struct PendingJob: Sendable, Equatable {
     public var folded: FoldedAlerts
     /// The device's down monitors as of this alert: a digest carries the badge of its last alert.
     public var badge: Int?
+    /// Its acceptance + JOB_TTL (later when alerts were folded in after it): a digest that carries it asks APNs to
+    /// keep trying an offline phone at least that long.
+    public var expiresAt: Int64
 
     public init(
         id: Int64, payload: [UInt8], createdAt: Int64, reportsOutcome: Bool = false, folded: FoldedAlerts = FoldedAlerts(),
-        badge: Int? = nil
+        badge: Int? = nil, expiresAt: Int64 = .max
     ) {
+        self.expiresAt = expiresAt
         self.id = id
         self.payload = payload
         self.createdAt = createdAt

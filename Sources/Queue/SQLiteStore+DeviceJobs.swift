@@ -44,7 +44,7 @@ extension SQLiteStore {
 
     /// The device's (?2) job numbered ?1, if it is waiting.
     static let pendingJobNumbered = """
-        SELECT id, payload, created_at, reports_outcome, folded, badge FROM jobs
+        SELECT id, payload, created_at, reports_outcome, folded, badge, expires_at FROM jobs
         WHERE device_seq = ?1 AND device_id = ?2 AND state = 'pending'
         """
 
@@ -59,7 +59,7 @@ extension SQLiteStore {
                 PendingJob(
                     id: $0.int64(0), payload: $0.blob(1), createdAt: $0.int64(2), reportsOutcome: $0.int(3) == 1,
                     folded: $0.isNull(4) ? FoldedAlerts() : FoldedAlerts(encoded: $0.blob(4)),
-                    badge: $0.isNull(5) ? nil : $0.int(5))
+                    badge: $0.isNull(5) ? nil : $0.int(5), expiresAt: $0.int64(6))
             }
             seq += 1
         }

@@ -79,7 +79,7 @@ extension SQLiteStore {
                     try db.statement("UPDATE devices SET live_jobs = 0 WHERE id = ?").run([.text(job.deviceID)])
                     live = 0
                 }
-                if live >= deviceCap, !job.reportsOutcome, try Self.fold(job, badgeSince: badgeSince, db) {
+                if live >= deviceCap, !job.reportsOutcome, try Self.fold(job, badgeSince: badgeSince, expiresAt: expiresAt, db) {
                     results.append(.merged)
                     continue
                 }
@@ -98,15 +98,23 @@ extension SQLiteStore {
     /// a Test-button job, which is answered on its own). False when the device is under its cap (or has no such
     /// job), and the caller stores a job as usual. The count is kept on the device row: raised by a trigger on insert,
     /// lowered by `finish` (migrations 7 and 11).
-    private static func fold(_ job: NewJob, badgeSince: Int64, _ db: SQLiteConnection) throws -> Bool {
+    private static func fold(_ job: NewJob, badgeSince: Int64, expiresAt: Int64, _ db: SQLiteConnection) throws -> Bool {
         guard let event = AlertEvent(jobPayload: job.payload),
             let (tailID, stored) = try newestFoldableJob(device: job.deviceID, db)
         else { return false }
         var folded = FoldedAlerts(encoded: stored)
         folded.add(event)
-        // The tail's push now ends with this alert, so it carries the badge as of this alert.
-        try db.statement("UPDATE jobs SET folded = ?1, folded_count = ?2, badge = \(downMonitors("?4", since: "?5")) WHERE id = ?3")
-            .run([.blob(folded.encoded), .integer(Int64(folded.count)), .integer(tailID), .text(job.deviceID), .integer(badgeSince)])
+        // The tail's push now ends with this alert, so it carries the badge as of this alert, and it lives (and asks
+        // APNs to keep it for an offline phone) for this alert's JOB_TTL.
+        try db.statement(
+            """
+            UPDATE jobs SET folded = ?1, folded_count = ?2, badge = \(downMonitors("?4", since: "?5")), expires_at = max(expires_at, ?6)
+            WHERE id = ?3
+            """
+        ).run([
+            .blob(folded.encoded), .integer(Int64(folded.count)), .integer(tailID), .text(job.deviceID), .integer(badgeSince),
+            .integer(expiresAt)
+        ])
         return true
     }
 

@@ -284,6 +284,61 @@ import Testing
         #expect(h.metrics.value("kumapush_digests_total") >= 1)
     }
 
+    /// Three alerts to a device over its burst, which wait behind a head accepted 50 minutes earlier: the digest
+    /// carrying them asks APNs to keep it for an offline phone as long as the newest alert's JOB_TTL, not until the
+    /// head's expiry ten minutes away.
+    @Test func aDigestIsKeptForAnOfflinePhoneUntilItsNewestAlertExpires() throws {
+        let h = try DeliveryHarness(deviceBurst: 1)
+        defer { h.stop() }
+        let device = try h.device(1)
+        try h.enqueue(device.id, ["first"])
+        #expect(h.waitUntil { (try? h.store.liveJobCount()) == 0 }, "the first push counts towards the burst")
+        let fresh = h.clock.nowMillis()
+        _ = try h.store.enqueue([Self.alert(device.id, "old")], now: fresh - 50 * 60_000, ttl: .seconds(3600))
+        _ = try h.store.enqueue((1...2).map { Self.alert(device.id, "new \($0)") }, now: fresh, ttl: .seconds(3600))
+        h.clock.advance(.seconds(6))  // past the digest window of the first push
+        h.engine.wake()
+        #expect(h.waitUntil { (try? h.store.liveJobCount()) == 0 })
+        let digest = try #require(h.simulator.received.last { $0.token == device.token && $0.status == 200 })
+        #expect(h.metrics.value("kumapush_digests_total") == 1)
+        #expect(digest.headers["apns-expiration"] == String((fresh + 3_600_000) / 1000))
+    }
+
+    /// A digest whose head runs out of JOB_TTL while APNs does not answer: the head is dead-lettered as expired,
+    /// and the fresh alerts merged into it stay queued and reach the phone afterwards (they were dead-lettered with it).
+    @Test func alertsMergedIntoAHeadThatExpiredAreStillDelivered() throws {
+        let h = try DeliveryHarness(requestTimeout: .milliseconds(1500), deviceBurst: 1)
+        defer { h.stop() }
+        let device = try h.device(1)
+        try h.enqueue(device.id, ["first"])
+        #expect(h.waitUntil { (try? h.store.liveJobCount()) == 0 }, "the first push counts towards the burst")
+        h.simulator.faults.withLock { $0.silent = true }
+        let now = h.clock.nowMillis()
+        // Expires 0.8 s after the digest window of the first push ends (the clock is moved there below): sent as
+        // a digest, then out of time while its request waits for an answer that never comes.
+        _ = try h.store.enqueue([Self.alert(device.id, "old")], now: now + 6_800 - 3_600_000, ttl: .seconds(3600))
+        _ = try h.store.enqueue((1...2).map { Self.alert(device.id, "New\($0)") }, now: now, ttl: .seconds(86_400))
+        h.clock.advance(.seconds(6))
+        h.engine.wake()
+        #expect(h.waitUntil { h.metrics.value("kumapush_digests_total") == 1 }, "the head went out as a digest")
+        #expect(h.waitUntil { (try? h.store.countDeadLetters(DeadLetterFilter())) == 1 }, "the head expired")
+        h.simulator.faults.withLock { $0.silent = false }
+        h.engine.wake()
+        #expect(h.waitUntil { (try? h.store.liveJobCount()) == 0 })
+        #expect(try h.store.countDeadLetters(DeadLetterFilter()) == 1, "only the head")
+        let delivered = h.simulator.received.filter { $0.token == device.token && $0.status == 200 }.map {
+            String(decoding: $0.payload, as: UTF8.self)
+        }
+        #expect(delivered.count == 2, "the first push, then the two fresh alerts")
+        #expect(delivered.last?.contains("New1 is down") == true && delivered.last?.contains("New2 is down") == true, "\(delivered)")
+    }
+
+    /// A down alert of the monitor named `name`.
+    static func alert(_ device: String, _ name: String) -> NewJob {
+        let event = AlertEvent(kind: .monitor, status: .down, monitorID: name.hashValue, monitorName: name, message: "down")
+        return NewJob(deviceID: device, publicID: UUID().uuidString.lowercased(), payload: event.jobPayload)
+    }
+
     /// Issue 20: a device at DEVICE_QUEUE_MAX keeps acknowledging; the alerts folded into its waiting job reach the
     /// phone inside digests whose counts account for every alert, and storage never exceeds the cap.
     @Test func alertsFoldedPastTheDeviceCapAreAllAccountedForInTheDigests() throws {

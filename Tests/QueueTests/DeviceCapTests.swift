@@ -32,6 +32,22 @@ import Testing
         #expect(tail.folded.entries.allSatisfy { $0.status == .down && $0.kind == .monitor })
     }
 
+    /// An alert folded into an older job is kept for its own JOB_TTL: the job it joined lives that long (its push
+    /// asks APNs for it, and it is not dead-lettered as expired before then). Each job reports its expiry to the
+    /// digest that merges it.
+    @Test(arguments: StoreKind.allCases) func aFoldedAlertKeepsItsJobAliveForItsOwnTTL(_ kind: StoreKind) throws {
+        let db = try TestDatabase(kind)
+        let device = try db.device(1)
+        let hour: Int64 = 3_600_000
+        _ = try db.store.enqueue((1...2).map { alert(device, $0) }, now: t0, ttl: .seconds(3600), deviceCap: 2)
+        #expect(try pending(db, device).map(\.expiresAt) == [t0 + hour])
+        let later = t0 + hour / 2
+        #expect(try db.store.enqueue([alert(device, 3)], now: later, ttl: .seconds(3600), deviceCap: 2) == [.merged])
+        #expect(try pending(db, device).map(\.expiresAt) == [later + hour])
+        let claimed = try db.claim(at: later)
+        #expect(claimed.map(\.expiresAt) == [t0 + hour], "the head it was not folded into keeps its own")
+    }
+
     @Test(arguments: StoreKind.allCases) func otherDevicesAndTestButtonJobsAreNeverFolded(_ kind: StoreKind) throws {
         let db = try TestDatabase(kind)
         let stormy = try db.device(1)

@@ -141,10 +141,18 @@ extension PostgresStore {
         // changed them since they were read (migration 11: no trigger counts them).
         let counted = devices.filter { $0.value.live != $0.value.storedLive }.mapValues(\.live)
         write(monitorStates, rows, counted, notify: notify, context, db)
+        // The tail now carries alerts accepted now: it lives (and its push asks APNs to keep it) for their JOB_TTL.
         for (id, tail) in storedTails {
             db.runDeferred(
-                "UPDATE jobs SET folded = $1::bytea, folded_count = $2::integer, badge = $3::integer WHERE id = $4::bigint",
-                [.bytes(tail.folded.encoded), .integer(Int64(tail.folded.count)), .integer(Int64(tail.badge)), .integer(id)])
+                """
+                UPDATE jobs SET folded = $1::bytea, folded_count = $2::integer, badge = $3::integer,
+                                expires_at = greatest(expires_at, $5::bigint)
+                WHERE id = $4::bigint
+                """,
+                [
+                    .bytes(tail.folded.encoded), .integer(Int64(tail.folded.count)), .integer(Int64(tail.badge)), .integer(id),
+                    .integer(context.expiresAt)
+                ])
         }
         return results
     }

@@ -264,14 +264,14 @@ extension PostgresStore {
         try read { db in
             try db.rows(
                 """
-                SELECT id, payload, created_at, reports_outcome, folded, badge FROM jobs
+                SELECT id, payload, created_at, reports_outcome, folded, badge, expires_at FROM jobs
                 WHERE device_id = $1::text AND state = 'pending' ORDER BY id LIMIT $2::bigint
                 """, [.text(deviceID), .integer(Int64(limit))]
             ) {
                 PendingJob(
                     id: $0.int64(0), payload: $0.bytes(1), createdAt: $0.int64(2), reportsOutcome: $0.bool(3),
                     folded: $0.isNull(4) ? FoldedAlerts() : FoldedAlerts(encoded: $0.bytes(4)),
-                    badge: $0.isNull(5) ? nil : $0.int(5))
+                    badge: $0.isNull(5) ? nil : $0.int(5), expiresAt: $0.int64(6))
             }
         }
     }
