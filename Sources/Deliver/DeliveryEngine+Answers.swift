@@ -31,7 +31,12 @@ extension DeliveryEngine {
     func handle(_ answer: Answer, into outcomes: inout [JobOutcome]) {
         guard let flight = loopState.inFlight[answer.jobID], flight.job.publicID == answer.publicID else { return }
         loopState.inFlight[answer.jobID] = nil
-        let verdict = verdict(for: answer.result, of: flight)
+        var verdict = verdict(for: answer.result, of: flight)
+        if verdict == .refreshProviderToken, tokens.expired(generation: flight.generation) == .tooYoung {
+            // Resending with the same token meets the same 403, on a new connection each time (a reconnect storm to
+            // APNs): a configuration fault instead, paused and probed like a bad key.
+            verdict = .pause(reason: "ExpiredProviderToken")
+        }
         if case .success = answer.result { noteAnswerFromAPNs() }
         let answered = AnsweredPush(flight: flight, verdict: verdict, connection: answer.connection, now: clock.nowMillis())
         updateBreaker(with: answered)
@@ -85,9 +90,15 @@ extension DeliveryEngine {
             loopState.claimDue = true
         case .paused(let reason):
             recordPause(reason, now: now)
-            logger.error(
-                "APNs rejects our credentials or topic: delivery paused, jobs kept. Fix APNS_KEY_ID, APNS_TEAM_ID, APP_BUNDLE_IDENTIFIER or the key, then restart",
-                ["apns.reason": reason])
+            if reason == "ExpiredProviderToken" {
+                logger.error(
+                    "APNs calls a provider token under 20 minutes old expired: this host's clock is probably wrong (check NTP). Delivery paused, jobs kept; probing once a minute",
+                    ["apns.reason": reason])
+            } else {
+                logger.error(
+                    "APNs rejects our credentials or topic: delivery paused, jobs kept. Fix APNS_KEY_ID, APNS_TEAM_ID, APP_BUNDLE_IDENTIFIER or the key, then restart",
+                    ["apns.reason": reason])
+            }
         case .none:
             break
         }
@@ -104,7 +115,7 @@ extension DeliveryEngine {
             resend(flight)
             return .resent
         case .refreshProviderToken where flight.resends < 5:
-            tokens.expired(generation: flight.generation)
+            // The token was renewed in `handle` (step 1).
             pool(for: flight.environment).recycle(answered.connection)
             resend(flight)
             return .resent

@@ -65,15 +65,26 @@ public final class ProviderTokenSource: Sendable {
         return try renew(now: now, replacing: nil)
     }
 
+    /// What became of a report that a token expired.
+    public enum Renewal: Sendable, Equatable {
+        /// A new token was made, or one newer than the reported one already exists: send again with it.
+        case renewed
+        /// The reported token is the current one and under 20 minutes old, so it is not renewed (Apple refuses renewals
+        /// more frequent than that). A token that young cannot have expired by a right clock: this host's clock is
+        /// probably off, and sending again would only meet the same answer.
+        case tooYoung
+    }
+
     /// APNs said the token of `generation` expired: make a new one unless that already happened, or the last
     /// renewal was under 20 minutes ago (a burst of 403s for the same token must not become a burst of renewals,
     /// and Apple refuses renewals more frequent than that).
-    public func expired(generation: Int) {
+    public func expired(generation: Int) -> Renewal {
         let now = clock.nowMillis()
-        guard let current = current.withLock({ $0 }), current.generation == generation,
-            now - current.issuedAt >= Self.minimumForcedInterval.wholeMilliseconds
-        else { return }
+        guard let current = current.withLock({ $0 }), current.generation == generation else { return .renewed }
+        guard now - current.issuedAt >= Self.minimumForcedInterval.wholeMilliseconds else { return .tooYoung }
+        // A key that cannot sign leaves the old token; the resend meets the 403 again and ends as a retry.
         _ = try? renew(now: now, replacing: generation)
+        return .renewed
     }
 
     private func renew(now: Int64, replacing: Int?) throws(ES256.KeyError) -> (token: String, generation: Int) {
