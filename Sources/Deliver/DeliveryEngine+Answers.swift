@@ -122,7 +122,7 @@ extension DeliveryEngine {
         default:
             break
         }
-        var outcome = Self.outcome(for: verdict, job: flight.job, backoff: configuration.backoff, now: answered.now)
+        var outcome = Self.outcome(for: finalVerdict(verdict, of: flight), job: flight.job, backoff: configuration.backoff, now: answered.now)
         switch outcome.kind {
         // The merged jobs end with the digest when APNs accepted or rejected it. Not when the relay gives up on the
         // head (`abandon`: its JOB_TTL ran out while it was retried): they were accepted later, their own TTLs may
@@ -133,6 +133,15 @@ extension DeliveryEngine {
         case .removeDevice, .postpone: break
         }
         return .recorded(outcome)
+    }
+
+    /// A push the configured environment refused as `BadDeviceToken` and the other one cannot take at all (its
+    /// configuration fault: a key made for one environment only, `BadEnvironmentKeyInToken`) is refused by both:
+    /// dead-lettered with the first refusal (SPEC §4), not retried until JOB_TTL with two requests per attempt. The
+    /// other environment's faults never pause the configured one (`updateBreaker`).
+    private func finalVerdict(_ verdict: Verdict, of flight: InFlight) -> Verdict {
+        guard flight.switched, flight.environment != configuration.environment, case .pause = verdict else { return verdict }
+        return .deadLetter(reason: "BadDeviceToken")
     }
 
     private func resend(_ flight: InFlight) {

@@ -42,6 +42,23 @@ import Testing
         #expect(try h.store.device(id: broken.id)?.lastDeliveryError == "BadDeviceToken")
     }
 
+    /// The key works for production only, so the sandbox answers every push 403: a token production refuses is then
+    /// refused by both. It was retried until JOB_TTL (two requests per attempt), a Test request answered "queued".
+    @Test func aTokenTheOtherEnvironmentCannotTakeIsDeadLetteredAsBadDeviceToken() throws {
+        let h = try DeliveryHarness(withSandbox: true)
+        defer { h.stop() }
+        let broken = try h.device(2)
+        h.simulator.faults.withLock { $0.byToken[broken.token] = Self.badToken }
+        h.sandbox?.faults.withLock { $0.byToken[broken.token] = .init(status: 403, reason: "BadEnvironmentKeyInToken") }
+        try h.enqueue(broken.id, ["nowhere"])
+        #expect(try h.waitUntil { try h.store.countDeadLetters(DeadLetterFilter(reason: "BadDeviceToken")) == 1 })
+        #expect(requests(h.simulator, broken.token) == 1 && requests(h.sandbox, broken.token) == 1, "one resend, not a loop")
+        #expect(try h.store.currentPause(since: 0) == nil, "the sandbox's fault does not pause production")
+        let calm = try h.device(3)
+        try h.enqueue(calm.id, ["still delivered"])
+        #expect(h.waitUntil { h.acceptedBodies(calm.token) == ["still delivered"] })
+    }
+
     @Test func productionTokensAndTopicMismatchesNeverTouchTheSandbox() throws {
         let h = try DeliveryHarness(withSandbox: true)
         defer { h.stop() }
