@@ -48,7 +48,8 @@ let package = Package(
         .executableTarget(
             name: "QueueProbe", dependencies: ["Common", "Queue"], path: "Tests/QueueProbe",
             swiftSettings: strictSettings),
-        .target(name: "TestSupport", dependencies: ["CSQLite", "CLibPQ"], path: "Tests/TestSupport", swiftSettings: strictSettings),
+        .target(
+            name: "TestSupport", dependencies: ["CSQLite", "CLibPQ", "Common", "Queue"], path: "Tests/TestSupport", swiftSettings: strictSettings),
         .testTarget(name: "CommonTests", dependencies: ["Common"], swiftSettings: strictSettings),
         .testTarget(name: "ThreadingTests", dependencies: ["Threading"], swiftSettings: strictSettings),
         .testTarget(

@@ -234,6 +234,9 @@ public final class DeliveryEngine: Sendable {
             guard state.claimDue else { return }
             limit = min(capacity, 1000)
         case .probe:
+            // With the breaker open or paused and nothing queued, a claim every turn was two empty write
+            // transactions every 25 ms: on SQLite the writer ingest waits for, on PostgreSQL from every deliverer.
+            guard state.claimDue || !state.probeFoundNothing else { return }
             limit = 1
         case .nothing:
             return
@@ -252,6 +255,7 @@ public final class DeliveryEngine: Sendable {
             return
         }
         if jobs.count == limit { state.claimDue = true }
+        if allowance == .probe { state.probeFoundNothing = jobs.isEmpty }
         for job in jobs { forgetEarlierHolder(ofID: job) }
         if allowance == .probe, let probe = jobs.first {
             state.breaker.probeSent(jobID: probe.id, now: now)

@@ -22,6 +22,9 @@ struct DeliveryLoopState {
     var unrecorded: [JobOutcome] = []
     var unrecordedRetryAt = ContinuousClock.now
     var claimDue = true
+    /// The last probe's claim found no job: the next probe claims only when a claim is due again (a new job, a
+    /// wake-up, a retry coming due, the once-a-second claim), not on every turn of the loop.
+    var probeFoundNothing = false
     var nextRetryAt: Int64?
     /// Last time there was anything to do (for the idle poll interval).
     var lastActivity = ContinuousClock.now

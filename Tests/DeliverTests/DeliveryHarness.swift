@@ -33,7 +33,8 @@ final class DeliveryHarness {
     init(
         streams: UInt32 = 1000, connections: Int = 2, requestTimeout: Duration = .seconds(5), ttl: Duration = .seconds(3600),
         deviceBurst: Int? = nil, stallTimeout: Duration = .seconds(30), withSandbox: Bool = false,
-        leaseBeyondRequest: Duration = .seconds(30), retryBackoff: Backoff = Backoff(base: .milliseconds(10), cap: .milliseconds(200))
+        leaseBeyondRequest: Duration = .seconds(30), retryBackoff: Backoff = Backoff(base: .milliseconds(10), cap: .milliseconds(200)),
+        engineStore: (SQLiteStore) -> any RelayStore = { $0 }
     ) throws {
         store = try SQLiteStore(path: directory.path("relay.db"), now: SystemClock().nowMillis())
         var simConfig = APNsSimulator.Configuration(
@@ -77,7 +78,7 @@ final class DeliveryHarness {
             }
         }
         engine = DeliveryEngine(
-            configuration: configuration, store: store, pool: pool, other: other, tokens: tokens,
+            configuration: configuration, store: engineStore(store), pool: pool, other: other, tokens: tokens,
             factory: APNsRequestFactory(topic: Self.topic, lateNotice: .seconds(120)),
             clock: clock, logger: logger, metrics: metrics)
         waker.engine.withLock { $0 = engine }

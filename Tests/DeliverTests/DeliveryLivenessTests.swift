@@ -3,6 +3,7 @@ import Deliver
 import Foundation
 import Queue
 import Simulator
+import Synchronization
 import TestSupport
 import Testing
 
@@ -121,5 +122,47 @@ import Testing
         #expect(try h.store.deleteDevice(id: device.id, now: h.clock.nowMillis()))
         #expect(h.waitUntil { h.engine.isHealthy })
         #expect(h.metrics.value("kumapush_delivery_stalls_total") == 1)
+    }
+    /// Paused by a configuration fault, with nothing queued any more: the loop claimed on every turn (two empty
+    /// write transactions every 25 ms, which on SQLite take the writer ingest commits with). A probe that found
+    /// nothing now waits for a claim to be due: a new job, or the once-a-second claim.
+    @Test func aProbeWithNothingQueuedDoesNotClaimOnEveryTurn() throws {
+        let claims = ClaimCounter()
+        let h = try DeliveryHarness(engineStore: { ClaimCounting(inner: $0, counter: claims) })
+        defer { h.stop() }
+        let device = try h.device(1)
+        h.simulator.faults.withLock { $0.byToken[device.token] = .init(status: 403, reason: "InvalidProviderToken") }
+        try h.enqueue(device.id, ["refused"])
+        #expect(h.waitUntil { (try? h.store.currentPause(since: 0)) == "InvalidProviderToken" }, "paused")
+        #expect(try h.store.deleteDevice(id: device.id, now: h.clock.nowMillis()), "nothing queued any more")
+        h.clock.advance(.seconds(61))  // the pause's next probe is due
+        h.engine.wake()
+        let before = claims.count.load(ordering: .relaxed)
+        let window = ContinuousClock.now
+        #expect(h.waitUntil(timeout: .seconds(2)) { ContinuousClock.now - window >= .seconds(2) })
+        let made = claims.count.load(ordering: .relaxed) - before
+        #expect(made <= 8, "a claim a second or so, not one per turn (\(made) in 2 s)")
+
+        let fresh = try h.device(2)
+        try h.enqueue(fresh.id, ["probe"])
+        #expect(h.waitUntil { h.acceptedBodies(fresh.token) == ["probe"] }, "a new job still probes at once")
+    }
+}
+
+final class ClaimCounter: Sendable {
+    let count = Atomic<Int>(0)
+}
+
+/// Counts the claims the engine makes (each is a write transaction).
+/// @unchecked Sendable: as ForwardingStore; the one added property is a Sendable counter.
+final class ClaimCounting: ForwardingStore, @unchecked Sendable {
+    let counter: ClaimCounter
+    init(inner: SQLiteStore, counter: ClaimCounter) {
+        self.counter = counter
+        super.init(inner: inner)
+    }
+    override func claim(worker: String, limit: Int, now: Int64, lease: Duration) throws(StoreError) -> [ClaimedJob] {
+        counter.count.add(1, ordering: .relaxed)
+        return try super.claim(worker: worker, limit: limit, now: now, lease: lease)
     }
 }
