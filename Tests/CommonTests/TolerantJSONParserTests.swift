@@ -21,6 +21,20 @@ import Testing
         #expect(parse("\"top \"level\" text\"") == .string("top \"level\" text"))
     }
 
+    /// The first quote that may end a string is not always the one that ends it: when the rest does not parse after
+    /// it, the next one is tried.
+    @Test func aQuoteThatEndsTooEarlyForTheRestToParseIsText() {
+        let message = #"keyword is not in [{"status":"error"}]"#
+        #expect(parse("{\"title\":\"API\",\"body\":\"\(message)\"}") == .object([("title", .string("API")), ("body", .string(message))]))
+        #expect(parse(#"["a"]", "b"]"#) == .array([.string(#"a"]"#), .string("b")]))
+    }
+
+    /// A body built to make the search branch costs a bounded number of parses: the answer comes, whatever it is.
+    @Test func theSearchIsBounded() {
+        let branching = "{\"a\":\"" + String(repeating: #"x","b":"y"}"#, count: 2_000) + "z"
+        #expect(parse(branching) == nil)
+    }
+
     @Test func backslashesThatEscapeNothingAreText() {
         #expect(
             parse("{\"body\":\"C:\\shop\\status \\x \\u12 \\ud83d alone\"}")?["body"]?.stringValue

@@ -39,6 +39,19 @@ import Testing
                 == AlertEvent(kind: .generic, title: "Shop \"Main\" page", message: Self.keywordDown))
     }
 
+    /// A keyword monitor on a JSON health endpoint quotes the page in its message, so the rendered template holds
+    /// `"}]` and `","db":` inside the body. The short page was no JSON even tolerantly (the push showed the raw template
+    /// under the title KumaPush); the long one read as a body cut at `"error` with made-up `db` and `cache` keys.
+    @Test(arguments: [
+        ("real-custom-keyword-json-short-down.http", #"{"status":"error"}"#),
+        ("real-custom-keyword-json-long-down.http", #"{"status":"error","db":"down","cache":"ok","que..."#)
+    ])
+    func aKeywordMissQuotingJSONKeepsTheTemplatesTitleAndTheWholeMessage(fixture: String, page: String) throws {
+        #expect(
+            try event(fixture)
+                == AlertEvent(kind: .generic, title: "Orders API", message: "[Orders API] [🔴 Down] 200 - OK, but keyword is not in [\(page)]"))
+    }
+
     @Test func templateJSONStringifiedByAxiosUnderAJSONContentTypeHeader_7211() throws {
         let captured = CapturedRequest("real-custom-json-header-ping-down.http")
         #expect(captured.headers["content-type"] == "application/json" && captured.body.first == UInt8(ascii: "\""))

@@ -59,12 +59,19 @@ PING_OUTPUT = ("PING 10.20.0.7 (10.20.0.7) 56(84) bytes of data.\n\n--- 10.20.0.
                "1 packets transmitted, 0 received, 100% packet loss, time 0ms\n\n")
 PAGE = '<html lang="en">\n<head>\n\t<title>Shop "Main" C:\\shop\\status</title></head><body>'
 KEYWORD_MISS = f"200 - OK, but keyword is not in [{PAGE[:47]}...]"
+# A keyword monitor on a JSON health endpoint: pages of 50 characters or fewer are quoted whole, longer ones cut.
+JSON_PAGE_SHORT = '{"status":"error"}'
+JSON_PAGE_LONG = '{"status":"error","db":"down","cache":"ok","queue":"stalled"}'
 
 EVENTS = {
     "ping-down": (_monitor(15, "NAS ping", "ping", hostname="10.20.0.7", url="https://"),
                   _heartbeat(15, 0, PING_OUTPUT)),
     "http-down": (_monitor(12, "Shop API", "http"), _heartbeat(12, 0, "Request failed with status code 503", saved_response=True)),
     "keyword-down": (_monitor(21, 'Shop "Main" page', "keyword", keyword="healthy"), _heartbeat(21, 0, KEYWORD_MISS)),
+    "keyword-json-short-down": (_monitor(22, "Orders API", "keyword", keyword="healthy"),
+                                _heartbeat(22, 0, f"200 - OK, but keyword is not in [{JSON_PAGE_SHORT}]")),
+    "keyword-json-long-down": (_monitor(23, "Orders API", "keyword", keyword="healthy"),
+                               _heartbeat(23, 0, f"200 - OK, but keyword is not in [{JSON_PAGE_LONG[:47]}...]")),
     "http-up-emoji": (_monitor(33, "Web 🐘🔴 \\ edge", "http"), _heartbeat(33, 1, "200 - OK")),
     "test-button": (None, None),
 }

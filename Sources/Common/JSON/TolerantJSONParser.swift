@@ -7,7 +7,11 @@
 /// - raw control characters (newline, tab, CR…) are taken literally;
 /// - a `"` ends the string only where the structure after it says so (a key is followed by `:`; a value by `}` or
 ///   by `,` and the next key; an element by `]` or by `,` and the next value; a lone top-level string by the end).
-///   Any other `"` is text;
+///   Any other `"` is text. Where several quotes of a string value could end it (a message holding
+///   `[{"status":"error","db":"down"}]` before the template's own `"}`), every way of ending the strings that makes
+///   a whole document is found (at most `searchRuns` parses of it) and the caller's `preference` picks one: the
+///   template's own keys, not keys made of the message's text. Ties go to the parse that ends strings earliest;
+///   keys always end at their first possible quote (they are the template's own text);
 /// - an escape that is not JSON (`C:\path`) keeps its backslash as text; and when a document does not parse
 ///   otherwise, a second pass takes a `\"` whose quote can end the string as a backslash that ends the text
 ///   (a message ending in `\` right before the template's closing quote).
@@ -23,27 +27,57 @@ public struct TolerantJSONParser {
     private var depth = 0
     /// The second pass: a backslash before a quote that can end the string is text.
     private let trailingBackslashes: Bool
+    /// For each string literal in document order, how many quotes that could end it are taken as text first (the
+    /// search's position; missing entries are 0), and what this parse took.
+    private let skips: [Int]
+    private var taken: [Int] = []
 
-    public static func parse(_ bytes: [UInt8]) -> JSONValue? {
+    /// Parses of one document per pass at most: each is linear in its length, so a body built to make the search
+    /// branch costs a bounded multiple of reading it.
+    static let searchRuns = 64
+
+    /// - Parameter preference: a score for each whole document found; the highest wins, and among equals the one
+    ///   found first (by default all are equal: the parse that ends each string at its first possible quote).
+    public static func parse(_ bytes: [UInt8], preference: (JSONValue) -> Int = { _ in 0 }) -> JSONValue? {
         guard String(validating: bytes, as: UTF8.self) != nil else { return nil }
-        return parse(bytes, trailingBackslashes: false) ?? parse(bytes, trailingBackslashes: true)
+        return search(bytes, trailingBackslashes: false, preference)
+            ?? search(bytes, trailingBackslashes: true, preference)
     }
 
-    private static func parse(_ bytes: [UInt8], trailingBackslashes: Bool) -> JSONValue? {
-        var parser = TolerantJSONParser(bytes: bytes, trailingBackslashes: trailingBackslashes)
+    /// Depth first over the choice of quote that ends each string value: after each parse, whole or failed, the last
+    /// string it ended moves to its next possible end (the choices after it start again from the first). Stops
+    /// when every choice was tried or after `searchRuns` parses.
+    private static func search(_ bytes: [UInt8], trailingBackslashes: Bool, _ preference: (JSONValue) -> Int) -> JSONValue? {
+        var skips: [Int] = []
+        var best: (value: JSONValue, score: Int)?
+        for _ in 0..<searchRuns {
+            var parser = TolerantJSONParser(bytes: bytes, trailingBackslashes: trailingBackslashes, skips: skips)
+            if let value = parser.parseDocument() {
+                let score = preference(value)
+                if best == nil || score > best!.score { best = (value, score) }
+            }
+            guard !parser.taken.isEmpty else { break }
+            skips = parser.taken
+            skips[skips.count - 1] += 1
+        }
+        return best?.value
+    }
+
+    private init(bytes: [UInt8], trailingBackslashes: Bool, skips: [Int]) {
+        self.bytes = bytes
+        self.trailingBackslashes = trailingBackslashes
+        self.skips = skips
+    }
+
+    private mutating func parseDocument() -> JSONValue? {
         do {
-            parser.skipWhitespace()
-            let value = try parser.parseValue(.topLevel)
-            parser.skipWhitespace()
-            return parser.index == bytes.count ? value : nil
+            skipWhitespace()
+            let value = try parseValue(.topLevel)
+            skipWhitespace()
+            return index == bytes.count ? value : nil
         } catch {
             return nil
         }
-    }
-
-    private init(bytes: [UInt8], trailingBackslashes: Bool) {
-        self.bytes = bytes
-        self.trailingBackslashes = trailingBackslashes
     }
 
     private static func isWhitespace(_ byte: UInt8) -> Bool { byte == 0x20 || byte == 0x0a || byte == 0x0d || byte == 0x09 }
@@ -137,16 +171,25 @@ public struct TolerantJSONParser {
         return true
     }
 
-    /// A string literal, opening quote at `index`; see the type's comment for what is taken as text.
+    /// A string literal, opening quote at `index`; see the type's comment for what is taken as text. A value ends
+    /// at the first quote that can end it after the number of such quotes the search says to skip; a key at the
+    /// first (keys are the template's own text, and a key moved past its quote made objects out of anything).
     private mutating func parseString(_ place: Place) throws(Failure) -> String {
         index += 1
         var out: [UInt8] = []
+        let isChoice = place != .key
+        let skip = isChoice && taken.count < skips.count ? skips[taken.count] : 0
+        var skipped = 0
         while index < bytes.count {
             let byte = bytes[index]
             if byte == UInt8(ascii: "\""), endsString(quoteAt: index, place) {
-                index += 1
-                // Only ASCII bytes were split on, so `out` is valid UTF-8 because the input is.
-                return String(decoding: out, as: UTF8.self)
+                if skipped == skip {
+                    index += 1
+                    if isChoice { taken.append(skip) }
+                    // Only ASCII bytes were split on, so `out` is valid UTF-8 because the input is.
+                    return String(decoding: out, as: UTF8.self)
+                }
+                skipped += 1
             }
             if byte == UInt8(ascii: "\\"), trailingBackslashes, index + 1 < bytes.count, bytes[index + 1] == UInt8(ascii: "\""),
                 endsString(quoteAt: index + 1, place)
@@ -249,5 +292,16 @@ public struct TolerantJSONParser {
             value = value << 4 | UInt32(digit)
         }
         return value
+    }
+}
+
+extension JSONValue {
+    /// Values in this one, itself included.
+    public var valueCount: Int {
+        switch self {
+        case .object(let members): return 1 + members.reduce(0) { $0 + $1.value.valueCount }
+        case .array(let elements): return 1 + elements.reduce(0) { $0 + $1.valueCount }
+        default: return 1
+        }
     }
 }

@@ -13,10 +13,26 @@ enum CustomText {
         let trimmed = text.trimmingJSONWhitespace()
         guard !trimmed.isEmpty else { return .failure(.invalidBody(unwrapped ? "the JSON string is empty" : "empty body")) }
         let bytes = Array(trimmed.utf8)
-        let value = (try? JSONParser.parse(bytes, keeping: WebhookParser.keysRead)) ?? TolerantJSONParser.parse(bytes)
+        let value =
+            (try? JSONParser.parse(bytes, keeping: WebhookParser.keysRead))
+            ?? TolerantJSONParser.parse(bytes, preference: templateLikeness)
         if let value, value.isObject { return WebhookParser.fromObject(value) }
         if let inner = value?.stringValue, !unwrapped { return event(inner, unwrapped: true) }
         return .success(AlertEvent(kind: .generic, message: cut(trimmed)))
+    }
+
+    /// How much a tolerant reading of a template looks like the template: one point per part of a push it fills
+    /// (a title key, a body key, Uptime Kuma's `heartbeat`, its `monitor`), less one per other member. A message
+    /// quoting JSON (`…keyword is not in [{"status":"error","db":"down"}]`) can also be read as a template whose
+    /// body stops early and that has a `db` key, or whose title swallows the rest: both score lower.
+    static func templateLikeness(_ value: JSONValue) -> Int {
+        guard case .object(let members) = value else { return -value.valueCount }
+        let keys = Set(members.map(\.key))
+        let roles = [
+            !keys.isDisjoint(with: WebhookParser.genericTitleKeys), !keys.isDisjoint(with: WebhookParser.genericBodyKeys),
+            keys.contains("heartbeat"), keys.contains("monitor")
+        ].count { $0 }
+        return roles * 1000 - (members.count - roles)
     }
 
     /// `text` cut at a character boundary to at most `maximumBodyBytes` UTF-8 bytes.

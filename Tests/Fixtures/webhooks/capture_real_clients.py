@@ -20,6 +20,8 @@ CASES = {  # fixture name -> (mode, event)
     "real-form-data-keyword-down.http": ("form-data", "keyword-down"),
     "real-custom-ping-down.http": ("custom", "ping-down"),
     "real-custom-keyword-down.http": ("custom", "keyword-down"),
+    "real-custom-keyword-json-short-down.http": ("custom", "keyword-json-short-down"),
+    "real-custom-keyword-json-long-down.http": ("custom", "keyword-json-long-down"),
     "real-custom-json-header-ping-down.http": ("custom-json-header", "ping-down"),
     "real-custom-json-header-http-down.http": ("custom-json-header", "http-down"),
     "real-custom-text-ping-down.http": ("custom-text", "ping-down"),
