@@ -128,6 +128,11 @@ import Testing
         // A missing header or garbage in the chain falls back to the peer.
         #expect(resolver.clientAddress(for: request(peer: "127.0.0.1", forwarded: nil)) == "127.0.0.1")
         #expect(resolver.clientAddress(for: request(peer: "127.0.0.1", forwarded: "1.2.3.4, garbage")) == "127.0.0.1")
+        // Hops written with their port (Azure Application Gateway) are their address.
+        #expect(resolver.clientAddress(for: request(peer: "127.0.0.1", forwarded: "203.0.113.7:51234")) == "203.0.113.7")
+        #expect(resolver.clientAddress(for: request(peer: "127.0.0.1", forwarded: "1.2.3.4, [2001:db8::5]:443")) == "2001:db8::5")
+        #expect(resolver.clientAddress(for: request(peer: "127.0.0.1", forwarded: "[2001:db8::6]")) == "2001:db8::6")
+        #expect(resolver.clientAddress(for: request(peer: "127.0.0.1", forwarded: "1.2.3.4:x")) == "127.0.0.1")
         // All hops trusted: the left-most is as far as the chain goes.
         #expect(resolver.clientAddress(for: request(peer: "127.0.0.1", forwarded: "10.0.0.9, 10.0.0.5")) == "10.0.0.9")
     }

@@ -37,10 +37,23 @@ public struct ClientAddressResolver: Sendable {
         let hops = header.split(separator: ",").map { $0.trimmingWhitespace() }.filter { !$0.isEmpty }
         for hop in hops.reversed() {
             // Anything that is not an address ends the chain of trust: the proxy itself did not write it.
-            guard let address = IPAddress(hop) else { return peer }
+            guard let address = Self.address(ofHop: hop) else { return peer }
             if !isTrusted(address) { return address }
         }
-        return hops.first.flatMap { IPAddress($0) } ?? peer
+        return hops.first.flatMap { Self.address(ofHop: $0) } ?? peer
+    }
+
+    /// A hop as proxies write it: an address, or with its port (`203.0.113.7:51234`, `[2001:db8::5]:443`, as Azure
+    /// Application Gateway writes them). Refusing the port form made every client behind such a proxy the proxy
+    /// itself: one shared key in every rate limit.
+    static func address(ofHop hop: String) -> IPAddress? {
+        if let address = IPAddress(hop) { return address }
+        if hop.hasPrefix("["), let close = hop.firstIndex(of: "]") {
+            return IPAddress(String(hop[hop.index(after: hop.startIndex)..<close]))
+        }
+        let parts = hop.split(separator: ":", omittingEmptySubsequences: false)
+        guard parts.count == 2, !parts[1].isEmpty, parts[1].allSatisfy({ $0.isASCII && $0.isNumber }) else { return nil }
+        return IPAddress(String(parts[0]))
     }
 }
 
