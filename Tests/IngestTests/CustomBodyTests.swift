@@ -103,6 +103,14 @@ import Testing
         let data = "data=" + (Fixtures.text("d-test-button.json").addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? "")
         #expect(try parse(data, type: "application/x-www-form-urlencoded").get() == .test("My Webhook Alert (1) Testing"))
         #expect(try parse("msg=Backup+done", type: "text/plain").get() == .test("Backup done"))
+        // In unescaped text only the names the relay reads start a field: a monitor URL's query stays in the message.
+        let certificate =
+            "title=Shop API&body=[Shop API][https://shop.example.com/health?key=abc&region=eu] certificate will expire in 13 days"
+        #expect(
+            try parse(certificate, type: "text/plain").get()
+                == AlertEvent(
+                    kind: .generic, title: "Shop API",
+                    message: "[Shop API][https://shop.example.com/health?key=abc&region=eu] certificate will expire in 13 days"))
         // A form of names the relay does not read is text like any other.
         #expect(try parse("foo=bar", type: "application/x-www-form-urlencoded").get() == AlertEvent(kind: .generic, message: "foo=bar"))
     }

@@ -13,12 +13,17 @@ enum FormText {
         let bytes = Array(text.utf8)
         // JSON-looking text is never a form, whatever `&name=` it holds inside its strings.
         guard let first = bytes.first, !"{[\"".utf8.contains(first), nameLength(bytes, from: 0) != nil else { return nil }
+        // Raw spaces or line breaks: a template wrote this unescaped, so its values are text that may hold `&x=` (a
+        // monitor URL's query, `…/health?key=abc&region=eu`); only a name the relay reads starts a field there.
+        let unescaped = bytes.contains { $0 == 0x20 || $0 == 0x0a || $0 == 0x0d || $0 == 0x09 }
         var fields: [String: String] = [:]
         var start = 0
         while start <= bytes.count {
             var end = start
-            // A pair ends at an `&` that starts another `name=`; any other `&` is part of the value.
-            while end < bytes.count, !(bytes[end] == UInt8(ascii: "&") && nameLength(bytes, from: end + 1) != nil) { end += 1 }
+            // A pair ends at an `&` that starts another field; any other `&` is part of the value.
+            while end < bytes.count, !(bytes[end] == UInt8(ascii: "&") && startsField(bytes, at: end + 1, unescaped: unescaped)) {
+                end += 1
+            }
             let pair = bytes[start..<end]
             if let equals = pair.firstIndex(of: UInt8(ascii: "=")) {
                 guard let name = decode(pair[start..<equals]), let value = decode(pair[(equals + 1)...]) else { return nil }
@@ -28,6 +33,14 @@ enum FormText {
         }
         let isForm = fields.keys.contains { knownNames.contains($0) || $0.hasPrefix("heartbeat[") || $0.hasPrefix("monitor[") }
         return isForm ? fields : nil
+    }
+
+    /// Whether a field starts at `at`: a `name=`, and in unescaped text one the relay reads.
+    private static func startsField(_ bytes: [UInt8], at: Int, unescaped: Bool) -> Bool {
+        guard let length = nameLength(bytes, from: at) else { return false }
+        guard unescaped else { return true }
+        guard let name = decode(bytes[at..<(at + length - 1)]) else { return false }
+        return knownNames.contains(name) || name.hasPrefix("heartbeat[") || name.hasPrefix("monitor[")
     }
 
     /// The length of `name=` at `from` when the bytes there are a field name (letters, digits, `_.-~[]` and `%XX`)
