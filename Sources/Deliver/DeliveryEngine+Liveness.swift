@@ -64,6 +64,7 @@ extension DeliveryEngine {
         // The flag before the counter: whoever sees the stall counted (a scrape, a test) also sees /health say so.
         stalled.store(true, ordering: .relaxed)
         metrics.increment("kumapush_delivery_stalls_total")
+        metrics.increment("relay_delivery_stalls_total")
         state.breaker.reset()
         pool.recycleAll()
         state.claimDue = true

@@ -122,6 +122,7 @@ import Testing
         #expect(try h.store.deleteDevice(id: device.id, now: h.clock.nowMillis()))
         #expect(h.waitUntil { h.engine.isHealthy })
         #expect(h.metrics.value("kumapush_delivery_stalls_total") == 1)
+        #expect(h.metrics.value("relay_delivery_stalls_total") == 1, "SPEC §4's name counts the same")
     }
     /// Paused by a configuration fault, with nothing queued any more: the loop claimed on every turn (two empty
     /// write transactions every 25 ms, which on SQLite take the writer ingest commits with). A probe that found
