@@ -8,7 +8,8 @@ import Testing
     @Test func allowsUpToTheLimitThenRefusesWithoutCountingRefusals() {
         let limiter = SlidingWindowLimiter(rules: [minute])
         for _ in 0..<10 { #expect(limiter.hit("k", now: 0) == .allowed) }
-        #expect(limiter.hit("k", now: 1000) == .limited(retryAfterSeconds: 59))
+        // Not 59: when this window ends its ten still weigh fully; a tenth of them has faded 6 s into the next one.
+        #expect(limiter.hit("k", now: 1000) == .limited(retryAfterSeconds: 65))
         #expect(limiter.hit("other", now: 1000) == .allowed)
     }
 
@@ -22,6 +23,21 @@ import Testing
         #expect(limiter.hit("k", now: 90_000) != .allowed)
         // Two windows later it is forgotten.
         #expect(limiter.hit("k", now: 180_000) == .allowed)
+    }
+
+    /// A client that waits as long as Retry-After says is let through, and one that comes a second sooner is not
+    /// (the registration limit, 5 a minute: a sixth at 20 s was told 40 s, and at 60 s was refused again).
+    @Test(arguments: [0, 20_000, 59_000] as [Int64])
+    func waitingAsLongAsRetryAfterSaysIsEnough(sixthAt: Int64) throws {
+        let limiter = SlidingWindowLimiter(rules: [RateLimitRule(limit: 5, window: .seconds(60))])
+        for _ in 0..<5 { #expect(limiter.hit("ip", now: 0) == .allowed) }
+        guard case .limited(let seconds) = limiter.hit("ip", now: sixthAt) else {
+            Issue.record("the sixth must be refused")
+            return
+        }
+        let retryAt = sixthAt + Int64(seconds) * 1000
+        #expect(limiter.hit("ip", now: retryAt - 1000) != .allowed, "told no longer than needed (\(seconds) s)")
+        #expect(limiter.hit("ip", now: retryAt) == .allowed, "let through after \(seconds) s")
     }
 
     @Test func everyRuleMustAllow() {

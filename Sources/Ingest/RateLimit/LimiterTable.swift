@@ -26,17 +26,24 @@ struct LimiterWindow: Sendable {
         return Double(previous) * (1 - elapsed) + Double(current)
     }
 
-    /// Seconds until the estimate drops below the limit: within this window if the previous window's weight is
-    /// what keeps it high, else at the latest when the next window starts and this one begins to fade.
-    func retryAfter(rule: RateLimitRule, now: Int64) -> Int {
-        let length = rule.window.wholeMilliseconds
-        var wait = start + length - now
-        if current < rule.limit, previous > 0 {
-            // previous * (1 - t/length) + current < limit  ⇔  t > length * (1 - (limit - current) / previous)
-            let needed = Double(length) * (1 - Double(rule.limit - current) / Double(previous))
-            wait = max(1, Int64(needed.rounded(.up)) - (now - start))
+    /// Seconds until an event is let through again: until the estimate plus `headroom` (1 for a hit, which counts
+    /// itself; 0 for a check) is within the limit. In this window while only the previous window's fading weight
+    /// is in the way; otherwise in the next one, once this window's count has faded enough there. A client that
+    /// waits exactly this long is let through (it was told too little before: at the start of the next window this
+    /// window still weighs fully).
+    func retryAfter(rule: RateLimitRule, now: Int64, headroom: Int) -> Int {
+        let length = Double(rule.window.wholeMilliseconds)
+        let room = Double(rule.limit - headroom)
+        let wait: Double
+        if Double(current) <= room {
+            // previous · (1 − t/length) + current ≤ room  ⇔  t ≥ length · (1 − (room − current) / previous)
+            let needed = previous > 0 ? length * (1 - (room - Double(current)) / Double(previous)) : 0
+            wait = needed - Double(now - start)
+        } else {
+            // Next window: current · (1 − t/length) ≤ room  ⇔  t ≥ length · (1 − room / current)
+            wait = Double(start - now) + length + length * (1 - max(room, 0) / Double(current))
         }
-        return max(1, Int((wait + 999) / 1000))
+        return max(1, Int((wait / 1000).rounded(.up)))
     }
 }
 

@@ -71,7 +71,7 @@ public final class SlidingWindowLimiter: Sendable {
         for (window, rule) in zip(windows, rules) {
             let estimate = window.estimate(rule: rule, now: now) + (counting ? 1 : 0)
             if counting ? estimate > Double(rule.limit) : estimate >= Double(rule.limit) {
-                worst = max(worst, window.retryAfter(rule: rule, now: now))
+                worst = max(worst, window.retryAfter(rule: rule, now: now, headroom: counting ? 1 : 0))
             }
         }
         return worst == 0 ? .allowed : .limited(retryAfterSeconds: worst)
