@@ -119,7 +119,8 @@ extension Settings {
             guard !text.isEmpty else { throw invalid("DATABASE_PATH", text, "a file path") }
             // A URL here would become a SQLite file under a folder named `postgresql:` (an empty store: `stats`
             // showing nothing, `replay` finding nothing). The value is not echoed: it may hold a password.
-            guard !text.hasPrefix("postgres://") && !text.hasPrefix("postgresql://") && !looksLikeConnectionString(text) else {
+            let lowered = text.lowercased()
+            guard !lowered.hasPrefix("postgres://") && !lowered.hasPrefix("postgresql://") && !looksLikeConnectionString(text) else {
                 throw ConfigurationError(
                     variable: "DATABASE_PATH", message: "names the SQLite file; for PostgreSQL set DATABASE_URL (--database-url)")
             }
@@ -406,16 +407,17 @@ private func parseAPNsURL(_ text: String, _ name: String = "APNS_URL") throws(Co
     return url
 }
 
-/// Whether `text` starts like a libpq key=value connection string (`host=/run/postgresql dbname=kumapush`): its first
-/// word is one of libpq's common keywords and `=`. A file path rarely looks like that, and one that does can be
-/// given as `./host=…`.
+/// Whether `text` starts like a libpq key=value connection string (`host=/run/postgresql dbname=kumapush`, also
+/// `host = …`): one of libpq's keywords, any case, then `=` after optional spaces. A file path rarely looks like
+/// that, and one that does can be given as `./host=…`.
 func looksLikeConnectionString(_ text: String) -> Bool {
-    let keywords: Set<Substring> = [
+    let keywords: Set<String> = [
         "host", "hostaddr", "port", "dbname", "user", "password", "passfile", "service", "sslmode", "sslrootcert",
-        "connect_timeout", "application_name", "options", "target_session_attrs"
+        "sslcert", "sslkey", "sslpassword", "gssencmode", "channel_binding", "require_auth", "connect_timeout",
+        "application_name", "options", "target_session_attrs", "load_balance_hosts"
     ]
-    guard let firstWord = text.split(separator: " ", maxSplits: 1).first, let equals = firstWord.firstIndex(of: "=") else {
-        return false
-    }
-    return keywords.contains(firstWord[..<equals])
+    let trimmed = text.drop { $0 == " " }
+    let word = trimmed.prefix { $0.isLetter || $0 == "_" }
+    let rest = trimmed.dropFirst(word.count).drop { $0 == " " }
+    return rest.first == "=" && keywords.contains(word.lowercased())
 }

@@ -137,7 +137,8 @@ import Testing
     @Test func aPostgresURLGivenAsTheSQLitePathIsRefusedWithoutEchoingIt() {
         for url in [
             "postgres://kumapush:secret@db/kumapush", "postgresql:///kumapush?host=/run/postgresql&password=secret",
-            "host=/run/postgresql dbname=kumapush password=secret", "dbname=kumapush"
+            "host=/run/postgresql dbname=kumapush password=secret", "dbname=kumapush",
+            "host = /run/postgresql dbname = kumapush password = secret", "POSTGRES://kumapush:secret@db/kumapush"
         ] {
             let error = #expect(throws: ConfigurationError.self) {
                 _ = try Settings.load(environment: [:], arguments: ["--database-path", url])

@@ -52,6 +52,26 @@ import Testing
                 == AlertEvent(kind: .generic, title: "Orders API", message: "[Orders API] [🔴 Down] 200 - OK, but keyword is not in [\(page)]"))
     }
 
+    /// Templates with more members than a title and a body, rendered with a multi-line message: each member ends where
+    /// it first can (a reading where a string swallows the next member is no more template-like).
+    @Test func extraTemplateMembersStayMembers() throws {
+        let ping = "PING 10.0.0.7\n--- 10.0.0.7 ping statistics ---\n100% packet loss"
+        #expect(
+            try parse("{\"title\":\"NAS\",\"body\":\"\(ping)\",\"url\":\"10.0.0.7\"}", type: "text/plain").get()
+                == AlertEvent(kind: .generic, title: "NAS", message: ping))
+        #expect(
+            try parse("{\"title\":\"NAS\",\"status\":\"🔴 Down\",\"body\":\"[NAS] [🔴 Down] \(ping)\"}", type: "text/plain").get()
+                == AlertEvent(kind: .generic, title: "NAS", message: "[NAS] [🔴 Down] \(ping)"))
+    }
+
+    /// A message quoting JSON with many members gives more readings than the search tries: the relay then reads as
+    /// the first parse does (here: as text), and the message is never cut.
+    @Test func aSearchCutShortKeepsTheWholeMessage() throws {
+        let quoted = #"x [{"a":"1","b":"2","c":"3","d":"4","e":"5","f":"6","g":"7","h":"8"}]"#
+        let event = try parse("{\"title\":\"T\",\"body\":\"\(quoted)\"}", type: "text/plain").get()
+        #expect(event.message.contains(quoted), "\(event)")
+    }
+
     @Test func templateJSONStringifiedByAxiosUnderAJSONContentTypeHeader_7211() throws {
         let captured = CapturedRequest("real-custom-json-header-ping-down.http")
         #expect(captured.headers["content-type"] == "application/json" && captured.body.first == UInt8(ascii: "\""))
@@ -111,6 +131,10 @@ import Testing
                 == AlertEvent(
                     kind: .generic, title: "Shop API",
                     message: "[Shop API][https://shop.example.com/health?key=abc&region=eu] certificate will expire in 13 days"))
+        // Other fields after the message are still fields.
+        #expect(
+            try parse("title=NAS&body=PING failed 100% packet loss&priority=high", type: "text/plain").get()
+                == AlertEvent(kind: .generic, title: "NAS", message: "PING failed 100% packet loss"))
         // A form of names the relay does not read is text like any other.
         #expect(try parse("foo=bar", type: "application/x-www-form-urlencoded").get() == AlertEvent(kind: .generic, message: "foo=bar"))
     }

@@ -40,6 +40,21 @@ import Testing
         #expect(limiter.hit("ip", now: retryAt) == .allowed, "let through after \(seconds) s")
     }
 
+    /// The same for a check (the failed-webhook limiter, which counts only failures): at its limit it was told 1 s
+    /// and refused until the window ended.
+    @Test(arguments: [0, 20_000, 59_000] as [Int64])
+    func waitingAsLongAsRetryAfterSaysIsEnoughForAChecksToo(checkAt: Int64) throws {
+        let limiter = SlidingWindowLimiter(rules: [RateLimitRule(limit: 5, window: .seconds(60))])
+        for _ in 0..<5 { limiter.record("ip", now: 0) }
+        guard case .limited(let seconds) = limiter.check("ip", now: checkAt) else {
+            Issue.record("at the limit a check refuses")
+            return
+        }
+        let retryAt = checkAt + Int64(seconds) * 1000
+        #expect(limiter.check("ip", now: retryAt - 1000) != .allowed, "told no longer than needed (\(seconds) s)")
+        #expect(limiter.check("ip", now: retryAt) == .allowed, "let through after \(seconds) s")
+    }
+
     @Test func everyRuleMustAllow() {
         let limiter = SlidingWindowLimiter(rules: [RateLimitRule(limit: 5, window: .seconds(60)), RateLimitRule(limit: 6, window: .seconds(3600))])
         for _ in 0..<5 { #expect(limiter.hit("ip", now: 0) == .allowed) }
@@ -149,6 +164,7 @@ import Testing
         #expect(resolver.clientAddress(for: request(peer: "127.0.0.1", forwarded: "1.2.3.4, [2001:db8::5]:443")) == "2001:db8::5")
         #expect(resolver.clientAddress(for: request(peer: "127.0.0.1", forwarded: "[2001:db8::6]")) == "2001:db8::6")
         #expect(resolver.clientAddress(for: request(peer: "127.0.0.1", forwarded: "1.2.3.4:x")) == "127.0.0.1")
+        #expect(resolver.clientAddress(for: request(peer: "127.0.0.1", forwarded: "[2001:db8::5]garbage")) == "127.0.0.1")
         // All hops trusted: the left-most is as far as the chain goes.
         #expect(resolver.clientAddress(for: request(peer: "127.0.0.1", forwarded: "10.0.0.9, 10.0.0.5")) == "10.0.0.9")
     }

@@ -32,9 +32,10 @@ public struct TolerantJSONParser {
     private let skips: [Int]
     private var taken: [Int] = []
 
-    /// Parses of one document per pass at most: each is linear in its length, so a body built to make the search
-    /// branch costs a bounded multiple of reading it.
+    /// Parses of one document per pass at most, and bytes read over all of them: each parse is linear in the
+    /// document's length, so a body built to make the search branch costs a bounded multiple of reading it.
     static let searchRuns = 64
+    static let searchBytes = 1 << 20
 
     /// - Parameter preference: a score for each whole document found; the highest wins, and among equals the one
     ///   found first (by default all are equal: the parse that ends each string at its first possible quote).
@@ -44,23 +45,30 @@ public struct TolerantJSONParser {
             ?? search(bytes, trailingBackslashes: true, preference)
     }
 
-    /// Depth first over the choice of quote that ends each string value: after each parse, whole or failed, the last
-    /// string it ended moves to its next possible end (the choices after it start again from the first). Stops
-    /// when every choice was tried or after `searchRuns` parses.
+    /// Depth first over the choice of quote that ends each string value of the top level (the template's own
+    /// members; what a `| json` filter wrote inside them is valid JSON and ends at its first possible quote): after
+    /// each parse, whole or failed, the last string it ended moves to its next possible end (the choices after it
+    /// start again from the first). When the choices run out the best reading wins. When the budget runs out
+    /// first, the reading is the first parse's (each string ended at its first possible quote), or none: what the
+    /// relay read before it searched, never a reading picked from a search cut short.
     private static func search(_ bytes: [UInt8], trailingBackslashes: Bool, _ preference: (JSONValue) -> Int) -> JSONValue? {
         var skips: [Int] = []
+        var first: JSONValue?
         var best: (value: JSONValue, score: Int)?
-        for _ in 0..<searchRuns {
+        let runs = max(1, min(searchRuns, searchBytes / max(bytes.count, 1)))
+        for run in 0..<runs {
             var parser = TolerantJSONParser(bytes: bytes, trailingBackslashes: trailingBackslashes, skips: skips)
-            if let value = parser.parseDocument() {
+            let value = parser.parseDocument()
+            if run == 0 { first = value }
+            if let value {
                 let score = preference(value)
                 if best == nil || score > best!.score { best = (value, score) }
             }
-            guard !parser.taken.isEmpty else { break }
+            guard !parser.taken.isEmpty else { return best?.value }
             skips = parser.taken
             skips[skips.count - 1] += 1
         }
-        return best?.value
+        return first
     }
 
     private init(bytes: [UInt8], trailingBackslashes: Bool, skips: [Int]) {
@@ -177,7 +185,7 @@ public struct TolerantJSONParser {
     private mutating func parseString(_ place: Place) throws(Failure) -> String {
         index += 1
         var out: [UInt8] = []
-        let isChoice = place != .key
+        let isChoice = place != .key && depth <= 1
         let skip = isChoice && taken.count < skips.count ? skips[taken.count] : 0
         var skipped = 0
         while index < bytes.count {
@@ -292,16 +300,5 @@ public struct TolerantJSONParser {
             value = value << 4 | UInt32(digit)
         }
         return value
-    }
-}
-
-extension JSONValue {
-    /// Values in this one, itself included.
-    public var valueCount: Int {
-        switch self {
-        case .object(let members): return 1 + members.reduce(0) { $0 + $1.value.valueCount }
-        case .array(let elements): return 1 + elements.reduce(0) { $0 + $1.valueCount }
-        default: return 1
-        }
     }
 }

@@ -49,6 +49,10 @@ public struct ClientAddressResolver: Sendable {
     static func address(ofHop hop: String) -> IPAddress? {
         if let address = IPAddress(hop) { return address }
         if hop.hasPrefix("["), let close = hop.firstIndex(of: "]") {
+            // `[v6]` or `[v6]:port`, nothing else after the bracket.
+            let after = hop[hop.index(after: close)...]
+            guard after.isEmpty || (after.first == ":" && after.count > 1 && after.dropFirst().allSatisfy({ $0.isASCII && $0.isNumber }))
+            else { return nil }
             return IPAddress(String(hop[hop.index(after: hop.startIndex)..<close]))
         }
         let parts = hop.split(separator: ":", omittingEmptySubsequences: false)

@@ -26,14 +26,14 @@ struct LimiterWindow: Sendable {
         return Double(previous) * (1 - elapsed) + Double(current)
     }
 
-    /// Seconds until an event is let through again: until the estimate plus `headroom` (1 for a hit, which counts
-    /// itself; 0 for a check) is within the limit. In this window while only the previous window's fading weight
+    /// Seconds until an event is let through again: until the estimate plus `headroom` is within the limit (1 for a
+    /// hit, which counts itself; a hair above 0 for a check, which needs the estimate strictly under the limit). In this window while only the previous window's fading weight
     /// is in the way; otherwise in the next one, once this window's count has faded enough there. A client that
     /// waits exactly this long is let through (it was told too little before: at the start of the next window this
     /// window still weighs fully).
-    func retryAfter(rule: RateLimitRule, now: Int64, headroom: Int) -> Int {
+    func retryAfter(rule: RateLimitRule, now: Int64, headroom: Double) -> Int {
         let length = Double(rule.window.wholeMilliseconds)
-        let room = Double(rule.limit - headroom)
+        let room = Double(rule.limit) - headroom
         let wait: Double
         if Double(current) <= room {
             // previous · (1 − t/length) + current ≤ room  ⇔  t ≥ length · (1 − (room − current) / previous)

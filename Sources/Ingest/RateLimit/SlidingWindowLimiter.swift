@@ -69,9 +69,9 @@ public final class SlidingWindowLimiter: Sendable {
     private static func decision(_ windows: [LimiterWindow], rules: [RateLimitRule], now: Int64, counting: Bool) -> Decision {
         var worst = 0
         for (window, rule) in zip(windows, rules) {
-            let estimate = window.estimate(rule: rule, now: now) + (counting ? 1 : 0)
+            let estimate = window.estimate(rule: rule, now: now) + (counting ? 1 : 0.001)
             if counting ? estimate > Double(rule.limit) : estimate >= Double(rule.limit) {
-                worst = max(worst, window.retryAfter(rule: rule, now: now, headroom: counting ? 1 : 0))
+                worst = max(worst, window.retryAfter(rule: rule, now: now, headroom: counting ? 1 : 0.001))
             }
         }
         return worst == 0 ? .allowed : .limited(retryAfterSeconds: worst)

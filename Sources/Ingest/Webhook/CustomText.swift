@@ -21,18 +21,40 @@ enum CustomText {
         return .success(AlertEvent(kind: .generic, message: cut(trimmed)))
     }
 
-    /// How much a tolerant reading of a template looks like the template: one point per part of a push it fills
-    /// (a title key, a body key, Uptime Kuma's `heartbeat`, its `monitor`), less one per other member. A message
-    /// quoting JSON (`…keyword is not in [{"status":"error","db":"down"}]`) can also be read as a template whose
-    /// body stops early and that has a `db` key, or whose title swallows the rest: both score lower.
+    /// How much a tolerant reading of a template looks like the template: a thousand points per part of a push it
+    /// fills (a title key, a body key, Uptime Kuma's `heartbeat`, its `monitor`), less one per bracket its strings
+    /// leave open or close without opening. A message quoting JSON (`…keyword is not in [{"status":"error","db":
+    /// "down"}]`) can also be read as a body cut at `"error` (its `[{` left open) beside a made-up `db` key, or as a
+    /// title that swallows the body (one part fewer): both score lower. Readings that differ only in where a plain
+    /// member ends score the same, and the first found (each string ended at its first possible quote) wins.
     static func templateLikeness(_ value: JSONValue) -> Int {
-        guard case .object(let members) = value else { return -value.valueCount }
+        guard case .object(let members) = value else { return -unbalancedBrackets(in: value) }
         let keys = Set(members.map(\.key))
         let roles = [
             !keys.isDisjoint(with: WebhookParser.genericTitleKeys), !keys.isDisjoint(with: WebhookParser.genericBodyKeys),
             keys.contains("heartbeat"), keys.contains("monitor")
         ].count { $0 }
-        return roles * 1000 - (members.count - roles)
+        return roles * 1000 - unbalancedBrackets(in: value)
+    }
+
+    /// Brackets (`[` `{` and `]` `}` alike) the strings in `value` leave open, plus those they close unopened.
+    static func unbalancedBrackets(in value: JSONValue) -> Int {
+        switch value {
+        case .string(let text):
+            var open = 0
+            var unopened = 0
+            for byte in text.utf8 {
+                if byte == UInt8(ascii: "[") || byte == UInt8(ascii: "{") {
+                    open += 1
+                } else if byte == UInt8(ascii: "]") || byte == UInt8(ascii: "}") {
+                    if open > 0 { open -= 1 } else { unopened += 1 }
+                }
+            }
+            return open + unopened
+        case .object(let members): return members.reduce(0) { $0 + unbalancedBrackets(in: $1.value) }
+        case .array(let elements): return elements.reduce(0) { $0 + unbalancedBrackets(in: $1) }
+        default: return 0
+        }
     }
 
     /// `text` cut at a character boundary to at most `maximumBodyBytes` UTF-8 bytes.

@@ -13,8 +13,8 @@ enum FormText {
         let bytes = Array(text.utf8)
         // JSON-looking text is never a form, whatever `&name=` it holds inside its strings.
         guard let first = bytes.first, !"{[\"".utf8.contains(first), nameLength(bytes, from: 0) != nil else { return nil }
-        // Raw spaces or line breaks: a template wrote this unescaped, so its values are text that may hold `&x=` (a
-        // monitor URL's query, `…/health?key=abc&region=eu`); only a name the relay reads starts a field there.
+        // Raw spaces or line breaks: a template wrote this unescaped, so its values are text that may hold `&x=`: a
+        // monitor URL's query (`…/health?key=abc&region=eu`) is not split there (`startsField`).
         let unescaped = bytes.contains { $0 == 0x20 || $0 == 0x0a || $0 == 0x0d || $0 == 0x09 }
         var fields: [String: String] = [:]
         var start = 0
@@ -35,12 +35,22 @@ enum FormText {
         return isForm ? fields : nil
     }
 
-    /// Whether a field starts at `at`: a `name=`, and in unescaped text one the relay reads.
+    /// Whether a field starts at `at`, just after an `&`: a `name=`; in unescaped text not when the `&` continues a
+    /// URL's query (the word it is in holds a `?`), unless the name is one the relay reads.
     private static func startsField(_ bytes: [UInt8], at: Int, unescaped: Bool) -> Bool {
         guard let length = nameLength(bytes, from: at) else { return false }
         guard unescaped else { return true }
-        guard let name = decode(bytes[at..<(at + length - 1)]) else { return false }
-        return knownNames.contains(name) || name.hasPrefix("heartbeat[") || name.hasPrefix("monitor[")
+        if let name = decode(bytes[at..<(at + length - 1)]),
+            knownNames.contains(name) || name.hasPrefix("heartbeat[") || name.hasPrefix("monitor[")
+        {
+            return true
+        }
+        var i = at - 2
+        while i >= 0, !(bytes[i] == 0x20 || bytes[i] == 0x0a || bytes[i] == 0x0d || bytes[i] == 0x09) {
+            if bytes[i] == UInt8(ascii: "?") { return false }
+            i -= 1
+        }
+        return true
     }
 
     /// The length of `name=` at `from` when the bytes there are a field name (letters, digits, `_.-~[]` and `%XX`)
