@@ -34,8 +34,11 @@ extension DeliveryEngine {
         var verdict = verdict(for: answer.result, of: flight)
         if verdict == .refreshProviderToken, tokens.expired(generation: flight.generation) == .tooYoung {
             // Resending with the same token meets the same 403, on a new connection each time (a reconnect storm to
-            // APNs): a configuration fault instead, paused and probed like a bad key.
+            // APNs): a configuration fault instead, paused and probed like a bad key. The connection still goes: APNs
+            // wedges one whose token it refused, and the probe after the clock is fixed must not meet it (replacing
+            // an already replaced connection does nothing, so this is one reconnect per connection at most).
             verdict = .pause(reason: "ExpiredProviderToken")
+            pool(for: flight.environment).recycle(answer.connection)
         }
         if case .success = answer.result { noteAnswerFromAPNs() }
         let answered = AnsweredPush(flight: flight, verdict: verdict, connection: answer.connection, now: clock.nowMillis())
@@ -140,7 +143,14 @@ extension DeliveryEngine {
     /// dead-lettered with the first refusal (SPEC §4), not retried until JOB_TTL with two requests per attempt. The
     /// other environment's faults never pause the configured one (`updateBreaker`).
     private func finalVerdict(_ verdict: Verdict, of flight: InFlight) -> Verdict {
-        guard flight.switched, flight.environment != configuration.environment, case .pause = verdict else { return verdict }
+        guard flight.switched, flight.environment != configuration.environment, case .pause(let reason) = verdict else {
+            return verdict
+        }
+        // The dead letter says BadDeviceToken (the configured environment's refusal, what `replay --reason` finds);
+        // the other environment's own fault is said here, or an operator would only see a token problem.
+        logger.warning(
+            "the other APNs environment refuses our credentials or topic, so pushes it should take are dead-lettered as BadDeviceToken",
+            ["apns.environment": flight.environment.rawValue, "apns.reason": reason])
         return .deadLetter(reason: "BadDeviceToken")
     }
 

@@ -59,7 +59,8 @@ public final class ProviderTokenSource: Sendable {
     /// The current token and its generation (which identifies it when reporting it expired).
     public func token() throws(ES256.KeyError) -> (token: String, generation: Int) {
         let now = clock.nowMillis()
-        if let current = current.withLock({ $0 }), now - current.issuedAt < Self.lifetime.wholeMilliseconds {
+        // A token "issued" in the future (the clock was stepped back) is stale too: APNs would refuse it.
+        if let current = current.withLock({ $0 }), (0..<Self.lifetime.wholeMilliseconds).contains(now - current.issuedAt) {
             return (current.token, current.generation)
         }
         return try renew(now: now, replacing: nil)
@@ -81,7 +82,8 @@ public final class ProviderTokenSource: Sendable {
     public func expired(generation: Int) -> Renewal {
         let now = clock.nowMillis()
         guard let current = current.withLock({ $0 }), current.generation == generation else { return .renewed }
-        guard now - current.issuedAt >= Self.minimumForcedInterval.wholeMilliseconds else { return .tooYoung }
+        let age = now - current.issuedAt
+        guard age >= Self.minimumForcedInterval.wholeMilliseconds || age < 0 else { return .tooYoung }
         // A key that cannot sign leaves the old token; the resend meets the 403 again and ends as a retry.
         _ = try? renew(now: now, replacing: generation)
         return .renewed

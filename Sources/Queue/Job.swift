@@ -205,7 +205,7 @@ public struct PendingJob: Sendable, Equatable {
 
     public init(
         id: Int64, payload: [UInt8], createdAt: Int64, reportsOutcome: Bool = false, folded: FoldedAlerts = FoldedAlerts(),
-        badge: Int? = nil, expiresAt: Int64 = .max
+        badge: Int? = nil, expiresAt: Int64
     ) {
         self.expiresAt = expiresAt
         self.id = id

@@ -218,6 +218,18 @@ import Testing
         #expect(h.tokens.refreshes.load(ordering: .relaxed) == 2)
     }
 
+    /// A clock stepped back leaves the token "issued" in the future, which APNs refuses: it is made again, not
+    /// kept until the clock catches up.
+    @Test func aTokenIssuedInTheFutureIsMadeAgain() throws {
+        let h = try DeliveryHarness()
+        defer { h.stop() }
+        let (_, generation) = try h.tokens.token()
+        h.clock.advance(.seconds(-3600))
+        #expect(try h.tokens.token().generation == generation + 1)
+        h.clock.advance(.seconds(-60))
+        #expect(h.tokens.expired(generation: generation + 1) == .renewed, "called expired, it is renewed at once")
+    }
+
     /// APNs answers 503 for a while: attempts stop after the breaker opens (only probes go out), and once APNs
     /// is back the backlog goes out at once, in order.
     @Test func anOutageSpendsFewAttemptsAndTheBacklogFollowsRecoveryInOrder() throws {
@@ -317,13 +329,16 @@ import Testing
         #expect(h.waitUntil { (try? h.store.liveJobCount()) == 0 }, "the first push counts towards the burst")
         h.simulator.faults.withLock { $0.silent = true }
         let now = h.clock.nowMillis()
-        // Expires 0.8 s after the digest window of the first push ends (the clock is moved there below): sent as
-        // a digest, then out of time while its request waits for an answer that never comes.
-        _ = try h.store.enqueue([Self.alert(device.id, "old")], now: now + 6_800 - 3_600_000, ttl: .seconds(3600))
+        // Expires 10 s after the digest window of the first push ends (the clock is moved there below): sent as a
+        // digest well within its time, which then runs out (the clock moved 15 s on) while its request waits for an
+        // answer that never comes. The lease (the request's 1.5 s and 30 s more) still holds.
+        _ = try h.store.enqueue([Self.alert(device.id, "old")], now: now + 16_000 - 3_600_000, ttl: .seconds(3600))
         _ = try h.store.enqueue((1...2).map { Self.alert(device.id, "New\($0)") }, now: now, ttl: .seconds(86_400))
         h.clock.advance(.seconds(6))
         h.engine.wake()
         #expect(h.waitUntil { h.metrics.value("kumapush_digests_total") == 1 }, "the head went out as a digest")
+        #expect(h.metrics.value("kumapush_alerts_merged_total") == 3, "the head carried both fresh alerts")
+        h.clock.advance(.seconds(15))
         #expect(h.waitUntil { (try? h.store.countDeadLetters(DeadLetterFilter())) == 1 }, "the head expired")
         h.simulator.faults.withLock { $0.silent = false }
         h.engine.wake()

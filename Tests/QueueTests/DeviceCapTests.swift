@@ -94,7 +94,7 @@ import Testing
         let left =
             try pending(db, device)
             + db.store.claim(worker: "w1", limit: 10, now: t0, lease: .seconds(60)).map {
-                PendingJob(id: $0.id, payload: $0.payload, createdAt: $0.createdAt, folded: $0.folded)
+                PendingJob(id: $0.id, payload: $0.payload, createdAt: $0.createdAt, folded: $0.folded, expiresAt: $0.expiresAt)
             }
         #expect(left.count == 1, "the untouched tail is the device's next job")
         #expect(left.first?.folded.entries.map(\.name) == ["M4", "M5"])
