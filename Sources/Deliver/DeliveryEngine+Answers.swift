@@ -32,13 +32,20 @@ extension DeliveryEngine {
         guard let flight = loopState.inFlight[answer.jobID], flight.job.publicID == answer.publicID else { return }
         loopState.inFlight[answer.jobID] = nil
         var verdict = verdict(for: answer.result, of: flight)
-        if verdict == .refreshProviderToken, tokens.expired(generation: flight.generation) == .tooYoung {
-            // Resending with the same token meets the same 403, on a new connection each time (a reconnect storm to
-            // APNs): a configuration fault instead, paused and probed like a bad key. The connection still goes: APNs
-            // wedges one whose token it refused, and the probe after the clock is fixed must not meet it (replacing
-            // an already replaced connection does nothing, so this is one reconnect per connection at most).
-            verdict = .pause(reason: "ExpiredProviderToken")
+        if verdict == .refreshProviderToken, tokens.expired(generation: flight.generation) == .tooYoung, flight.tokenRefused {
+            // The push already went again on a new connection after the same answer, and APNs still calls a token
+            // too young to renew expired: resending more would be a reconnect per answer, forever (a host whose
+            // clock is off). It is retried with backoff and counts towards the outage breaker instead, which then
+            // sends only probes. A single such answer is still resent, as before. The connection still goes: APNs
+            // wedges one whose token it refused.
+            verdict = .retry(reason: "ExpiredProviderToken", outage: true)
             pool(for: flight.environment).recycle(answer.connection)
+            if loopState.clockWarnedGeneration != flight.generation {
+                loopState.clockWarnedGeneration = flight.generation
+                logger.error(
+                    "APNs calls a provider token under 20 minutes old expired: this host's clock is probably wrong (check NTP); pushes are retried, and a new token is made once this one is 20 minutes old"
+                )
+            }
         }
         if case .success = answer.result { noteAnswerFromAPNs() }
         let answered = AnsweredPush(flight: flight, verdict: verdict, connection: answer.connection, now: clock.nowMillis())
@@ -93,15 +100,9 @@ extension DeliveryEngine {
             loopState.claimDue = true
         case .paused(let reason):
             recordPause(reason, now: now)
-            if reason == "ExpiredProviderToken" {
-                logger.error(
-                    "APNs calls a provider token under 20 minutes old expired: this host's clock is probably wrong (check NTP). Delivery paused, jobs kept; probing once a minute",
-                    ["apns.reason": reason])
-            } else {
-                logger.error(
-                    "APNs rejects our credentials or topic: delivery paused, jobs kept. Fix APNS_KEY_ID, APNS_TEAM_ID, APP_BUNDLE_IDENTIFIER or the key, then restart",
-                    ["apns.reason": reason])
-            }
+            logger.error(
+                "APNs rejects our credentials or topic: delivery paused, jobs kept. Fix APNS_KEY_ID, APNS_TEAM_ID, APP_BUNDLE_IDENTIFIER or the key, then restart",
+                ["apns.reason": reason])
         case .none:
             break
         }
@@ -118,9 +119,9 @@ extension DeliveryEngine {
             resend(flight)
             return .resent
         case .refreshProviderToken where flight.resends < 5:
-            // The token was renewed in `handle` (step 1).
+            // The token was renewed in `handle` (step 1), when it was old enough.
             pool(for: flight.environment).recycle(answered.connection)
-            resend(flight)
+            resend(flight, afterExpiredToken: true)
             return .resent
         default:
             break
@@ -154,11 +155,11 @@ extension DeliveryEngine {
         return .deadLetter(reason: "BadDeviceToken")
     }
 
-    private func resend(_ flight: InFlight) {
+    private func resend(_ flight: InFlight, afterExpiredToken: Bool = false) {
         loopState.resendQueue.append(
             Resend(
                 job: flight.job, resends: flight.resends + 1, environment: flight.environment,
-                switched: flight.switched))
+                switched: flight.switched, tokenRefused: flight.tokenRefused || afterExpiredToken))
     }
 
     /// Step 4: the delivery counters, and a warning for a dead letter. Only pushes APNs accepted count towards

@@ -67,6 +67,8 @@ public final class DeliveryEngine: Sendable {
         let started: ContinuousClock.Instant
         /// Pending jobs this push is a digest of.
         let merged: [MergedJob]
+        /// APNs already called this attempt's provider token expired once, and it went again on a new connection.
+        var tokenRefused = false
     }
 
     struct Answer: Sendable {
@@ -293,6 +295,8 @@ public final class DeliveryEngine: Sendable {
         let resends: Int
         let environment: Settings.APNsEnvironment?
         let switched: Bool
+        /// Resent after APNs called the provider token expired (see `InFlight.tokenRefused`).
+        var tokenRefused = false
     }
 
     private func send(_ attempt: Resend, outcomes: inout [JobOutcome]) {
@@ -351,7 +355,7 @@ public final class DeliveryEngine: Sendable {
         }
         state.inFlight[job.id] = InFlight(
             job: job, generation: generation, resends: resends, environment: environment,
-            switched: attempt.switched, started: .now, merged: merged.map(\.asMerged))
+            switched: attempt.switched, started: .now, merged: merged.map(\.asMerged), tokenRefused: attempt.tokenRefused)
         state.lastSentAt = .now
         metrics.observe("kumapush_webhook_to_apns_seconds", value: Double(max(0, clock.nowMillis() - job.createdAt)) / 1000)
         connection.send(request) { [weak self] result in

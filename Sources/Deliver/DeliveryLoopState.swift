@@ -26,6 +26,8 @@ struct DeliveryLoopState {
     /// wake-up, a retry coming due, the once-a-second claim), not on every turn of the loop.
     var probeFoundNothing = false
     var nextRetryAt: Int64?
+    /// The provider token generation the clock warning was last logged for (once per token, not per push).
+    var clockWarnedGeneration: Int?
     /// Last time there was anything to do (for the idle poll interval).
     var lastActivity = ContinuousClock.now
 }
