@@ -7,11 +7,11 @@
 /// - raw control characters (newline, tab, CR…) are taken literally;
 /// - a `"` ends the string only where the structure after it says so (a key is followed by `:`; a value by `}` or
 ///   by `,` and the next key; an element by `]` or by `,` and the next value; a lone top-level string by the end).
-///   Any other `"` is text. Where several quotes of a string value could end it (a message holding
-///   `[{"status":"error","db":"down"}]` before the template's own `"}`), every way of ending the strings that makes
-///   a whole document is found (at most `searchRuns` parses of it) and the caller's `preference` picks one: the
-///   template's own keys, not keys made of the message's text. Ties go to the parse that ends strings earliest;
-///   keys always end at their first possible quote (they are the template's own text);
+///   Any other `"` is text. Where several quotes could end one of the top level's string values (a message
+///   holding `[{"status":"error","db":"down"}]` before the template's own `"}`), the ways of ending them that make a
+///   whole document are searched (`search`: at most `searchRuns` parses and `searchBytes` read) and the caller's
+///   `preference` picks one; ties go to the parse that ends strings earliest. A search cut short reads as its first
+///   parse. Keys, and strings nested deeper, end at their first possible quote;
 /// - an escape that is not JSON (`C:\path`) keeps its backslash as text; and when a document does not parse
 ///   otherwise, a second pass takes a `\"` whose quote can end the string as a backslash that ends the text
 ///   (a message ending in `\` right before the template's closing quote).
