@@ -42,7 +42,8 @@ public final class IngestService: Sendable {
             store: store, clock: clock, registerLimiter: SlidingWindowLimiter(rules: settings.rateLimitRegister),
             logger: logger)
         webhook = WebhookEndpoint(
-            store: store, writer: writer, clock: clock, queueMax: settings.queueMax, testWait: settings.testWait,
+            store: store, writer: writer, clock: clock, queueMax: settings.queueMax, deviceCap: settings.deviceQueueMax,
+            testWait: settings.testWait,
             failedLimiter: SlidingWindowLimiter(rules: settings.rateLimitWebhookFailed),
             webhookLimiter: SlidingWindowLimiter(rules: settings.rateLimitWebhook),
             clientLimiter: SlidingWindowLimiter(rules: settings.rateLimitWebhookIP),

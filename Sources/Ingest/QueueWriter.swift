@@ -171,7 +171,7 @@ public final class QueueWriter: Sendable {
         metrics.observe("kumapush_enqueue_batch_size", value: Double(batch.count))
         do {
             let results = try store.enqueue(batch.map(\.job), now: clock.nowMillis(), ttl: ttl, deviceCap: deviceCap)
-            let queued = results.filter { $0 == .queued }.count
+            let queued = results.filter(\.storedAJob).count
             state.withLock { $0.depth += queued }
             if queued > 0 { onCommit() }
             for (pending, result) in zip(batch, results) { pending.completion(.success(result)) }

@@ -89,12 +89,25 @@ public struct ReportedOutcome: Sendable, Hashable {
 
 /// What happened to one job of an enqueue batch.
 public enum EnqueueResult: Sendable, Equatable {
+    /// Stored as a job of its own. A job that reports its outcome waits for it (the Test button).
     case queued
+    /// Stored as a job of its own, but as an alert that does not report its outcome, although it was posted as a
+    /// Test request: the device already has a Test request waiting, or is at its cap (`EnqueuePlan`).
+    case queuedAsAlert
+    /// A Test request whose push the device's waiting Test job already carries: nothing was stored; the request is
+    /// answered with that job's public id.
+    case sameAsWaitingTest(publicID: String)
+    /// The device holds its cap of live jobs and has no waiting job to fold the alert into (a cap of one or two):
+    /// nothing was stored, and only this device's webhook is refused.
+    case deviceFull
     /// The device already holds its cap of live jobs (`DEVICE_QUEUE_MAX`): the alert was folded into the device's
     /// newest waiting job, whose push (a digest) accounts for it. Stored and acknowledged, not a job of its own.
     case merged
     /// The device was deleted between the lookup and the commit; nothing was stored.
     case deviceGone
+
+    /// Whether a job row of its own was stored (what QUEUE_MAX counts).
+    public var storedAJob: Bool { self == .queued || self == .queuedAsAlert }
 }
 
 /// A job leased to a worker, with what is needed to send it.

@@ -291,6 +291,15 @@ enum Migrations {
                                        next_seq = max(next_seq, NEW.device_seq + 1)
                     WHERE id = NEW.device_id;
                 END;
+                """),
+        Migration(
+            version: 13, name: "the live jobs Test requests wait on, indexed by device",
+            sql: """
+                -- At most one live job per device reports its outcome to a waiting Test request (SPEC §4): enqueue
+                -- looks it up for every Test request. Jobs are not indexed by device (migration 12), and the partial
+                -- index holds only those few rows, so alerts never touch it. Only adds an index: processes of the
+                -- previous release go on working beside it.
+                CREATE INDEX jobs_waiting_tests ON jobs (device_id) WHERE reports_outcome = 1 AND state != 'discarded';
                 """)
     ]
 

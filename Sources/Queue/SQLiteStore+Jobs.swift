@@ -79,25 +79,41 @@ extension SQLiteStore {
                     try db.statement("UPDATE devices SET live_jobs = 0 WHERE id = ?").run([.text(job.deviceID)])
                     live = 0
                 }
-                if live >= deviceCap, !job.reportsOutcome, try Self.fold(job, badgeSince: badgeSince, expiresAt: expiresAt, db) {
-                    results.append(.merged)
+                let waitingTest = job.reportsOutcome && hasHead ? try Self.waitingTest(device: job.deviceID, db) : nil
+                let waits: Bool
+                switch EnqueuePlan.decide(job, device: EnqueuePlan.Device(live: live, waitingTest: waitingTest), cap: deviceCap) {
+                case .sameAsWaitingTest(let publicID):
+                    results.append(.sameAsWaitingTest(publicID: publicID))
                     continue
+                case .foldIntoTail:
+                    let folded = try Self.fold(job, badgeSince: badgeSince, expiresAt: expiresAt, db)
+                    results.append(folded ? .merged : .deviceFull)
+                    continue
+                case .store(let decided):
+                    waits = decided
                 }
                 try insert.run([
                     .text(job.publicID), .text(job.deviceID), .text(hasHead ? JobState.pending.rawValue : JobState.available.rawValue),
-                    .blob(job.payload), .integer(now), .integer(expiresAt), .integer(job.reportsOutcome ? 1 : 0), .integer(Int64(badge)),
+                    .blob(job.payload), .integer(now), .integer(expiresAt), .integer(waits ? 1 : 0), .integer(Int64(badge)),
                     .integer(number)
                 ])
-                results.append(.queued)
+                results.append(waits || !job.reportsOutcome ? .queued : .queuedAsAlert)
             }
             return results
         }
     }
 
+    /// The device's live job a Test request waits on, found through `jobs_waiting_tests` (migration 13).
+    static func waitingTest(device: String, _ db: SQLiteConnection) throws -> EnqueuePlan.WaitingTest? {
+        try db.statement(
+            "SELECT public_id, payload FROM jobs WHERE device_id = ? AND reports_outcome = 1 AND state != 'discarded' LIMIT 1"
+        ).rows([.text(device)]) { EnqueuePlan.WaitingTest(publicID: $0.text(0), payload: $0.blob(1)) }.first
+    }
+
     /// SPEC §2.4: a device at its cap of live jobs gets its new alert folded into its newest waiting job (never
-    /// a Test-button job, which is answered on its own). False when the device is under its cap (or has no such
-    /// job), and the caller stores a job as usual. The count is kept on the device row: raised by a trigger on insert,
-    /// lowered by `finish` (migrations 7 and 11).
+    /// a Test-button job, which is answered on its own). False when the device has no such job: the caller then
+    /// refuses the alert for this device (`EnqueueResult.deviceFull`). The count is kept on the device row: raised
+    /// by a trigger on insert, lowered by `finish` (migrations 7 and 11).
     private static func fold(_ job: NewJob, badgeSince: Int64, expiresAt: Int64, _ db: SQLiteConnection) throws -> Bool {
         guard let event = AlertEvent(jobPayload: job.payload),
             let (tailID, stored) = try newestFoldableJob(device: job.deviceID, db)

@@ -113,14 +113,15 @@ typealias ResponseBox = AnswerBox<RawHTTPClient.Response>
     @Test func everyWaitingRequestGetsItsOwnOutcomeAndThoseOverCapacityAreNotHeld() throws {
         let directory = TemporaryDirectory()
         let store = try SQLiteStore(path: directory.path("relay.db"), now: SystemClock().nowMillis())
-        let device = try store.registerDevice(
-            token: String(repeating: "ab", count: 32), authTokenHash: "h", now: 0,
-            newID: { try DeviceID.generate() }
-        ).device.id
+        // One device each: a device has at most one Test request waiting (SPEC §4).
+        let devices = try ["ab", "cd", "ef"].map {
+            try store.registerDevice(token: String(repeating: $0, count: 32), authTokenHash: "h", now: 0, newID: { try DeviceID.generate() })
+                .device.id
+        }
         let waiter = TestOutcomeWaiter(store: store, clock: SystemClock(), capacity: 2)
         let ids = ["a", "b", "c"].map { "00000000-0000-0000-0000-00000000000\($0)" }
         _ = try store.enqueue(
-            ids.map { NewJob(deviceID: device, publicID: $0, payload: AlertEvent.test("t").jobPayload, reportsOutcome: true) },
+            zip(devices, ids).map { NewJob(deviceID: $0, publicID: $1, payload: AlertEvent.test("t").jobPayload, reportsOutcome: true) },
             now: SystemClock().nowMillis(), ttl: .seconds(60))
         let recorders = ids.map { _ in Recorder() }
         let deadline = ContinuousClock.now + .seconds(20)
@@ -133,8 +134,7 @@ typealias ResponseBox = AnswerBox<RawHTTPClient.Response>
         let claimed = try store.claim(worker: "w", limit: 10, now: SystemClock().nowMillis(), lease: .seconds(60))
         let first = try #require(claimed.first { $0.publicID == ids[0] })
         _ = try store.finish([JobOutcome(first, kind: .delivered)], worker: "w", now: SystemClock().nowMillis())
-        let second = try #require(try store.claim(worker: "w", limit: 10, now: SystemClock().nowMillis(), lease: .seconds(60)).first)
-        #expect(second.publicID == ids[1])
+        let second = try #require(claimed.first { $0.publicID == ids[1] })
         _ = try store.finish(
             [JobOutcome(second, kind: .deadLetter(reason: "BadDeviceToken"))],
             worker: "w", now: SystemClock().nowMillis())

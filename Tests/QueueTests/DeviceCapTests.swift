@@ -52,13 +52,68 @@ import Testing
         let db = try TestDatabase(kind)
         let stormy = try db.device(1)
         let calm = try db.device(2)
-        _ = try db.store.enqueue((1...3).map { alert(stormy, $0) }, now: t0, ttl: .seconds(60), deviceCap: 3)
-        let results = try db.store.enqueue(
-            [alert(calm, 1), alert(stormy, 9, test: true), alert(stormy, 10)],
-            now: t0, ttl: .seconds(60), deviceCap: 3)
-        #expect(results == [.queued, .queued, .merged])
+        _ = try db.store.enqueue((1...2).map { alert(stormy, $0) } + [alert(stormy, 9, test: true)], now: t0, ttl: .seconds(60), deviceCap: 3)
+        let results = try db.store.enqueue([alert(calm, 1), alert(stormy, 10)], now: t0, ttl: .seconds(60), deviceCap: 3)
+        #expect(results == [.queued, .merged])
         let tail = try #require(try pending(db, stormy).last(where: { !$0.reportsOutcome }))
         #expect(tail.folded.entries.map(\.name) == ["M10"], "folded past the Test job, into the newest alert job")
+    }
+
+    /// SPEC §4: the cap holds for Test-shaped webhooks too. A Test request past the cap is folded like an alert
+    /// (answered 202 "merged" at once, never waiting), not stored past the cap as it was.
+    @Test(arguments: StoreKind.allCases) func aTestPastTheCapIsFoldedNotStored(_ kind: StoreKind) throws {
+        let db = try TestDatabase(kind)
+        let device = try db.device(1)
+        _ = try db.store.enqueue((1...3).map { alert(device, $0) }, now: t0, ttl: .seconds(60), deviceCap: 3)
+        #expect(try db.store.enqueue([alert(device, 4, test: true)], now: t0, ttl: .seconds(60), deviceCap: 3) == [.merged])
+        #expect(try db.store.liveJobCount() == 3)
+        #expect(try pending(db, device).last?.folded.count == 1)
+    }
+
+    /// The Test button pressed again and again while its first push waits (an APNs outage) stores nothing more:
+    /// each request is answered with the waiting job's id, in one batch or across many.
+    @Test(arguments: StoreKind.allCases) func theTestButtonPressedAgainWhileItsPushWaitsStoresNothing(_ kind: StoreKind) throws {
+        let db = try TestDatabase(kind)
+        let device = try db.device(1)
+        let first = alert(device, 1, test: true)
+        let again = { NewJob(deviceID: device, publicID: UUID().uuidString, payload: first.payload, reportsOutcome: true) }
+        let batch = try db.store.enqueue([alert(device, 7), first, again()], now: t0, ttl: .seconds(60), deviceCap: 20)
+        #expect(batch == [.queued, .queued, .sameAsWaitingTest(publicID: first.publicID)])
+        for _ in 0..<30 {
+            #expect(try db.store.enqueue([again()], now: t0, ttl: .seconds(60), deviceCap: 20) == [.sameAsWaitingTest(publicID: first.publicID)])
+        }
+        #expect(try db.store.liveJobCount() == 2)
+        // Once the waiting Test job is delivered, the next press waits for its own push again.
+        let heads = try db.claim()
+        _ = try db.store.finish([.delivered(heads[0])], worker: "w1", now: t0)
+        let second = try #require(try db.claim().first)
+        #expect(second.publicID == first.publicID)
+        _ = try db.store.finish([.delivered(second)], worker: "w1", now: t0)
+        #expect(try db.store.enqueue([again()], now: t0, ttl: .seconds(60), deviceCap: 20) == [.queued])
+    }
+
+    /// A certificate-expiry notice has the Test button's shape but says something else: while a Test request waits
+    /// it is kept as an alert (stored, not waiting, foldable), so no notice is lost.
+    @Test(arguments: StoreKind.allCases) func aDifferentTestShapedNoticeWhileATestWaitsIsKeptAsAnAlert(_ kind: StoreKind) throws {
+        let db = try TestDatabase(kind)
+        let device = try db.device(1)
+        let results = try db.store.enqueue(
+            [alert(device, 1, test: true), alert(device, 2, test: true), alert(device, 3)], now: t0, ttl: .seconds(60), deviceCap: 3)
+        #expect(results == [.queued, .queuedAsAlert, .queued])
+        #expect(try pending(db, device).map(\.reportsOutcome) == [false, false], "only the first waits for its outcome")
+        #expect(try db.store.enqueue([alert(device, 4, test: true)], now: t0, ttl: .seconds(60), deviceCap: 3) == [.merged])
+    }
+
+    /// With nothing to fold into (a cap of one: the head alone), an alert past the cap is refused for its device
+    /// only — never stored past the cap — and other devices' alerts are stored as usual.
+    @Test(arguments: StoreKind.allCases) func anAlertPastTheCapWithNothingToFoldIntoIsRefusedForThatDeviceOnly(_ kind: StoreKind) throws {
+        let db = try TestDatabase(kind)
+        let full = try db.device(1)
+        let other = try db.device(2)
+        let results = try db.store.enqueue(
+            [alert(full, 1), alert(full, 2), alert(other, 1), alert(full, 3, test: true)], now: t0, ttl: .seconds(60), deviceCap: 1)
+        #expect(results == [.queued, .deviceFull, .queued, .deviceFull])
+        #expect(try db.store.liveJobCount() == 2)
     }
 
     @Test(arguments: StoreKind.allCases) func storageStaysBoundedHoweverLongTheStormLasts(_ kind: StoreKind) throws {

@@ -89,6 +89,16 @@ final class TestOutcomeWaiter: Sendable {
         }
     }
 
+    /// The answer to a Test request that joined the device's waiting Test job instead of storing one (SPEC §4), at
+    /// once and without holding the connection: 502 while delivery is paused by a configuration fault (the push
+    /// cannot arrive), else 202 with the waiting job's id. Reads the store: call it off the writer thread.
+    func answerAtOnce(joining publicID: String) -> HTTPResponse {
+        if let pause = try? store.currentPause(since: clock.nowMillis() - Self.pauseFreshness) {
+            return .error(502, "relay cannot deliver: \(pause) (configuration)")
+        }
+        return WebhookEndpoint.queued(publicID)
+    }
+
     /// 200 delivered, 410 unregistered, 502 rejected by APNs or given up by the relay.
     static func response(for outcome: ReportedOutcome) -> HTTPResponse {
         switch outcome.kind {

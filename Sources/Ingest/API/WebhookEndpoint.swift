@@ -9,6 +9,8 @@ struct WebhookEndpoint: Sendable {
     let writer: QueueWriter
     let clock: any WallClock
     let queueMax: Int
+    /// DEVICE_QUEUE_MAX, for the log line of a refusal.
+    let deviceCap: Int
     /// How long a Test-button webhook waits for APNs' answer (SPEC §2.2); zero answers 202 at once.
     let testWait: Duration
     /// Per client IP: failures (400/404/410). Past it, the client gets 429 for unknown device ids only: a device
@@ -62,11 +64,19 @@ struct WebhookEndpoint: Sendable {
                 if !testWaiter.wait(for: job.publicID, until: .now + testWait, responder: responder) {
                     responder.respond(Self.queued(job.publicID))
                 }
-            case .success(.queued):
+            case .success(.queued), .success(.queuedAsAlert):
+                // An alert, or a Test request kept as one (another Test waits, or the device is at its cap): at once.
                 responder.respond(Self.queued(job.publicID))
+            case .success(.sameAsWaitingTest(let waitingID)):
+                // The Test button pressed again while its first push waits (SPEC §4): nothing new was stored. Off the
+                // writer thread: the answer reads whether delivery is paused.
+                DispatchQueue.global().async { responder.respond(testWaiter.answerAtOnce(joining: waitingID)) }
             case .success(.merged):
                 // Stored, folded into the device's waiting digest (DEVICE_QUEUE_MAX): acknowledged like any alert.
                 responder.respond(Self.merged)
+            case .success(.deviceFull):
+                logger.warning("device queue full, webhook refused", ["device.queue_max": String(deviceCap)])
+                responder.respond(Self.deviceFull)
             case .success(.deviceGone):
                 if case .limited(let seconds) = overFailedLimit { return responder.respond(Self.tooManyRequests(seconds)) }
                 // Off the writer thread: the tombstone lookup reads the disk and the writer must keep committing.
@@ -104,4 +114,7 @@ struct WebhookEndpoint: Sendable {
     }
 
     static let queueUnavailable = HTTPResponse.error(503, "queue unavailable", headers: [("Retry-After", retryAfterSeconds)])
+
+    /// The device holds DEVICE_QUEUE_MAX live jobs and none its alert could be folded into (a cap of one or two).
+    static let deviceFull = HTTPResponse.error(503, "device queue full", headers: [("Retry-After", retryAfterSeconds)])
 }

@@ -190,6 +190,15 @@ enum PostgresMigrations {
                 DROP FUNCTION jobs_live_after_update();
                 UPDATE devices SET live_jobs = (SELECT count(*) FROM jobs WHERE jobs.device_id = devices.id AND jobs.state <> 'discarded')
                 WHERE live_jobs <> (SELECT count(*) FROM jobs WHERE jobs.device_id = devices.id AND jobs.state <> 'discarded');
+                """),
+        Migrations.Migration(
+            version: 13, name: "the live jobs Test requests wait on, indexed by device",
+            sql: """
+                -- At most one live job per device reports its outcome to a waiting Test request (SPEC §4): enqueue
+                -- looks it up for every chunk holding a Test request, and jobs_by_device would walk every job of the
+                -- device, dead letters included. This partial index holds only those few rows. (Version 12 is
+                -- SQLite's alone.) Only adds an index: processes of the previous release go on working beside it.
+                CREATE INDEX jobs_waiting_tests ON jobs (device_id) WHERE reports_outcome AND state <> 'discarded';
                 """)
     ]
 

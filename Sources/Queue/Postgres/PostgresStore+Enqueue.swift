@@ -79,6 +79,8 @@ extension PostgresStore {
         var downMonitors: Set<String> = []
         /// Where an alert past the cap is folded: the newest waiting job that is not a Test-button job.
         var tail: Tail?
+        /// The live job a Test request waits on; read only for chunks holding a Test request.
+        var waitingTest: EnqueuePlan.WaitingTest?
     }
 
     private enum Tail {
@@ -89,6 +91,8 @@ extension PostgresStore {
     private struct Row {
         var job: NewJob
         var state: String
+        /// Whether the job reports its outcome to the Test request that posted it (`EnqueuePlan`).
+        var waits: Bool
         var badge: Int
         var folded = FoldedAlerts()
     }
@@ -113,10 +117,17 @@ extension PostgresStore {
                 if monitor.isDown { device.downMonitors.insert(monitor.key) } else { device.downMonitors.remove(monitor.key) }
             }
             let badge = device.downMonitors.count
-            // SPEC §2.4: past the cap, the alert folds into the newest waiting job (never a Test-button job).
-            if context.deviceCap < .max, !job.reportsOutcome, device.live >= context.deviceCap,
-                let event = AlertEvent(jobPayload: job.payload), let tail = device.tail
-            {
+            let waits: Bool
+            switch EnqueuePlan.decide(job, device: EnqueuePlan.Device(live: device.live, waitingTest: device.waitingTest), cap: context.deviceCap) {
+            case .sameAsWaitingTest(let publicID):
+                results.append(.sameAsWaitingTest(publicID: publicID))
+                continue
+            case .foldIntoTail:
+                // SPEC §2.4: past the cap, the alert folds into the newest waiting job (never a Test-button job).
+                guard let event = AlertEvent(jobPayload: job.payload), let tail = device.tail else {
+                    results.append(.deviceFull)
+                    continue
+                }
                 switch tail {
                 case .stored(let id, var folded):
                     folded.add(event)
@@ -128,12 +139,18 @@ extension PostgresStore {
                 }
                 results.append(.merged)
                 continue
+            case .store(let decided):
+                waits = decided
             }
-            rows.append(Row(job: job, state: device.hasHead ? "pending" : "available", badge: badge))
-            if device.hasHead && !job.reportsOutcome { device.tail = .inChunk(row: rows.count - 1) }
+            rows.append(Row(job: job, state: device.hasHead ? "pending" : "available", waits: waits, badge: badge))
+            if waits {
+                device.waitingTest = EnqueuePlan.WaitingTest(publicID: job.publicID, payload: job.payload)
+            } else if device.hasHead {
+                device.tail = .inChunk(row: rows.count - 1)
+            }
             device.hasHead = true
             device.live += 1
-            results.append(.queued)
+            results.append(waits || !job.reportsOutcome ? .queued : .queuedAsAlert)
         }
         // NOTIFY is delivered at commit, once per transaction however many chunks asked for it.
         let notify = results.contains { $0 != .deviceGone }
@@ -197,6 +214,18 @@ extension PostgresStore {
         // (by a deliverer older than migration 11, still running through an upgrade) is set right by this chunk.
         for (id, device) in devices where !device.hasHead && device.live != 0 { devices[id]?.live = 0 }
         guard !devices.isEmpty else { return devices }
+        let testing = Set(chunk.filter(\.reportsOutcome).map(\.deviceID)).filter { devices[$0]?.hasHead == true }
+        if !testing.isEmpty {
+            // Through jobs_waiting_tests (migration 13): only the few live jobs Test requests wait on.
+            for (device, publicID, payload) in try db.rows(
+                """
+                SELECT device_id, public_id, payload FROM jobs
+                WHERE device_id = ANY($1::text[]) AND reports_outcome AND state <> 'discarded'
+                """, [.texts(testing)], { ($0.text(0), $0.text(1), $0.bytes(2)) })
+            {
+                devices[device]?.waitingTest = EnqueuePlan.WaitingTest(publicID: publicID, payload: payload)
+            }
+        }
         let arriving = Dictionary(chunk.map { ($0.deviceID, 1) }, uniquingKeysWith: +)
         let mayReachCap = context.deviceCap < .max && devices.contains { $0.value.live + (arriving[$0.key] ?? 0) > context.deviceCap }
         if mayReachCap {
@@ -249,7 +278,7 @@ extension PostgresStore {
                 .integer(context.now), .integer(context.expiresAt),
                 .texts(entries.map(\.key.device)), .texts(entries.map(\.key.monitor)), .booleans(entries.map(\.value)),
                 .texts(rows.map(\.job.publicID)), .texts(rows.map(\.job.deviceID)), .texts(rows.map(\.state)),
-                .byteArrays(rows.map(\.job.payload)), .booleans(rows.map(\.job.reportsOutcome)), .integers(rows.map(\.badge)),
+                .byteArrays(rows.map(\.job.payload)), .booleans(rows.map(\.waits)), .integers(rows.map(\.badge)),
                 .byteArrays(rows.map { $0.folded.isEmpty ? nil : $0.folded.encoded }), .integers(rows.map(\.folded.count)),
                 .boolean(notify), .texts(liveJobs.keys), .integers(liveJobs.values)
             ])
