@@ -13,7 +13,8 @@ enum ReplayCommand: Command {
           --since DURATION    only those dead-lettered within the last DURATION (e.g. 2h, 7d)
           --dry-run           count what would be replayed, change nothing
 
-        Replayed jobs get a fresh JOB_TTL and keep per-device order behind what is already queued.
+        Replayed jobs get a fresh JOB_TTL and keep per-device order behind what is already queued. A dead
+        letter whose device already holds DEVICE_QUEUE_MAX live jobs stays where it is (replay again later).
         """
 
     /// Rows per transaction: small enough that ingest and deliver never wait long for the write lock.
@@ -38,14 +39,21 @@ enum ReplayCommand: Command {
         }
         let progress = ProgressBar(total: total, label: "replaying")
         var replayed = 0
-        while replayed < total {
-            let count = try store.replayDeadLetters(filter, limit: batchSize, now: clock.nowMillis(), ttl: settings.jobTTL)
-            if count == 0 { break }
-            replayed += count
-            progress.update(replayed)
+        var left = 0
+        while true {
+            let batch = try store.replayDeadLetters(
+                filter, limit: batchSize, now: clock.nowMillis(), ttl: settings.jobTTL, deviceCap: settings.deviceQueueMax)
+            guard let last = batch.lastExamined else { break }
+            filter.after = last
+            replayed += batch.replayed
+            left += batch.leftAtCap
+            progress.update(min(total, replayed + left))
         }
         progress.finish()
         print("replayed \(replayed) dead letter\(replayed == 1 ? "" : "s")")
+        if left > 0 {
+            print("left \(left) dead letter\(left == 1 ? "" : "s") whose device holds DEVICE_QUEUE_MAX live jobs: replay again once it drains")
+        }
         return ExitCode.ok
     }
 }

@@ -239,11 +239,30 @@ public struct DeadLetterFilter: Sendable, Equatable {
     public var deviceID: String?
     /// Only those dead-lettered at or after this time (milliseconds since 1970).
     public var since: Int64?
+    /// Only those with a larger id: where a replay that left some behind goes on (`ReplayBatch.lastExamined`).
+    public var after: Int64?
 
-    public init(reason: String? = nil, deviceID: String? = nil, since: Int64? = nil) {
+    public init(reason: String? = nil, deviceID: String? = nil, since: Int64? = nil, after: Int64? = nil) {
         self.reason = reason
         self.deviceID = deviceID
         self.since = since
+        self.after = after
+    }
+}
+
+/// What one replay transaction did.
+public struct ReplayBatch: Sendable, Equatable {
+    /// Dead letters put back in the queue.
+    public var replayed: Int
+    /// Dead letters left as they are: their device already holds `DEVICE_QUEUE_MAX` live jobs (SPEC §4).
+    public var leftAtCap: Int
+    /// The largest id examined, nil when no dead letter matched: the next batch starts after it.
+    public var lastExamined: Int64?
+
+    public init(replayed: Int, leftAtCap: Int, lastExamined: Int64?) {
+        self.replayed = replayed
+        self.leftAtCap = leftAtCap
+        self.lastExamined = lastExamined
     }
 }
 

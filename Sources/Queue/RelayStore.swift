@@ -60,8 +60,10 @@ public protocol JobQueue: Sendable {
     func makeNextRetryDue(now: Int64) throws(StoreError) -> Bool
     /// How many dead letters match.
     func countDeadLetters(_ filter: DeadLetterFilter) throws(StoreError) -> Int
-    /// Puts up to `limit` matching dead letters back in the queue (oldest first) with a fresh `ttl`. Returns how many.
-    func replayDeadLetters(_ filter: DeadLetterFilter, limit: Int, now: Int64, ttl: Duration) throws(StoreError) -> Int
+    /// Examines up to `limit` matching dead letters (oldest first) and puts each back in the queue with a fresh `ttl`,
+    /// but for those whose device already holds `deviceCap` live jobs, which stay dead letters (SPEC §4: no device
+    /// ever holds more). A replayed job no longer reports an outcome: no Test request waits for it.
+    func replayDeadLetters(_ filter: DeadLetterFilter, limit: Int, now: Int64, ttl: Duration, deviceCap: Int) throws(StoreError) -> ReplayBatch
     /// Deletes dead letters finalized before `before`. Returns how many.
     func purgeDeadLetters(before: Int64) throws(StoreError) -> Int
     /// Deletes the oldest dead letters so that at most `keeping` remain. Returns how many.
@@ -96,6 +98,11 @@ extension JobQueue {
     /// Enqueues with no per-device cap (tools and tests that move jobs, not webhooks).
     public func enqueue(_ jobs: some Sequence<NewJob>, now: Int64, ttl: Duration) throws(StoreError) -> [EnqueueResult] {
         try enqueue(jobs, now: now, ttl: ttl, deviceCap: .max)
+    }
+
+    /// Replays up to `limit` matching dead letters with no per-device cap (tests). Returns how many.
+    public func replayDeadLetters(_ filter: DeadLetterFilter, limit: Int, now: Int64, ttl: Duration) throws(StoreError) -> Int {
+        try replayDeadLetters(filter, limit: limit, now: now, ttl: ttl, deviceCap: .max).replayed
     }
 }
 

@@ -17,6 +17,10 @@ extension SQLiteStore {
             terms.append("finalized_at >= ?")
             values.append(.integer(since))
         }
+        if let after = filter.after {
+            terms.append("id > ?")
+            values.append(.integer(after))
+        }
         return (terms.joined(separator: " AND "), values)
     }
 
@@ -27,7 +31,9 @@ extension SQLiteStore {
         }
     }
 
-    public func replayDeadLetters(_ filter: DeadLetterFilter, limit: Int, now: Int64, ttl: Duration) throws(StoreError) -> Int {
+    public func replayDeadLetters(
+        _ filter: DeadLetterFilter, limit: Int, now: Int64, ttl: Duration, deviceCap: Int
+    ) throws(StoreError) -> ReplayBatch {
         let (whereClause, values) = Self.conditions(filter)
         return try write { db in
             let ids = try db.statement("SELECT id FROM jobs WHERE \(whereClause) ORDER BY id LIMIT ?")
@@ -45,20 +51,29 @@ extension SQLiteStore {
                 SELECT public_id, device_id,
                        CASE WHEN EXISTS (SELECT 1 FROM jobs h WHERE h.device_id = old.device_id AND \(Self.isHead("h")))
                             THEN 'pending' ELSE 'available' END,
-                       payload, created_at, ?1, ?2, reports_outcome, folded, folded_count,
+                       payload, created_at, ?1, ?2, 0, folded, folded_count,
                        \(Self.downMonitors("old.device_id", since: "?4")), d.next_seq
                 FROM jobs old JOIN devices d ON d.id = old.device_id
-                WHERE old.id = ?3 AND old.state = 'discarded'
+                WHERE old.id = ?3 AND old.state = 'discarded' AND d.live_jobs < ?5
                 """)
             let remove = try db.statement("DELETE FROM jobs WHERE id = ? AND state = 'discarded'")
+            let deviceExists = try db.statement("SELECT 1 FROM jobs old JOIN devices d ON d.id = old.device_id WHERE old.id = ?")
             var count = 0
+            var left = 0
             for id in ids {
-                count += try requeue.run([
-                    .integer(now), .integer(now + ttl.wholeMilliseconds), .integer(id), .integer(now - options.monitorRetention.wholeMilliseconds)
+                let replayed = try requeue.run([
+                    .integer(now), .integer(now + ttl.wholeMilliseconds), .integer(id), .integer(now - options.monitorRetention.wholeMilliseconds),
+                    .integer(Int64(min(deviceCap, Int(Int64.max))))
                 ])
+                // Not requeued: its device is at its cap (it stays a dead letter), or gone (it is only removed).
+                if replayed == 0, try !deviceExists.rows([.integer(id)], { _ in true }).isEmpty {
+                    left += 1
+                    continue
+                }
+                count += replayed
                 try remove.run([.integer(id)])
             }
-            return count
+            return ReplayBatch(replayed: count, leftAtCap: left, lastExamined: ids.last)
         }
     }
 

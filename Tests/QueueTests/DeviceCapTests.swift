@@ -116,6 +116,27 @@ import Testing
         #expect(try db.store.liveJobCount() == 2)
     }
 
+    /// A replay never takes a device past its cap either: a dead letter of a full device stays one, is counted as
+    /// left, and the next replay after the device drained puts it back (as an alert: no Test request waits for it).
+    @Test(arguments: StoreKind.allCases) func aReplayLeavesTheDeadLettersOfAFullDeviceForLater(_ kind: StoreKind) throws {
+        let db = try TestDatabase(kind)
+        let device = try db.device(1)
+        _ = try db.store.enqueue([alert(device, 1, test: true), alert(device, 2)], now: t0, ttl: .seconds(60), deviceCap: 3)
+        let head = try #require(try db.claim().first)
+        _ = try db.store.finish([.dead(head, "BadDeviceToken")], worker: "w1", now: t0)
+        _ = try db.store.enqueue([alert(device, 3), alert(device, 4)], now: t0, ttl: .seconds(60), deviceCap: 3)
+        #expect(
+            try db.store.replayDeadLetters(DeadLetterFilter(), limit: 10, now: t0, ttl: .seconds(60), deviceCap: 3)
+                == ReplayBatch(replayed: 0, leftAtCap: 1, lastExamined: head.id))
+        #expect(try db.store.countDeadLetters(DeadLetterFilter()) == 1)
+        #expect(try db.store.liveJobCount() == 3)
+        let next = try #require(try db.claim().first)
+        _ = try db.store.finish([.delivered(next)], worker: "w1", now: t0)
+        #expect(try db.store.replayDeadLetters(DeadLetterFilter(), limit: 10, now: t0, ttl: .seconds(60), deviceCap: 3).replayed == 1)
+        #expect(try db.store.liveJobCount() == 3)
+        #expect(try pending(db, device).last?.reportsOutcome == false, "no Test request waits for a replayed job")
+    }
+
     @Test(arguments: StoreKind.allCases) func storageStaysBoundedHoweverLongTheStormLasts(_ kind: StoreKind) throws {
         let db = try TestDatabase(kind)
         let device = try db.device(1)

@@ -38,8 +38,10 @@ open class ForwardingStore: RelayStore, @unchecked Sendable {
     open func makeRetryableDue(now: Int64) throws(StoreError) -> Int { try inner.makeRetryableDue(now: now) }
     open func makeNextRetryDue(now: Int64) throws(StoreError) -> Bool { try inner.makeNextRetryDue(now: now) }
     open func countDeadLetters(_ filter: DeadLetterFilter) throws(StoreError) -> Int { try inner.countDeadLetters(filter) }
-    open func replayDeadLetters(_ filter: DeadLetterFilter, limit: Int, now: Int64, ttl: Duration) throws(StoreError) -> Int {
-        try inner.replayDeadLetters(filter, limit: limit, now: now, ttl: ttl)
+    open func replayDeadLetters(
+        _ filter: DeadLetterFilter, limit: Int, now: Int64, ttl: Duration, deviceCap: Int
+    ) throws(StoreError) -> ReplayBatch {
+        try inner.replayDeadLetters(filter, limit: limit, now: now, ttl: ttl, deviceCap: deviceCap)
     }
     open func purgeDeadLetters(before: Int64) throws(StoreError) -> Int { try inner.purgeDeadLetters(before: before) }
     open func liveJobCount() throws(StoreError) -> Int { try inner.liveJobCount() }

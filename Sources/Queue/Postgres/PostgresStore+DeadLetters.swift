@@ -17,6 +17,10 @@ extension PostgresStore {
             values.append(.integer(since))
             terms.append("finalized_at >= $\(values.count)::bigint")
         }
+        if let after = filter.after {
+            values.append(.integer(after))
+            terms.append("id > $\(values.count)::bigint")
+        }
         return (terms.joined(separator: " AND "), values)
     }
 
@@ -27,9 +31,11 @@ extension PostgresStore {
         }
     }
 
-    public func replayDeadLetters(_ filter: DeadLetterFilter, limit: Int, now: Int64, ttl: Duration) throws(StoreError) -> Int {
+    public func replayDeadLetters(
+        _ filter: DeadLetterFilter, limit: Int, now: Int64, ttl: Duration, deviceCap: Int
+    ) throws(StoreError) -> ReplayBatch {
         let (whereClause, values) = Self.conditions(filter)
-        let count = try write { db in
+        return try write { db in
             let letters = try db.rows(
                 "SELECT id, device_id FROM jobs WHERE \(whereClause) ORDER BY id LIMIT $\(values.count + 1)::bigint",
                 values + [.integer(Int64(limit))], prepare: false
@@ -41,6 +47,7 @@ extension PostgresStore {
             // acceptance order; keeping the old id would put replayed jobs ahead of newer ones). Its badge is the
             // device's count now, as it is delivered last (the count it was first stored with would set the phone back).
             var count = 0
+            var left = 0
             for (id, device) in letters {
                 let replayed = try db.run(
                     """
@@ -50,25 +57,29 @@ extension PostgresStore {
                            CASE WHEN EXISTS (SELECT 1 FROM jobs h WHERE h.device_id = old.device_id
                                              AND h.state IN ('available', 'running', 'retryable'))
                                 THEN 'pending' ELSE 'available' END,
-                           payload, created_at, $1::bigint, $2::bigint, reports_outcome, folded, folded_count,
+                           payload, created_at, $1::bigint, $2::bigint, false, folded, folded_count,
                            (SELECT count(*) FROM monitor_states m
                             WHERE m.device_id = old.device_id AND m.down AND m.updated_at >= $4::bigint)::integer
-                    FROM jobs old WHERE old.id = $3::bigint AND old.state = 'discarded'
+                    FROM jobs old JOIN devices d ON d.id = old.device_id
+                    WHERE old.id = $3::bigint AND old.state = 'discarded' AND d.live_jobs < $5::bigint
                     """,
                     [
                         .integer(now), .integer(now + ttl.wholeMilliseconds), .integer(id),
-                        .integer(now - options.monitorRetention.wholeMilliseconds)
+                        .integer(now - options.monitorRetention.wholeMilliseconds), .integer(Int64(min(deviceCap, Int(Int64.max))))
                     ])
                 if replayed > 0 {
                     db.runDeferred("UPDATE devices SET live_jobs = live_jobs + 1 WHERE id = $1::text", [.text(device)])
+                } else if try !db.rows("SELECT 1 FROM devices WHERE id = $1::text", [.text(device)], { _ in true }).isEmpty {
+                    // Its device is at its cap: it stays a dead letter (a device that is gone only loses it).
+                    left += 1
+                    continue
                 }
                 count += replayed
                 try db.run("DELETE FROM jobs WHERE id = $1::bigint AND state = 'discarded'", [.integer(id)])
             }
             if count > 0 { Self.notifyDeliverers(db) }
-            return count
+            return ReplayBatch(replayed: count, leftAtCap: left, lastExamined: letters.last?.0)
         }
-        return count
     }
 
     public func purgeDeadLetters(keeping: Int) throws(StoreError) -> Int {
