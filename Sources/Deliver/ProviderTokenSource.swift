@@ -36,7 +36,9 @@ public final class ProviderTokenSource: Sendable {
     public static func load(settings: Settings, clock: any WallClock, logger: Logger? = nil) throws(ConfigurationError) -> ProviderTokenSource {
         try settings.validateForDelivery()
         let path = settings.apnsAuthKeyPath ?? ""
-        if let attributes = try? FileManager.default.attributesOfItem(atPath: path),
+        // The key file's own mode: `attributesOfItem` does not follow a symbolic link, whose mode is always 777.
+        let keyFile = URL(fileURLWithPath: path).resolvingSymlinksInPath().path
+        if let attributes = try? FileManager.default.attributesOfItem(atPath: keyFile),
             let permissions = (attributes[.posixPermissions] as? NSNumber)?.intValue, permissions & 0o004 != 0
         {
             logger?.warning(
