@@ -28,8 +28,8 @@ enum CommandLineTool {
     static var commands: [any Command.Type] {
         [
             ServeCommand.self, IngestCommand.self, DeliverCommand.self, ReplayCommand.self, StatsCommand.self,
-            APNsSimCommand.self, HealthcheckCommand.self, ImportDevicesCommand.self, MigrateStoreCommand.self,
-            VersionCommand.self
+            DeviceCommand.self, DeadLettersCommand.self, MigrateCommand.self, APNsSimCommand.self, HealthcheckCommand.self,
+            ImportDevicesCommand.self, MigrateStoreCommand.self, VersionCommand.self
         ]
     }
 
@@ -42,12 +42,13 @@ enum CommandLineTool {
             printError("unknown command \"\(first)\"; run kumapush-relay --help")
             return ExitCode.usage
         }
-        let rest = Array(arguments.dropFirst())
+        var rest = Array(arguments.dropFirst())
         if rest.contains("--help") || rest.contains("-h") {
             print("kumapush-relay \(command.name): \(command.summary)\n\n\(command.help)")
             return ExitCode.ok
         }
         do {
+            let environment = try EnvironmentFile.apply(arguments: &rest, to: environment)
             let (settings, remaining) = try Settings.load(environment: environment, arguments: rest)
             return try command.run(settings: settings, arguments: remaining)
         } catch let error as ConfigurationError {
@@ -78,6 +79,8 @@ enum CommandLineTool {
 
             Every setting is an environment variable (see README) and can be overridden by a flag of the same
             name in lower case with dashes, e.g. DATABASE_PATH → --database-path /var/lib/kumapush/kumapush.db.
+            Every command takes --env-file PATH: KEY=VALUE lines, as systemd's EnvironmentFile= (the file wins
+            over the environment, flags over both).
             Run kumapush-relay <command> --help for a command's own options.
             Exit codes: 0 ok, 1 runtime error, 2 usage or configuration error.
             """

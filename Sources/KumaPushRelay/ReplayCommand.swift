@@ -31,7 +31,7 @@ enum ReplayCommand: Command {
         let dryRun = options.flag("--dry-run")
         try options.finish()
 
-        let store = try openStore(settings, clock: clock)
+        let store = try openAdminStore(settings, clock: clock)
         let total = try store.countDeadLetters(filter)
         if dryRun {
             print("\(total) dead letter\(total == 1 ? "" : "s") would be replayed")

@@ -15,7 +15,7 @@ enum StatsCommand: Command {
         var options = OptionParser(arguments)
         let json = options.flag("--json")
         try options.finish()
-        let stats = try openStore(settings).stats()
+        let stats = try openAdminStore(settings).stats()
         let now = SystemClock().nowMillis()
         print(json ? jsonText(stats, now: now) : table(stats, now: now))
         return ExitCode.ok

@@ -4,7 +4,7 @@ import Ingest
 import Queue
 
 /// The relay's version; bumped with each release in CHANGELOG.md.
-let relayVersion = "0.1.0-dev"
+let relayVersion = "0.2.0-dev"
 
 enum VersionCommand: Command {
     static let name = "version"

@@ -2,7 +2,7 @@ import Common
 
 extension SQLiteStore {
     /// `WHERE` terms and values for a dead-letter filter; `?` placeholders in order.
-    private static func conditions(_ filter: DeadLetterFilter) -> (String, [SQLiteValue]) {
+    static func conditions(_ filter: DeadLetterFilter) -> (String, [SQLiteValue]) {
         var terms = ["state = 'discarded'"]
         var values: [SQLiteValue] = []
         if let reason = filter.reason {

@@ -6,7 +6,8 @@ import sqlite3
 def test_help_lists_every_command(relay):
     result = relay("--help")
     assert result.returncode == 0
-    for command in ["serve", "ingest", "deliver", "replay", "stats", "apns-sim", "healthcheck", "version"]:
+    for command in ["serve", "ingest", "deliver", "replay", "stats", "device", "dead-letters", "migrate", "apns-sim",
+                    "healthcheck", "version"]:
         assert f"  {command} " in result.stdout
 
 
@@ -39,14 +40,17 @@ def test_invalid_flag_value_exits_2_naming_the_variable(relay):
     assert "QUEUE_MAX" in result.stderr
 
 
-def test_stats_on_a_new_database_creates_it_and_reports_empty_queue(relay):
+def test_migrate_creates_the_database_and_stats_reports_an_empty_queue(relay):
+    assert not (relay.tmp_path / "relay.db").exists()
+    assert relay("stats").returncode == 2, "an admin command never creates a database"
+    result = relay("migrate")
+    assert result.returncode == 0 and "schema version" in result.stdout, result.stderr
     result = relay("stats", "--json")
     assert result.returncode == 0, result.stderr
     stats = json.loads(result.stdout)
     assert stats["devices"] == 0
     assert stats["jobs"] == {"pending": 0, "available": 0, "running": 0, "retryable": 0, "discarded": 0}
     assert stats["oldest_job_age_seconds"] is None
-    assert (relay.tmp_path / "relay.db").exists()
 
 
 def test_a_foreign_database_stops_startup_with_exit_2(relay):
@@ -59,7 +63,7 @@ def test_a_foreign_database_stops_startup_with_exit_2(relay):
 
 
 def test_a_database_from_a_newer_binary_stops_startup_with_exit_2(relay):
-    assert relay("stats").returncode == 0
+    assert relay("migrate").returncode == 0
     with sqlite3.connect(relay.tmp_path / "relay.db") as connection:
         connection.execute("INSERT INTO schema_migrations VALUES (9999, 'future', 0)")
     result = relay("stats")
@@ -81,7 +85,7 @@ def _plant_dead_letters(path, reasons):
 
 
 def test_replay_requeues_dead_letters_by_reason_and_reports_them(relay):
-    assert relay("stats").returncode == 0
+    assert relay("migrate").returncode == 0
     _plant_dead_letters(relay.tmp_path / "relay.db", ["BadDeviceToken"] * 3 + ["Expired"] * 2)
 
     dry = relay("replay", "--reason", "BadDeviceToken", "--dry-run")

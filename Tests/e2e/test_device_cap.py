@@ -21,14 +21,12 @@ def postgres():
 
 
 @pytest.fixture(params=["sqlite", "postgres"], name="store")
-def store_settings(request, tmp_path):
+def store_settings(request):
     """The settings that put the relay on each store: its own SQLite file, or a fresh PostgreSQL database."""
     if request.param == "sqlite":
         return {}
     server = request.getfixturevalue("postgres")
-    name = f"cap_{tmp_path.name.lower().replace('-', '_')}"[:60]
-    server.query("postgres", f"CREATE DATABASE {name}")
-    return {"DATABASE_URL": server.url(name)}
+    return {"DATABASE_URL": server.url(server.create_database())}
 
 
 def live_jobs(relay, settings):

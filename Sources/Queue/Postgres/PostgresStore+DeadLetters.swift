@@ -2,7 +2,7 @@ import Common
 
 extension PostgresStore {
     /// `WHERE` terms and values for a dead-letter filter; placeholders numbered from `$1`.
-    private static func conditions(_ filter: DeadLetterFilter) -> (String, [PGValue]) {
+    static func conditions(_ filter: DeadLetterFilter) -> (String, [PGValue]) {
         var terms = ["state = 'discarded'"]
         var values: [PGValue] = []
         if let reason = filter.reason {

@@ -1,10 +1,10 @@
 import Common
 
 extension PostgresStore {
-    private static let deviceColumns =
+    static let deviceColumns =
         "id, device_token, auth_token_hash, date_added, last_successful_notification, last_delivery_error, down_notification_level"
 
-    private static func device(_ row: PGRow) -> Device {
+    static func device(_ row: PGRow) -> Device {
         Device(
             id: row.text(0), token: row.text(1), authTokenHash: row.text(2), dateAdded: row.int64(3),
             lastSuccessfulNotification: row.optionalInt64(4), lastDeliveryError: row.text(5),

@@ -1,0 +1,24 @@
+import Common
+import Queue
+
+/// `migrate`: creates the database, or brings its schema up to this release, and exits. The services migrate by
+/// themselves at start; this is for doing it first, on purpose (an upgrade's first step, or a new relay), and the
+/// one admin command that creates a database.
+enum MigrateCommand: Command {
+    static let name = "migrate"
+    static let summary = "create the database or upgrade its schema to this release, then exit"
+    static let help = """
+        Usage: kumapush-relay migrate
+
+        Creates the SQLite file at DATABASE_PATH (or the tables in DATABASE_URL's database) when there is none, and
+        applies every migration this release has. Safe to run again: it then does nothing.
+        """
+
+    static func run(settings: Settings, arguments: [String]) throws -> Int32 {
+        try OptionParser(arguments).finish()
+        _ = try openStore(settings)
+        let version = settings.databaseURL == nil ? SQLiteStore.schemaVersion : PostgresStore.schemaVersion
+        print("database at schema version \(version)")
+        return ExitCode.ok
+    }
+}

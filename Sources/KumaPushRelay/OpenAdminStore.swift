@@ -1,0 +1,18 @@
+import Common
+import Foundation
+import Queue
+
+/// Opens the store for an admin command (`stats`, `replay`, `device`, `dead-letters`). Unlike the services, an admin
+/// command never creates a database (SPEC §5): run in the wrong directory, or without the units' `--env-file`, it
+/// would otherwise report an empty relay from a new empty file. A missing SQLite file is exit 2 naming the setting.
+func openAdminStore(_ settings: Settings, clock: some WallClock = SystemClock()) throws -> any RelayStore & SupportQueries {
+    if settings.databaseURL == nil, !FileManager.default.fileExists(atPath: settings.databasePath) {
+        throw ConfigurationError(
+            variable: "DATABASE_PATH",
+            message: "no database at \(settings.databasePath) (admin commands never create one): pass --env-file with the units' settings, or DATABASE_PATH")
+    }
+    guard let store = try openStore(settings, clock: clock) as? any RelayStore & SupportQueries else {
+        preconditionFailure("every store answers the support queries")
+    }
+    return store
+}

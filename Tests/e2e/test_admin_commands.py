@@ -1,0 +1,89 @@
+"""The admin commands support uses (SPEC §5) on both stores, run as an operator would: with the units' env file
+(`--env-file`), never the database's address on the command line. `device show` and `dead-letters list` answer
+"why didn't my alert arrive?" without a notification's content or a full token; `device delete` is a user's
+erasure request; `dead-letters purge` deletes; no admin command creates a database."""
+import json
+
+import pytest
+
+from postgres_server import PostgresServer
+from relayproc import request, wait_until
+
+CONTENT = "db-primary unreachable: secret-hostname.internal"
+
+
+@pytest.fixture(scope="module")
+def postgres():
+    server = PostgresServer().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(params=["sqlite", "postgres"], name="store")
+def store_settings(request, tmp_path):
+    """The relay's database setting on each store, as the units' env file would hold it."""
+    if request.param == "sqlite":
+        return {"DATABASE_PATH": str(tmp_path / "relay.db")}
+    server = request.getfixturevalue("postgres")
+    return {"DATABASE_URL": server.url(server.create_database())}
+
+
+def token(seed):
+    return f"{seed:064x}"
+
+
+def test_support_finds_a_dead_letter_shows_the_device_purges_and_deletes_it(relays, relay, fake_apns, store, tmp_path):
+    serve = relays("serve", DEVICE_BURST="off", **store)
+    ids = {}
+    for seed in (31, 32):
+        status, body, _ = request("POST", serve.base + "/devices", {"device_token": token(seed)})
+        assert status == 201, body
+        ids[seed] = body["id"]
+    fake_apns.by_token[token(32)] = (400, "BadDeviceToken")
+    alert = json.dumps({"heartbeat": {"status": 0, "msg": CONTENT}, "monitor": {"id": 4, "name": "DB"}, "msg": CONTENT})
+    for seed in (31, 32):
+        assert request("POST", f"{serve.base}/wh/{ids[seed]}", alert.encode())[0] == 202
+
+    # The units' env file holds the database; the environment points elsewhere, and the file wins.
+    env_file = tmp_path / "kumapush.env"
+    env_file.write_text("# as /etc/kumapush/kumapush.env\n" + "".join(f"{key}={value}\n" for key, value in store.items()))
+    elsewhere = {"DATABASE_PATH": str(tmp_path / "nowhere" / "x.db")}
+
+    def admin(*args):
+        result = relay(*args, "--env-file", str(env_file), env=elsewhere)
+        assert result.returncode == 0, result.stderr
+        assert CONTENT not in result.stdout and token(32) not in result.stdout and token(31) not in result.stdout
+        return result.stdout
+
+    letters = wait_until(lambda: json.loads(admin("dead-letters", "list", "--json")), what="the dead letter")
+    assert [(letter["device"], letter["reason"], letter["attempts"]) for letter in letters] == [(ids[32], "BadDeviceToken", 1)]
+    assert "BadDeviceToken" in admin("dead-letters", "list", "--reason", "BadDeviceToken")
+    assert json.loads(admin("dead-letters", "list", "--json", "--reason", "Expired")) == []
+
+    shown = json.loads(admin("device", "show", ids[32], "--json"))
+    assert shown["dead_letters_by_reason"] == {"BadDeviceToken": 1}
+    assert shown["last_delivery_error"] == "BadDeviceToken" and shown["token_prefix"] == token(32)[:8] + "…"
+    good = json.loads(admin("device", "show", ids[31], "--json"))
+    wait_until(lambda: json.loads(admin("device", "show", ids[31], "--json"))["last_successful_notification"],
+               what="the delivery on the good device")
+    assert good["live_jobs"] in (0, 1) and good["dead_letters_by_reason"] == {}
+
+    assert "1 dead letter would be deleted" in admin("dead-letters", "purge", "--device", ids[32], "--dry-run")
+    assert "deleted 1 dead letter" in admin("dead-letters", "purge", "--device", ids[32])
+    assert json.loads(admin("dead-letters", "list", "--json")) == []
+
+    assert "deleted device" in admin("device", "delete", ids[31])
+    assert request("POST", f"{serve.base}/wh/{ids[31]}", alert.encode())[:2] == (410, {"error": "device unregistered"})
+    removed = json.loads(admin("device", "show", ids[31], "--json"))
+    assert removed["removed"]["reason"] == "DeletedByOperator"
+
+
+def test_admin_commands_never_create_a_database(relay, tmp_path):
+    missing = tmp_path / "data" / "kumapush.db"
+    for command in (["stats"], ["replay"], ["device", "show", "AAAAAAAAAAAAAA"], ["dead-letters", "list"]):
+        result = relay(*command, env={"DATABASE_PATH": str(missing)})
+        assert result.returncode == 2, (command, result.stderr)
+        assert "DATABASE_PATH" in result.stderr and "never create" in result.stderr
+    assert not missing.exists() and not missing.parent.exists()
+    assert relay("migrate", env={"DATABASE_PATH": str(missing)}).returncode == 0
+    assert relay("stats", env={"DATABASE_PATH": str(missing)}).returncode == 0
