@@ -9,7 +9,9 @@ func openAdminStore(_ settings: Settings, clock: some WallClock = SystemClock())
     if settings.databaseURL == nil, !FileManager.default.fileExists(atPath: settings.databasePath) {
         throw ConfigurationError(
             variable: "DATABASE_PATH",
-            message: "no database at \(settings.databasePath) (admin commands never create one): pass --env-file with the units' settings, or DATABASE_PATH")
+            message:
+                "no database at \(settings.databasePath) (admin commands never create one): "
+                + "pass --env-file with the units' settings, or DATABASE_PATH")
     }
     guard let store = try openStore(settings, clock: clock) as? any RelayStore & SupportQueries else {
         preconditionFailure("every store answers the support queries")
