@@ -49,7 +49,7 @@ public final class IngestService: Sendable {
             clientLimiter: SlidingWindowLimiter(rules: settings.rateLimitWebhookIP),
             testWaiter: TestOutcomeWaiter(store: store, clock: clock), logger: logger)
         resolver = ClientAddressResolver(settings: settings)
-        Self.describeMetrics(metrics, store: store)
+        Self.describeMetrics(metrics, store: store, clock: clock)
     }
 
     /// Starts listening. Throws when a listener cannot bind.
@@ -175,20 +175,11 @@ public final class IngestService: Sendable {
         ).respond(response)
     }
 
-    static func describeMetrics(_ metrics: MetricsRegistry, store: any RelayStore) {
+    static func describeMetrics(_ metrics: MetricsRegistry, store: any RelayStore, clock: any WallClock) {
         metrics.describe("kumapush_http_requests_total", .counter, "HTTP requests answered, by route pattern, method and status.")
         metrics.describe(
             "kumapush_http_request_duration_seconds", .histogram, "Time from request received to answer.",
             buckets: latencyBuckets)
-        metrics.describe("kumapush_queue_jobs", .gauge, "Jobs in the queue by state (discarded = dead letters).")
-        metrics.describe("kumapush_devices", .gauge, "Registered devices.")
-        metrics.collect {
-            guard let stats = try? store.stats() else { return [] }
-            var samples = JobState.allCases.map {
-                (name: "kumapush_queue_jobs", labels: [("state", $0.rawValue)], value: Double(stats.jobsByState[$0] ?? 0))
-            }
-            samples.append((name: "kumapush_devices", labels: [], value: Double(stats.devices)))
-            return samples
-        }
+        QueueMetrics.describe(metrics, store: store, clock: clock)
     }
 }

@@ -3,6 +3,7 @@
 "why didn't my alert arrive?" without a notification's content or a full token; `device delete` is a user's
 erasure request; `dead-letters purge` deletes; no admin command creates a database."""
 import json
+import re
 
 import pytest
 
@@ -68,6 +69,11 @@ def test_support_finds_a_dead_letter_shows_the_device_purges_and_deletes_it(rela
                what="the delivery on the good device")
     assert good["live_jobs"] in (0, 1) and good["dead_letters_by_reason"] == {}
 
+    # The same dead letter on a scrape, by reason (SPEC §2.3), and no job waiting.
+    _, metrics, _ = request("GET", f"http://{serve.env['METRICS_ADDR']}/metrics")
+    assert 'kumapush_dead_letters{reason="BadDeviceToken"} 1' in metrics.decode().splitlines()
+    assert "kumapush_queue_oldest_job_age_seconds 0" in metrics.decode().splitlines()
+
     assert "1 dead letter would be deleted" in admin("dead-letters", "purge", "--device", ids[32], "--dry-run")
     assert "deleted 1 dead letter" in admin("dead-letters", "purge", "--device", ids[32])
     assert json.loads(admin("dead-letters", "list", "--json")) == []
@@ -87,3 +93,19 @@ def test_admin_commands_never_create_a_database(relay, tmp_path):
     assert not missing.exists() and not missing.parent.exists()
     assert relay("migrate", env={"DATABASE_PATH": str(missing)}).returncode == 0
     assert relay("stats", env={"DATABASE_PATH": str(missing)}).returncode == 0
+
+
+def test_the_oldest_waiting_job_s_age_is_scraped(relays, tmp_path):
+    """Ingest alone (nothing delivers): the job waits and the gauge reports its age, which grows."""
+    ingest = relays("ingest", DATABASE_PATH=str(tmp_path / "relay.db"))
+    status, body, _ = request("POST", ingest.base + "/devices", {"device_token": token(33)})
+    assert status == 201, body
+    assert request("POST", f"{ingest.base}/wh/{body['id']}", b'{"title":"t","body":"b"}')[0] == 202
+
+    def age():
+        _, text, _ = request("GET", f"http://{ingest.env['METRICS_ADDR']}/metrics")
+        match = re.search(r"^kumapush_queue_oldest_job_age_seconds (\S+)$", text.decode(), re.M)
+        return float(match.group(1))
+
+    first = wait_until(lambda: age() or None, what="a positive age")
+    wait_until(lambda: age() > first, what="the age to grow")
