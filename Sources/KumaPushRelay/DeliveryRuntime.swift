@@ -32,7 +32,8 @@ final class DeliveryRuntime: Sendable {
             configuration: connection, connections: settings.apnsConnections, tls: tls,
             logger: logger.child(label: "apns"), onChange: { waker.wake() })
         let other = try Self.otherEnvironment(settings: settings, tls: tls, logger: logger, waker: waker)
-        let worker = "\(ProcessInfo.processInfo.hostName)-\(getpid())-\(Base64URL.encode((try? Crypto.randomBytes(4)) ?? [0]))"
+        let worker = WorkerIdentity.current.workerID()
+        Self.takeBackLeasesOfGonePredecessors(store: store, clock: clock, logger: logger)
         self.other = other
         engine = DeliveryEngine(
             configuration: .init(settings: settings, worker: worker), store: store, pool: pool, other: other, tokens: tokens,
@@ -45,6 +46,16 @@ final class DeliveryRuntime: Sendable {
                 "apns.url": settings.apnsBaseURL, "apns.connections": String(settings.apnsConnections),
                 "worker": worker
             ])
+    }
+
+    /// SPEC §4: a deliverer restarted on the same machine sends its crashed predecessor's in-flight pushes now, not
+    /// after LEASE_TIMEOUT. Best effort: a failure here leaves them to the lease, as before.
+    static func takeBackLeasesOfGonePredecessors(store: any RelayStore, clock: some WallClock, logger: Logger) {
+        guard let holders = try? store.leaseHolders() else { return }
+        for holder in holders where WorkerIdentity.current.isGonePredecessor(holder) {
+            guard let count = try? store.takeBackLeases(of: holder, now: clock.nowMillis()), count > 0 else { continue }
+            logger.warning("took back the leases of a deliverer on this machine that is gone", ["worker": holder, "count": String(count)])
+        }
     }
 
     func start() {

@@ -35,9 +35,8 @@ public protocol DeviceStore: Sendable {
 
 public protocol JobQueue: Sendable {
     /// Stores `jobs` in one transaction, in order: all of them or (on error) none.
-    /// A job whose device no longer exists is skipped and reported as `.deviceGone`. A job whose device already
-    /// holds `deviceCap` live jobs is folded into the device's newest waiting job and reported as `.merged`
-    /// (Test-button jobs, which wait for their own answer, are always stored as jobs).
+    /// A job whose device no longer exists is skipped and reported as `.deviceGone`. What becomes of a job whose
+    /// device holds `deviceCap` live jobs, or of a Test request, is `EnqueuePlan`'s rule, applied alike by both stores.
     func enqueue(_ jobs: some Sequence<NewJob>, now: Int64, ttl: Duration, deviceCap: Int) throws(StoreError) -> [EnqueueResult]
     /// How many `enqueue` transactions the store runs at once to advantage (`QueueWriter` keeps that many going).
     var concurrentEnqueues: Int { get }
@@ -52,6 +51,11 @@ public protocol JobQueue: Sendable {
     func release(jobIDs: [Int64], worker: String, now: Int64) throws(StoreError) -> Int
     /// Makes jobs whose lease expired (crashed worker) due again. Returns how many.
     func rescueExpiredLeases(now: Int64) throws(StoreError) -> Int
+    /// The workers holding leases now.
+    func leaseHolders() throws(StoreError) -> [String]
+    /// Makes the jobs leased to `worker` due now, before their leases expire: the caller knows that worker is gone (a
+    /// crashed predecessor on the same machine). Returns how many.
+    func takeBackLeases(of worker: String, now: Int64) throws(StoreError) -> Int
     /// Makes every retryable job due now (APNs came back after an outage). Returns how many.
     func makeRetryableDue(now: Int64) throws(StoreError) -> Int
     /// Makes the retryable job whose retry comes soonest due now: an outage probe needs a job, and on a quiet relay

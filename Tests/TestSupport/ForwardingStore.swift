@@ -35,6 +35,8 @@ open class ForwardingStore: RelayStore, @unchecked Sendable {
     }
     open func pendingJobs(deviceID: String, limit: Int) throws(StoreError) -> [PendingJob] { try inner.pendingJobs(deviceID: deviceID, limit: limit) }
     open func rescueExpiredLeases(now: Int64) throws(StoreError) -> Int { try inner.rescueExpiredLeases(now: now) }
+    open func leaseHolders() throws(StoreError) -> [String] { try inner.leaseHolders() }
+    open func takeBackLeases(of worker: String, now: Int64) throws(StoreError) -> Int { try inner.takeBackLeases(of: worker, now: now) }
     open func makeRetryableDue(now: Int64) throws(StoreError) -> Int { try inner.makeRetryableDue(now: now) }
     open func makeNextRetryDue(now: Int64) throws(StoreError) -> Bool { try inner.makeNextRetryDue(now: now) }
     open func countDeadLetters(_ filter: DeadLetterFilter) throws(StoreError) -> Int { try inner.countDeadLetters(filter) }
