@@ -23,11 +23,7 @@ enum DeadLettersCommand: Command {
     static func run(settings: Settings, arguments: [String]) throws -> Int32 {
         var options = OptionParser(arguments)
         let clock = SystemClock()
-        var filter = DeadLetterFilter(reason: try options.value("--reason"), deviceID: try options.value("--device"))
-        if let since = try options.value("--since") {
-            guard let window = DurationSyntax.parse(since) else { throw UsageError("--since takes a duration such as 2h or 7d") }
-            filter.since = clock.nowMillis() - window.wholeMilliseconds
-        }
+        let filter = try DeadLetterOptions.filter(&options, clock: clock)
         let limitText = try options.value("--limit")
         guard let limit = Int(limitText ?? "100"), limit > 0 else { throw UsageError("--limit takes a positive whole number") }
         let json = options.flag("--json")

@@ -23,11 +23,7 @@ enum ReplayCommand: Command {
     static func run(settings: Settings, arguments: [String]) throws -> Int32 {
         var options = OptionParser(arguments)
         let clock = SystemClock()
-        var filter = DeadLetterFilter(reason: try options.value("--reason"), deviceID: try options.value("--device"))
-        if let since = try options.value("--since") {
-            guard let window = DurationSyntax.parse(since) else { throw UsageError("--since takes a duration such as 2h or 7d") }
-            filter.since = clock.nowMillis() - window.wholeMilliseconds
-        }
+        var filter = try DeadLetterOptions.filter(&options, clock: clock)
         let dryRun = options.flag("--dry-run")
         try options.finish()
 

@@ -77,3 +77,22 @@ def relays(relay_binary, tmp_path, fake_apns):
     yield start
     for relay in started:
         relay.stop()
+
+
+@pytest.fixture(scope="session")
+def shared_postgres():
+    """One throwaway PostgreSQL server for the tests that run on both stores (a fresh database each)."""
+    from postgres_server import PostgresServer
+    server = PostgresServer().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(params=["sqlite", "postgres"], name="store")
+def store_settings(request, tmp_path):
+    """The relay's database setting on each store, as the units' env file would hold it: its own SQLite file, or a
+    fresh database on the shared PostgreSQL server."""
+    if request.param == "sqlite":
+        return {"DATABASE_PATH": str(tmp_path / "relay.db")}
+    server = request.getfixturevalue("shared_postgres")
+    return {"DATABASE_URL": server.url(server.create_database())}

@@ -5,28 +5,10 @@ erasure request; `dead-letters purge` deletes; no admin command creates a databa
 import json
 import re
 
-import pytest
 
-from postgres_server import PostgresServer
 from relayproc import request, wait_until
 
 CONTENT = "db-primary unreachable: secret-hostname.internal"
-
-
-@pytest.fixture(scope="module")
-def postgres():
-    server = PostgresServer().start()
-    yield server
-    server.stop()
-
-
-@pytest.fixture(params=["sqlite", "postgres"], name="store")
-def store_settings(request, tmp_path):
-    """The relay's database setting on each store, as the units' env file would hold it."""
-    if request.param == "sqlite":
-        return {"DATABASE_PATH": str(tmp_path / "relay.db")}
-    server = request.getfixturevalue("postgres")
-    return {"DATABASE_URL": server.url(server.create_database())}
 
 
 def token(seed):

@@ -5,28 +5,10 @@ PostgreSQL — and every acknowledged notice still reaches the phone."""
 import concurrent.futures
 import json
 
-import pytest
 
-from postgres_server import PostgresServer
 from relayproc import request, wait_until
 
 CAP = 20
-
-
-@pytest.fixture(scope="module")
-def postgres():
-    server = PostgresServer().start()
-    yield server
-    server.stop()
-
-
-@pytest.fixture(params=["sqlite", "postgres"], name="store")
-def store_settings(request):
-    """The settings that put the relay on each store: its own SQLite file, or a fresh PostgreSQL database."""
-    if request.param == "sqlite":
-        return {}
-    server = request.getfixturevalue("postgres")
-    return {"DATABASE_URL": server.url(server.create_database())}
 
 
 def live_jobs(relay, settings):

@@ -16,7 +16,6 @@ import time
 import pytest
 
 from conftest import ROOT, TLS, TOPIC
-from postgres_server import PostgresServer
 from relayproc import Relay, free_port, relay_env, request, wait_until
 from test_delivery import alert, assert_accepted_in_order, register
 
@@ -42,21 +41,6 @@ def previous_release_binary():
 @pytest.fixture(scope="module")
 def previous_binary():
     return previous_release_binary()
-
-
-@pytest.fixture(scope="module")
-def postgres():
-    server = PostgresServer().start()
-    yield server
-    server.stop()
-
-
-@pytest.fixture(params=["sqlite", "postgres"], name="store")
-def store_settings(request, tmp_path):
-    if request.param == "sqlite":
-        return {"DATABASE_PATH": str(tmp_path / "relay.db")}
-    server = request.getfixturevalue("postgres")
-    return {"DATABASE_URL": server.url(server.create_database())}
 
 
 class Load:
