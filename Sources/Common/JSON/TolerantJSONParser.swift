@@ -31,18 +31,32 @@ public struct TolerantJSONParser {
     /// search's position; missing entries are 0), and what this parse took.
     private let skips: [Int]
     private var taken: [Int] = []
+    /// One for each byte a loop of this parse visits (looking ahead after a quote included): what the tests count to
+    /// hold the search to a bounded multiple of the input, without a clock (`TolerantJSONParserWorkTests`).
+    private var steps = 0
 
     /// Parses of one document per pass at most, and bytes read over all of them: each parse is linear in the
-    /// document's length, so a body built to make the search branch costs a bounded multiple of reading it.
+    /// document's length, so a body built to make the search branch costs a bounded multiple of reading it. 256 KiB
+    /// keeps all 64 parses for bodies up to 4 KiB (a rendered template with a long ping or keyword message is under
+    /// 2 KiB), and holds a 64 KiB body built to branch, both passes together, to about ten times what a plain 64 KiB
+    /// alert costs (`ParserWorkTests`; 1 MiB let it cost twenty).
     static let searchRuns = 64
-    static let searchBytes = 1 << 20
+    static let searchBytes = 256 << 10
 
     /// - Parameter preference: a score for each whole document found; the highest wins, and among equals the one
     ///   found first (by default all are equal: the parse that ends each string at its first possible quote).
     public static func parse(_ bytes: [UInt8], preference: (JSONValue) -> Int = { _ in 0 }) -> JSONValue? {
+        var steps = 0
+        return parse(bytes, preference: preference, steps: &steps)
+    }
+
+    /// `parse(_:preference:)`, adding to `steps` the bytes its loops visited over every parse of the search (and one
+    /// read to validate the UTF-8); the preference's own work is the caller's.
+    package static func parse(_ bytes: [UInt8], preference: (JSONValue) -> Int = { _ in 0 }, steps: inout Int) -> JSONValue? {
+        steps += bytes.count
         guard String(validating: bytes, as: UTF8.self) != nil else { return nil }
-        return search(bytes, trailingBackslashes: false, preference)
-            ?? search(bytes, trailingBackslashes: true, preference)
+        return search(bytes, trailingBackslashes: false, preference, &steps)
+            ?? search(bytes, trailingBackslashes: true, preference, &steps)
     }
 
     /// Depth first over the choice of quote that ends each string value of the top level (the template's own
@@ -51,7 +65,9 @@ public struct TolerantJSONParser {
     /// start again from the first). When the choices run out the best reading wins. When the budget runs out
     /// first, the reading is the first parse's (each string ended at its first possible quote), or none: what the
     /// relay read before it searched, never a reading picked from a search cut short.
-    private static func search(_ bytes: [UInt8], trailingBackslashes: Bool, _ preference: (JSONValue) -> Int) -> JSONValue? {
+    private static func search(
+        _ bytes: [UInt8], trailingBackslashes: Bool, _ preference: (JSONValue) -> Int, _ steps: inout Int
+    ) -> JSONValue? {
         var skips: [Int] = []
         var first: JSONValue?
         var best: (value: JSONValue, score: Int)?
@@ -59,6 +75,7 @@ public struct TolerantJSONParser {
         for run in 0..<runs {
             var parser = TolerantJSONParser(bytes: bytes, trailingBackslashes: trailingBackslashes, skips: skips)
             let value = parser.parseDocument()
+            steps += parser.steps
             if run == 0 { first = value }
             if let value {
                 let score = preference(value)
@@ -91,13 +108,17 @@ public struct TolerantJSONParser {
     private static func isWhitespace(_ byte: UInt8) -> Bool { byte == 0x20 || byte == 0x0a || byte == 0x0d || byte == 0x09 }
 
     private mutating func skipWhitespace() {
-        while index < bytes.count, Self.isWhitespace(bytes[index]) { index += 1 }
+        while index < bytes.count, Self.isWhitespace(bytes[index]) {
+            steps += 1
+            index += 1
+        }
     }
 
     /// The first non-whitespace index at or after `from` (bytes.count when none).
-    private func nextSignificant(_ from: Int) -> Int {
+    private mutating func nextSignificant(_ from: Int) -> Int {
         var i = from
         while i < bytes.count, Self.isWhitespace(bytes[i]) { i += 1 }
+        steps += i - from + 1
         return i
     }
 
@@ -113,8 +134,11 @@ public struct TolerantJSONParser {
             while index < bytes.count, !Self.isWhitespace(bytes[index]),
                 ![UInt8(ascii: ","), UInt8(ascii: "}"), UInt8(ascii: "]"), UInt8(ascii: ":")].contains(bytes[index])
             {
+                steps += 1
                 index += 1
             }
+            // The strict parser reads the token once more.
+            steps += index - start
             guard index > start, let value = try? JSONParser.parse(Array(bytes[start..<index])),
                 !value.isObject, value.stringValue == nil
             else { throw Failure() }
@@ -189,6 +213,7 @@ public struct TolerantJSONParser {
         let skip = isChoice && taken.count < skips.count ? skips[taken.count] : 0
         var skipped = 0
         while index < bytes.count {
+            steps += 1
             let byte = bytes[index]
             if byte == UInt8(ascii: "\""), endsString(quoteAt: index, place) {
                 if skipped == skip {
@@ -218,7 +243,7 @@ public struct TolerantJSONParser {
     }
 
     /// Whether the quote at `quote` can end a string in `place`: what follows it must be what JSON allows there.
-    private func endsString(quoteAt quote: Int, _ place: Place) -> Bool {
+    private mutating func endsString(quoteAt quote: Int, _ place: Place) -> Bool {
         let next = nextSignificant(quote + 1)
         let byte = next < bytes.count ? bytes[next] : nil
         switch place {
@@ -243,18 +268,19 @@ public struct TolerantJSONParser {
     }
 
     /// A `}` or `]` at `closer` ends a container when what follows it is the end or more structure.
-    private func closesContainer(at closer: Int) -> Bool {
+    private mutating func closesContainer(at closer: Int) -> Bool {
         let next = nextSignificant(closer + 1)
         guard next < bytes.count else { return true }
         return [UInt8(ascii: ","), UInt8(ascii: "}"), UInt8(ascii: "]")].contains(bytes[next])
     }
 
     /// After the `,` at `comma`: a key, i.e. `"name"` (no quote or backslash inside) followed by `:`.
-    private func keyFollows(after comma: Int) -> Bool {
+    private mutating func keyFollows(after comma: Int) -> Bool {
         var i = nextSignificant(comma + 1)
         guard i < bytes.count, bytes[i] == UInt8(ascii: "\"") else { return false }
         i += 1
         while i < bytes.count, bytes[i] != UInt8(ascii: "\"") {
+            steps += 1
             if bytes[i] == UInt8(ascii: "\\") || bytes[i] < 0x20 { return false }
             i += 1
         }
