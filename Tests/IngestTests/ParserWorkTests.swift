@@ -37,7 +37,8 @@ import Testing
     static func plain(like shape: Shape, size: Int) -> HTTPRequest {
         let plain =
             switch (shape.method, shape.type) {
-            case ("GET", _): Shape(name: "", type: "", make: { "msg=" + repeated("", "PING+10.0.0.7+failed%2C+100%25+loss+", "", size: $0) }, method: "GET")
+            case ("GET", _):
+                Shape(name: "", type: "", make: { "msg=" + repeated("", "PING+10.0.0.7+failed%2C+100%25+loss+", "", size: $0) }, method: "GET")
             case (_, "application/json"): Shape(name: "", type: shape.type) { "{\"title\":\"NAS\",\"body\":\"" + words($0 - 26) + "\"}" }
             case (_, let type) where type.hasPrefix("multipart/"):
                 Shape(name: "", type: shape.type) { "{\"title\":\"NAS\",\"body\":\"" + words($0 - 26) + "\"}" }
