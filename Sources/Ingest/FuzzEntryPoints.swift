@@ -3,7 +3,7 @@ import Common
 /// Every parser that sees outside bytes, behind one function per input kind, for the libFuzzer targets
 /// (`make fuzz`) and the corpus replay in `make test`. Each must return for any input: no crash, no hang.
 public enum FuzzEntryPoints {
-    public static let names = ["json", "tolerant-json", "webhook", "query", "authorization", "apns-response"]
+    public static let names = ["json", "tolerant-json", "form", "webhook", "query", "authorization", "apns-response"]
 
     public static func run(_ name: String, _ bytes: [UInt8]) {
         switch name {
@@ -16,6 +16,12 @@ public enum FuzzEntryPoints {
             if let text = String(validating: bytes, as: UTF8.self) {
                 _ = FormText.fields(text)
                 _ = CustomText.event(text, unwrapped: false)
+            }
+        case "form":
+            // The form reader (issue 36: it was quadratic), then the whole body path for both types that reach it.
+            if let text = String(validating: bytes, as: UTF8.self) { _ = FormText.fields(text) }
+            for type in ["application/x-www-form-urlencoded", "text/plain"] {
+                _ = WebhookParser.parse(HTTPRequest(method: "POST", path: "/wh/x", headers: ["content-type": type], body: bytes))
             }
         case "webhook":
             // The first byte picks the content type; the rest is the body (and, for GET, the query).

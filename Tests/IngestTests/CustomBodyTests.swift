@@ -139,6 +139,20 @@ import Testing
         #expect(try parse("foo=bar", type: "application/x-www-form-urlencoded").get() == AlertEvent(kind: .generic, message: "foo=bar"))
     }
 
+    /// A form holds at most 1,000 fields (Uptime Kuma's largest, a monitor in bracket notation, holds about 100): a
+    /// text with more is custom text, so its push still goes out with the text as the body (issue 36).
+    @Test func aFormOfMoreThanAThousandFieldsIsText() throws {
+        let atTheCap = "msg=Backup+done" + String(repeating: "&x=1", count: 999)
+        #expect(try parse(atTheCap, type: "application/x-www-form-urlencoded").get() == .test("Backup done"))
+        let pastTheCap = atTheCap + "&x=1"
+        #expect(try parse(pastTheCap, type: "application/x-www-form-urlencoded").get() == AlertEvent(kind: .generic, message: pastTheCap))
+        // Unescaped, as issue 36's body was: the same.
+        let unescaped = "msg=a" + String(repeating: "&x=", count: 21_800) + " "
+        #expect(
+            try parse(unescaped, type: "text/plain").get()
+                == AlertEvent(kind: .generic, message: String(unescaped.dropLast().prefix(4096))))
+    }
+
     @Test func jsonThatHoldsFormLikeTextIsStillJSON() throws {
         #expect(
             try parse("{\"title\":\"A\",\"body\":\"x=1&msg=2\"}", type: "application/x-www-form-urlencoded").get()

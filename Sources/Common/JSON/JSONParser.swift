@@ -20,6 +20,9 @@ public struct JSONParser {
     /// When set, object members with other keys are validated but not kept (webhooks carry ~60 monitor fields
     /// of which the relay reads two). Compared as raw bytes, so a dropped key never becomes a String.
     private var keeping: KeptKeys?
+    /// Bytes visited, added once per loop (never per byte, to keep the loops as measured): the tests hold the parse
+    /// linear by this count, without a clock (`JSONParserWorkTests`).
+    private var steps = 0
 
     /// The member names a parse keeps, as bytes, prepared once (a webhook parse used to convert its set of names
     /// for every request).
@@ -51,9 +54,16 @@ public struct JSONParser {
 
     /// `parse(_:keeping:)` with the kept names prepared beforehand.
     public static func parse(_ bytes: [UInt8], keeping: KeptKeys?) throws(SyntaxError) -> JSONValue {
+        var steps = 0
+        return try parse(bytes, keeping: keeping, steps: &steps)
+    }
+
+    /// `parse(_:keeping:)`, adding to `steps` the bytes the parse visited (reads again included).
+    package static func parse(_ bytes: [UInt8], keeping: KeptKeys?, steps: inout Int) throws(SyntaxError) -> JSONValue {
         let result: Result<JSONValue, SyntaxError> = bytes.withUnsafeBufferPointer { buffer in
             var parser = JSONParser(bytes: buffer)
             parser.keeping = keeping
+            defer { steps += parser.steps }
             do throws(SyntaxError) {
                 parser.skipWhitespace()
                 let value = try parser.parseValue()
@@ -76,6 +86,7 @@ public struct JSONParser {
     private mutating func skipWhitespace() {
         var at = index
         while at < bytes.count, bytes[at] == 0x20 || bytes[at] == 0x0a || bytes[at] == 0x0d || bytes[at] == 0x09 { at += 1 }
+        steps += at - index
         index = at
     }
 
@@ -183,16 +194,19 @@ public struct JSONParser {
         if escaped {
             var probe = self
             probe.index = start - 1
+            defer { steps = probe.steps }
             return Array(try probe.parseString().utf8).withUnsafeBytes { keeping.contains($0) }
         }
+        steps += index - start
         return keeping.contains(UnsafeRawBufferPointer(UnsafeBufferPointer(rebasing: bytes[start..<(index - 1)])))
     }
 
     /// The key string whose opening quote preceded `start` (already validated by `keyIsKept`).
-    private func keyString(from start: Int) throws(SyntaxError) -> String {
+    private mutating func keyString(from start: Int) throws(SyntaxError) -> String {
         var probe = self
         probe.index = start - 1
         probe.keeping = nil
+        defer { steps = probe.steps }
         return try probe.parseString()
     }
 
@@ -247,6 +261,7 @@ public struct JSONParser {
             _ = try parseString()
             return true
         }
+        if combined >= 0x80 { steps += quote - start }
         if combined >= 0x80, !Self.isValidUTF8(UnsafeBufferPointer(rebasing: bytes[start..<quote])) {
             index = quote
             throw error("invalid UTF-8 in string")
@@ -257,9 +272,10 @@ public struct JSONParser {
 
     /// The closing quote of the string whose text starts at `start`, with the OR of its bytes (0x80 set: not
     /// ASCII, to be validated), when the text holds no escape and no control character; nil otherwise.
-    private func plainStringEnd(from start: Int) -> (quote: Int, combined: UInt8)? {
+    private mutating func plainStringEnd(from start: Int) -> (quote: Int, combined: UInt8)? {
         var at = start
         var combined: UInt8 = 0
+        defer { steps += at - start + 1 }
         while at < bytes.count {
             let byte = bytes[at]
             if byte == UInt8(ascii: "\"") { return (at, combined) }
@@ -315,6 +331,8 @@ public struct JSONParser {
 
     /// Reads past a number, checking RFC 8259's grammar (no leading zeros, digits after '.' and 'e').
     private mutating func skipNumber() throws(SyntaxError) {
+        let start = index
+        defer { steps += index - start + 1 }
         if bytes[index] == UInt8(ascii: "-") { index += 1 }
         guard index < bytes.count, isDigit(bytes[index]) else { throw error("invalid number") }
         if bytes[index] == UInt8(ascii: "0") {
@@ -347,6 +365,8 @@ public struct JSONParser {
         }
         let run = UnsafeBufferPointer(rebasing: bytes[start..<quote])
         index = quote + 1
+        // Made into a String: read once more.
+        steps += run.count
         if combined < 0x80 { return String(decoding: run, as: UTF8.self) }
         guard let text = String(validating: run, as: UTF8.self) else { throw error("invalid UTF-8 in string") }
         return text
@@ -354,6 +374,9 @@ public struct JSONParser {
 
     /// The slow path: a string with escapes, assembled into a byte buffer and validated.
     private mutating func parseEscapedString() throws(SyntaxError) -> String {
+        let entry = index
+        // Each byte is read, copied into `out`, and validated there: three visits.
+        defer { steps += 3 * (index - entry) }
         var out: [UInt8] = []
         var runStart = index
         while index < bytes.count {

@@ -9,7 +9,7 @@
 ///   by `,` and the next key; an element by `]` or by `,` and the next value; a lone top-level string by the end).
 ///   Any other `"` is text. Where several quotes could end one of the top level's string values (a message
 ///   holding `[{"status":"error","db":"down"}]` before the template's own `"}`), the ways of ending them that make a
-///   whole document are searched (`search`: at most `searchRuns` parses and `searchBytes` read) and the caller's
+///   whole document are searched (`search`: at most `searchRuns` parses a pass, `searchBytes` read by both) and the caller's
 ///   `preference` picks one; ties go to the parse that ends strings earliest. A search cut short reads as its first
 ///   parse. Keys, and strings nested deeper, end at their first possible quote;
 /// - an escape that is not JSON (`C:\path`) keeps its backslash as text; and when a document does not parse
@@ -22,7 +22,9 @@ public struct TolerantJSONParser {
     private enum Place { case key, objectValue, arrayElement, topLevel }
     private struct Failure: Error {}
 
-    private let bytes: [UInt8]
+    /// The document, valid only during `search` (which keeps the array alive around its parses). A buffer, not the
+    /// array: every read of a stored array retains and releases it in a debug build, a quarter of a parse's time.
+    private let bytes: UnsafeBufferPointer<UInt8>
     private var index = 0
     private var depth = 0
     /// The second pass: a backslash before a quote that can end the string is text.
@@ -31,18 +33,34 @@ public struct TolerantJSONParser {
     /// search's position; missing entries are 0), and what this parse took.
     private let skips: [Int]
     private var taken: [Int] = []
+    /// One for each byte a loop of this parse visits (looking ahead after a quote included): what the tests count to
+    /// hold the search to a bounded multiple of the input, without a clock (`ParserWorkTests`).
+    private var steps = 0
 
-    /// Parses of one document per pass at most, and bytes read over all of them: each parse is linear in the
-    /// document's length, so a body built to make the search branch costs a bounded multiple of reading it.
+    /// Parses of one document per pass at most, and bytes read by all parses of both passes (the second pass gets
+    /// what the first left, and at least one parse): each parse is linear in the document's length, so a body built
+    /// to make the search branch costs a bounded multiple of reading it. 256 KiB keeps all 64 parses of both passes
+    /// for bodies up to 2 KiB (a rendered template with a long ping or keyword message is under that), and holds a
+    /// 64 KiB body built to branch to five parses, about ten times the CPU of a plain 64 KiB alert
+    /// (`ParserWorkTests`, `test_hostile_bodies.py`; 1 MiB a pass let such a body cost twenty).
     static let searchRuns = 64
-    static let searchBytes = 1 << 20
+    static let searchBytes = 256 << 10
 
     /// - Parameter preference: a score for each whole document found; the highest wins, and among equals the one
     ///   found first (by default all are equal: the parse that ends each string at its first possible quote).
     public static func parse(_ bytes: [UInt8], preference: (JSONValue) -> Int = { _ in 0 }) -> JSONValue? {
+        var steps = 0
+        return parse(bytes, preference: preference, steps: &steps)
+    }
+
+    /// `parse(_:preference:)`, adding to `steps` the bytes its loops visited over every parse of the search (and one
+    /// read to validate the UTF-8); the preference's own work is the caller's.
+    package static func parse(_ bytes: [UInt8], preference: (JSONValue) -> Int = { _ in 0 }, steps: inout Int) -> JSONValue? {
+        steps += bytes.count
         guard String(validating: bytes, as: UTF8.self) != nil else { return nil }
-        return search(bytes, trailingBackslashes: false, preference)
-            ?? search(bytes, trailingBackslashes: true, preference)
+        var budget = searchBytes
+        return search(bytes, trailingBackslashes: false, preference, &budget, &steps)
+            ?? search(bytes, trailingBackslashes: true, preference, &budget, &steps)
     }
 
     /// Depth first over the choice of quote that ends each string value of the top level (the template's own
@@ -50,28 +68,35 @@ public struct TolerantJSONParser {
     /// each parse, whole or failed, the last string it ended moves to its next possible end (the choices after it
     /// start again from the first). When the choices run out the best reading wins. When the budget runs out
     /// first, the reading is the first parse's (each string ended at its first possible quote), or none: what the
-    /// relay read before it searched, never a reading picked from a search cut short.
-    private static func search(_ bytes: [UInt8], trailingBackslashes: Bool, _ preference: (JSONValue) -> Int) -> JSONValue? {
+    /// relay read before it searched, never a reading picked from a search cut short. `budget`: the bytes the
+    /// search may still read, less what this pass read when it returns.
+    private static func search(
+        _ bytes: [UInt8], trailingBackslashes: Bool, _ preference: (JSONValue) -> Int, _ budget: inout Int, _ steps: inout Int
+    ) -> JSONValue? {
         var skips: [Int] = []
         var first: JSONValue?
         var best: (value: JSONValue, score: Int)?
-        let runs = max(1, min(searchRuns, searchBytes / max(bytes.count, 1)))
+        let runs = max(1, min(searchRuns, budget / max(bytes.count, 1)))
         for run in 0..<runs {
-            var parser = TolerantJSONParser(bytes: bytes, trailingBackslashes: trailingBackslashes, skips: skips)
-            let value = parser.parseDocument()
+            budget -= bytes.count
+            let (value, taken, visited) = bytes.withUnsafeBufferPointer { buffer in
+                var parser = TolerantJSONParser(bytes: buffer, trailingBackslashes: trailingBackslashes, skips: skips)
+                return (parser.parseDocument(), parser.taken, parser.steps)
+            }
+            steps += visited
             if run == 0 { first = value }
             if let value {
                 let score = preference(value)
                 if best == nil || score > best!.score { best = (value, score) }
             }
-            guard !parser.taken.isEmpty else { return best?.value }
-            skips = parser.taken
+            guard !taken.isEmpty else { return best?.value }
+            skips = taken
             skips[skips.count - 1] += 1
         }
         return first
     }
 
-    private init(bytes: [UInt8], trailingBackslashes: Bool, skips: [Int]) {
+    private init(bytes: UnsafeBufferPointer<UInt8>, trailingBackslashes: Bool, skips: [Int]) {
         self.bytes = bytes
         self.trailingBackslashes = trailingBackslashes
         self.skips = skips
@@ -90,14 +115,24 @@ public struct TolerantJSONParser {
 
     private static func isWhitespace(_ byte: UInt8) -> Bool { byte == 0x20 || byte == 0x0a || byte == 0x0d || byte == 0x09 }
 
+    /// `,` `}` `]` `:`: what ends a number or literal. Compared one by one, never as an array literal, which a debug
+    /// build allocates for every byte (most of a 64 KiB token's cost, measured with perf).
+    private static func isPunctuation(_ byte: UInt8) -> Bool {
+        byte == UInt8(ascii: ",") || byte == UInt8(ascii: "}") || byte == UInt8(ascii: "]") || byte == UInt8(ascii: ":")
+    }
+
     private mutating func skipWhitespace() {
-        while index < bytes.count, Self.isWhitespace(bytes[index]) { index += 1 }
+        while index < bytes.count, Self.isWhitespace(bytes[index]) {
+            steps += 1
+            index += 1
+        }
     }
 
     /// The first non-whitespace index at or after `from` (bytes.count when none).
-    private func nextSignificant(_ from: Int) -> Int {
+    private mutating func nextSignificant(_ from: Int) -> Int {
         var i = from
         while i < bytes.count, Self.isWhitespace(bytes[i]) { i += 1 }
+        steps += i - from + 1
         return i
     }
 
@@ -110,11 +145,12 @@ public struct TolerantJSONParser {
         default:
             // Numbers and literals: exactly as JSON writes them, checked by the strict parser on the token alone.
             let start = index
-            while index < bytes.count, !Self.isWhitespace(bytes[index]),
-                ![UInt8(ascii: ","), UInt8(ascii: "}"), UInt8(ascii: "]"), UInt8(ascii: ":")].contains(bytes[index])
-            {
+            while index < bytes.count, !Self.isWhitespace(bytes[index]), !Self.isPunctuation(bytes[index]) {
+                steps += 1
                 index += 1
             }
+            // The strict parser reads the token once more.
+            steps += index - start
             guard index > start, let value = try? JSONParser.parse(Array(bytes[start..<index])),
                 !value.isObject, value.stringValue == nil
             else { throw Failure() }
@@ -189,6 +225,7 @@ public struct TolerantJSONParser {
         let skip = isChoice && taken.count < skips.count ? skips[taken.count] : 0
         var skipped = 0
         while index < bytes.count {
+            steps += 1
             let byte = bytes[index]
             if byte == UInt8(ascii: "\""), endsString(quoteAt: index, place) {
                 if skipped == skip {
@@ -218,7 +255,7 @@ public struct TolerantJSONParser {
     }
 
     /// Whether the quote at `quote` can end a string in `place`: what follows it must be what JSON allows there.
-    private func endsString(quoteAt quote: Int, _ place: Place) -> Bool {
+    private mutating func endsString(quoteAt quote: Int, _ place: Place) -> Bool {
         let next = nextSignificant(quote + 1)
         let byte = next < bytes.count ? bytes[next] : nil
         switch place {
@@ -234,27 +271,29 @@ public struct TolerantJSONParser {
             guard byte == UInt8(ascii: ",") else { return false }
             let start = nextSignificant(next + 1)
             guard start < bytes.count else { return false }
-            return [
-                UInt8(ascii: "\""), UInt8(ascii: "{"), UInt8(ascii: "["), UInt8(ascii: "-"), UInt8(ascii: "t"),
-                UInt8(ascii: "f"), UInt8(ascii: "n")
-            ].contains(bytes[start])
-                || (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(bytes[start])
+            switch bytes[start] {
+            case UInt8(ascii: "\""), UInt8(ascii: "{"), UInt8(ascii: "["), UInt8(ascii: "-"), UInt8(ascii: "t"), UInt8(ascii: "f"),
+                UInt8(ascii: "n"), UInt8(ascii: "0")...UInt8(ascii: "9"):
+                return true
+            default: return false
+            }
         }
     }
 
     /// A `}` or `]` at `closer` ends a container when what follows it is the end or more structure.
-    private func closesContainer(at closer: Int) -> Bool {
+    private mutating func closesContainer(at closer: Int) -> Bool {
         let next = nextSignificant(closer + 1)
         guard next < bytes.count else { return true }
-        return [UInt8(ascii: ","), UInt8(ascii: "}"), UInt8(ascii: "]")].contains(bytes[next])
+        return bytes[next] != UInt8(ascii: ":") && Self.isPunctuation(bytes[next])
     }
 
     /// After the `,` at `comma`: a key, i.e. `"name"` (no quote or backslash inside) followed by `:`.
-    private func keyFollows(after comma: Int) -> Bool {
+    private mutating func keyFollows(after comma: Int) -> Bool {
         var i = nextSignificant(comma + 1)
         guard i < bytes.count, bytes[i] == UInt8(ascii: "\"") else { return false }
         i += 1
         while i < bytes.count, bytes[i] != UInt8(ascii: "\"") {
+            steps += 1
             if bytes[i] == UInt8(ascii: "\\") || bytes[i] < 0x20 { return false }
             i += 1
         }

@@ -10,14 +10,21 @@ enum CustomText {
     /// - Parameter unwrapped: the text already came out of a JSON string (axios' double encoding, #7211); a JSON
     ///   string inside it is then text, not a third level of encoding.
     static func event(_ text: String, unwrapped: Bool) -> Result<AlertEvent, WebhookParser.Rejection> {
+        var steps = 0
+        return event(text, unwrapped: unwrapped, steps: &steps)
+    }
+
+    /// `event(_:unwrapped:)`, adding to `steps` what the JSON parsers visited (`ParserWorkTests`). At most two levels
+    /// run (a JSON string inside is read once more, never deeper), each a bounded multiple of the text.
+    static func event(_ text: String, unwrapped: Bool, steps: inout Int) -> Result<AlertEvent, WebhookParser.Rejection> {
         let trimmed = text.trimmingJSONWhitespace()
         guard !trimmed.isEmpty else { return .failure(.invalidBody(unwrapped ? "the JSON string is empty" : "empty body")) }
         let bytes = Array(trimmed.utf8)
         let value =
-            (try? JSONParser.parse(bytes, keeping: WebhookParser.keysRead))
-            ?? TolerantJSONParser.parse(bytes, preference: templateLikeness)
+            (try? JSONParser.parse(bytes, keeping: WebhookParser.keysRead, steps: &steps))
+            ?? TolerantJSONParser.parse(bytes, preference: templateLikeness, steps: &steps)
         if let value, value.isObject { return WebhookParser.fromObject(value) }
-        if let inner = value?.stringValue, !unwrapped { return event(inner, unwrapped: true) }
+        if let inner = value?.stringValue, !unwrapped { return event(inner, unwrapped: true, steps: &steps) }
         return .success(AlertEvent(kind: .generic, message: cut(trimmed)))
     }
 

@@ -14,16 +14,23 @@ public enum WebhookParser {
     }
 
     public static func parse(_ request: HTTPRequest) -> Result<AlertEvent, Rejection> {
-        if request.method == "GET" { return fromQuery(request.rawQuery) }
+        var steps = 0
+        return parse(request, steps: &steps)
+    }
+
+    /// `parse(_:)`, adding to `steps` the bytes every parser it ran visited (the form reader, strict and tolerant
+    /// JSON): the tests hold each path to a bounded multiple of the body by this count (`ParserWorkTests`).
+    static func parse(_ request: HTTPRequest, steps: inout Int) -> Result<AlertEvent, Rejection> {
+        if request.method == "GET" { return fromQuery(request.rawQuery, steps: &steps) }
         switch request.mediaType {
         case "application/json", "text/json":
-            return fromJSONBody(request.body)
+            return fromJSONBody(request.body, steps: &steps)
         case let type? where type.hasPrefix("application/") && type.hasSuffix("+json"):
-            return fromJSONBody(request.body)
+            return fromJSONBody(request.body, steps: &steps)
         case "multipart/form-data":
-            return fromMultipart(request.formFields)
+            return fromMultipart(request.formFields, steps: &steps)
         case "application/x-www-form-urlencoded", "text/plain":
-            return fromText(request.body)
+            return fromText(request.body, steps: &steps)
         default:
             return .failure(.unsupportedMediaType)
         }
@@ -31,26 +38,26 @@ public enum WebhookParser {
 
     /// `application/json`: axios only sends valid JSON here (it stringifies text that does not parse), so the body
     /// must parse strictly. An object is used as it is; a JSON string is custom text (#7211).
-    static func fromJSONBody(_ bytes: [UInt8]) -> Result<AlertEvent, Rejection> {
+    static func fromJSONBody(_ bytes: [UInt8], steps: inout Int) -> Result<AlertEvent, Rejection> {
         guard bytes.contains(where: { !$0.isJSONWhitespace }) else { return .failure(.invalidBody("empty body")) }
         let value: JSONValue
         do {
-            value = try JSONParser.parse(bytes, keeping: keysRead)
+            value = try JSONParser.parse(bytes, keeping: keysRead, steps: &steps)
         } catch {
             return .failure(.invalidBody(error.description))
         }
         if value.isObject { return fromObject(value) }
-        if let text = value.stringValue { return CustomText.event(text, unwrapped: true) }
+        if let text = value.stringValue { return CustomText.event(text, unwrapped: true, steps: &steps) }
         return .failure(.invalidBody("the JSON holds no object and no text"))
     }
 
     /// urlencoded and text/plain: a form that names a field the relay reads, else custom text.
-    static func fromText(_ bytes: [UInt8]) -> Result<AlertEvent, Rejection> {
+    static func fromText(_ bytes: [UInt8], steps: inout Int) -> Result<AlertEvent, Rejection> {
         guard let text = String(validating: bytes, as: UTF8.self) else {
             return .failure(.invalidBody("the body is not UTF-8 (byte \(firstInvalidUTF8(bytes)))"))
         }
-        if let fields = FormText.fields(text) { return fromFields(fields) }
-        return CustomText.event(text, unwrapped: false)
+        if let fields = FormText.fields(text, steps: &steps) { return fromFields(fields, steps: &steps) }
+        return CustomText.event(text, unwrapped: false, steps: &steps)
     }
 
     /// The offset of the first byte that starts no valid UTF-8 sequence, for the error message.
@@ -68,7 +75,7 @@ public enum WebhookParser {
     }
 
     /// Uptime Kuma's form-data mode: one `data` part holding the JSON (a template's own fields are read too).
-    static func fromMultipart(_ parts: [(name: String, value: [UInt8])]) -> Result<AlertEvent, Rejection> {
+    static func fromMultipart(_ parts: [(name: String, value: [UInt8])], steps: inout Int) -> Result<AlertEvent, Rejection> {
         var fields: [String: String] = [:]
         for part in parts {
             guard let value = String(validating: part.value, as: UTF8.self) else {
@@ -79,26 +86,26 @@ public enum WebhookParser {
         guard fields["data"] != nil || fields.keys.contains(where: FormText.knownNames.contains) else {
             return .failure(.invalidBody("no data field in the form-data"))
         }
-        return fromFields(fields)
+        return fromFields(fields, steps: &steps)
     }
 
     /// A decoded form: `data` holds Uptime Kuma's JSON (read as custom text, so an unescaped one works too);
     /// otherwise bracket notation or flat `title`/`body`/`msg` fields.
-    static func fromFields(_ fields: [String: String]) -> Result<AlertEvent, Rejection> {
-        if let data = fields["data"] { return CustomText.event(data, unwrapped: false) }
+    static func fromFields(_ fields: [String: String], steps: inout Int) -> Result<AlertEvent, Rejection> {
+        if let data = fields["data"] { return CustomText.event(data, unwrapped: false, steps: &steps) }
         return fromFlatFields(fields)
     }
 
     /// GET mode (Uptime Kuma 2.1+): `msg`, and `heartbeat`/`monitor` as JSON texts; `+` is a space.
-    static func fromQuery(_ query: String) -> Result<AlertEvent, Rejection> {
-        guard let parameters = QueryString.parse(query) else {
+    static func fromQuery(_ query: String, steps: inout Int) -> Result<AlertEvent, Rejection> {
+        guard let parameters = QueryString.parse(query, steps: &steps) else {
             return .failure(.invalidBody("the query string has an invalid %-escape or is not UTF-8"))
         }
         var members: [(key: String, value: JSONValue)] = []
         for key in ["heartbeat", "monitor"] {
             guard let text = parameters[key] else { continue }
             do {
-                members.append((key, try JSONParser.parse(Array(text.utf8), keeping: keysRead)))
+                members.append((key, try JSONParser.parse(Array(text.utf8), keeping: keysRead, steps: &steps)))
             } catch {
                 return .failure(.invalidBody("query parameter \(key): \(error.description)"))
             }
