@@ -16,6 +16,14 @@ final class PGConnection {
         /// Every statement is cancelled by the server after this long (`statement_timeout`), so a lock held by a
         /// stuck client or a server in trouble turns into an error, not a thread blocked for ever.
         var statementTimeout: Duration = .seconds(30)
+        /// A statement waiting for a lock (another session's row or table lock) gives up after this long
+        /// (`lock_timeout`, SQLSTATE 55P03): a frozen host holding a device's row makes one batch fail fast, not
+        /// wait out `statementTimeout` with every other device of the batch.
+        var lockTimeout: Duration = .seconds(5)
+        /// The server ends a session left inside a transaction with nothing to do for this long
+        /// (`idle_in_transaction_session_timeout`, SQLSTATE 25P03), releasing its locks: a paused VM, a frozen or
+        /// partitioned host holds the devices it locked this long at most, not until TCP gives up (hours).
+        var idleInTransactionTimeout: Duration = .seconds(10)
         /// libpq's `connect_timeout`, in seconds.
         var connectTimeoutSeconds = 10
     }
@@ -80,11 +88,18 @@ final class PGConnection {
         handle = connection
         // No session-level SET of a planner setting here: `PostgresStore.promotion(of:)` sets some for one statement
         // and puts them back `TO DEFAULT`, which would undo it.
-        try execute("SET statement_timeout = \(options.statementTimeout.wholeMilliseconds)")
+        // The three timeouts bound what one session can hold and wait for (SPEC §4 "No single point of trouble"); they
+        // are session settings, so a pooler in transaction mode must pass them on (docs/operations.md).
         // libpq prints server notices ("relation already exists, skipping") on stderr; the relay has its own log.
         // `bytea` columns are read in the hex form (`PGRow.bytes`), whatever the database or role sets by default:
         // read in the escape form, every payload would be garbage and its job a dead letter.
-        try execute("SET client_min_messages = warning; SET bytea_output = hex")
+        try execute(
+            """
+            SET statement_timeout = \(options.statementTimeout.wholeMilliseconds);
+            SET lock_timeout = \(options.lockTimeout.wholeMilliseconds);
+            SET idle_in_transaction_session_timeout = \(options.idleInTransactionTimeout.wholeMilliseconds);
+            SET client_min_messages = warning; SET bytea_output = hex
+            """)
     }
 
     deinit { PQfinish(handle) }
@@ -350,6 +365,9 @@ final class PGConnection {
                 refusedWrites = true
                 unusable = true
             }
+            // The server ended the session (it sat in a transaction past idle_in_transaction_session_timeout, e.g.
+            // while this host was frozen): libpq may not have seen the socket close yet, but nothing more can run on it.
+            if sqlstate == PGError.idleInTransactionTimeout { unusable = true }
             throw PGError(
                 sqlstate: sqlstate, message: message, constraint: field(UInt8(ascii: "n")),
                 sql: sql, connectionBroken: isBroken)
