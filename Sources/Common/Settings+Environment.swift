@@ -128,7 +128,8 @@ extension Settings {
         },
         Variable(
             name: "DATABASE_URL", defaultText: "",
-            summary: "use PostgreSQL instead of SQLite: postgres://user:pass@host:port/db?sslmode=verify-full (libpq URI or key=value); without sslmode the server is not verified"
+            summary: "use PostgreSQL instead of SQLite: postgres://user:pass@host:port/db?sslmode=verify-full (libpq URI or key=value); "
+                + "without sslmode the server is not verified"
         ) { s, text throws(ConfigurationError) in
             guard !text.isEmpty else {
                 s.databaseURL = nil
