@@ -164,6 +164,7 @@ def test_a_frozen_ingest_holding_a_device_row_stops_the_other_ingest_for_at_most
         frozen.signal(signal.SIGCONT)
         thread.join(timeout=300)
     status, body, _ = held["answer"]
+    print(f"the woken ingest answered its held webhook {status}")
     assert status in (202, 503), (status, body)
     if status == 202:
         acknowledged[locked].append((body["id"], "held by the frozen ingest"))

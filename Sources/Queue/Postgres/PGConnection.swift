@@ -49,6 +49,10 @@ final class PGConnection {
     private(set) var refusedWrites = false
     /// A deferred BEGIN has gone to the server, and no COMMIT or ROLLBACK since: `rollback` has something to undo.
     private var transactionSent = false
+    /// The error the server sent outside any statement just before it closed the session (`FATAL`, e.g. 25P03 when it
+    /// ended a session idle in its transaction), which libpq hands to the notice receiver rather than to a result.
+    /// The statement that then finds the socket closed reports this SQLSTATE instead of none (`check`, `failure`).
+    private var sessionEndedBy: (sqlstate: String, message: String)?
 
     private struct Statement {
         let sql: String
@@ -86,6 +90,9 @@ final class PGConnection {
             throw PGError(sqlstate: "", message: "cannot connect: \(message)", connectionBroken: true)
         }
         handle = connection
+        // Unmanaged.passUnretained: libpq calls the receiver only from inside calls on `handle`, which this object
+        // owns and frees in `deinit` (PQfinish), so the receiver never outlives it.
+        PQsetNoticeReceiver(handle, pgNoticeReceived, Unmanaged.passUnretained(self).toOpaque())
         // No session-level SET of a planner setting here: `PostgresStore.promotion(of:)` sets some for one statement
         // and puts them back `TO DEFAULT`, which would undo it.
         // The three timeouts bound what one session can hold and wait for (SPEC §4 "No single point of trouble"); they
@@ -309,7 +316,22 @@ final class PGConnection {
 
     /// The error libpq reports for a call that failed before any result (connection lost, out of memory).
     private func failure(sql: String) -> PGError {
-        PGError(sqlstate: "", message: Self.trimmed(PQerrorMessage(handle)), sql: sql, connectionBroken: true)
+        if let ended = sessionEndedBy, isBroken {
+            return PGError(sqlstate: ended.sqlstate, message: ended.message, sql: sql, connectionBroken: true)
+        }
+        return PGError(sqlstate: "", message: Self.trimmed(PQerrorMessage(handle)), sql: sql, connectionBroken: true)
+    }
+
+    /// A notice or warning from the server, or an error it sent outside any statement (see `sessionEndedBy`). Notices
+    /// go to stderr as libpq's default receiver prints them; a FATAL is kept for the error that follows instead.
+    fileprivate func noticeReceived(_ result: OpaquePointer) {
+        func field(_ code: UInt8) -> String? { PQresultErrorField(result, Int32(code)).map { String(cString: $0) } }
+        // 'V': the severity, never localized (PG_DIAG_SEVERITY_NONLOCALIZED).
+        if let severity = field(UInt8(ascii: "V")), severity == "FATAL" || severity == "PANIC" {
+            sessionEndedBy = (field(UInt8(ascii: "C")) ?? "", field(UInt8(ascii: "M")) ?? Self.trimmed(PQresultErrorMessage(result)))
+            return
+        }
+        if let text = PQresultErrorMessage(result) { FileHandle.standardError.write(Data(String(cString: text).utf8)) }
     }
 
     /// Calls `body` with libpq's parameter arrays for `values`: pointers into one buffer holding every value's
@@ -359,8 +381,9 @@ final class PGConnection {
         case PGRES_COMMAND_OK, PGRES_TUPLES_OK, PGRES_EMPTY_QUERY: return
         default:
             func field(_ code: UInt8) -> String? { PQresultErrorField(result, Int32(code)).map { String(cString: $0) } }
-            let message = field(UInt8(ascii: "M")) ?? Self.trimmed(PQresultErrorMessage(result))
-            let sqlstate = field(UInt8(ascii: "C")) ?? ""
+            var message = field(UInt8(ascii: "M")) ?? Self.trimmed(PQresultErrorMessage(result))
+            var sqlstate = field(UInt8(ascii: "C")) ?? ""
+            if sqlstate.isEmpty, let ended = sessionEndedBy, isBroken { (sqlstate, message) = ended }
             if sqlstate == PGError.readOnlyTransaction {
                 refusedWrites = true
                 unusable = true
@@ -377,6 +400,13 @@ final class PGConnection {
     private static func trimmed(_ message: UnsafePointer<CChar>?) -> String {
         message.map { String(cString: $0).trimmingCharacters(in: .whitespacesAndNewlines) } ?? ""
     }
+}
+
+/// libpq's notice receiver (https://www.postgresql.org/docs/15/libpq-notice-processing.html), set per connection in
+/// `PGConnection.init` with the connection as its argument.
+private func pgNoticeReceived(_ owner: UnsafeMutableRawPointer?, _ result: OpaquePointer?) {
+    guard let owner, let result else { preconditionFailure("pgNoticeReceived: libpq passed no connection or no result") }
+    Unmanaged<PGConnection>.fromOpaque(owner).takeUnretainedValue().noticeReceived(result)
 }
 
 /// One row of a result; valid only inside the `rows` callback.
