@@ -320,12 +320,13 @@ public final class PostgresStore: Sendable {
     /// server dropped the old one (a count is harmless to repeat), as `read` does.
     private func withStatsConnection<T: Sendable>(_ body: (PGConnection) throws -> T) throws(StoreError) -> T {
         do {
-            return try statsReader.withLock { link in
-                if link == nil { link = PostgresLink(connectingLater: url, options: options.connection, failover: failover) }
+            return try statsReader.withLock { opened in
+                let link = opened ?? PostgresLink(connectingLater: url, options: options.connection, failover: failover)
+                opened = link
                 do {
-                    return try body(try link!.connected())
-                } catch let error as PGError where error.connectionBroken && !link!.isBackingOff {
-                    return try body(try link!.connected())
+                    return try body(try link.connected())
+                } catch let error as PGError where error.connectionBroken && !link.isBackingOff {
+                    return try body(try link.connected())
                 }
             }
         } catch {
