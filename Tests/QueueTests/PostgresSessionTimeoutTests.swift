@@ -81,6 +81,38 @@ import Testing
         #expect(store.writerConnectionsOpened == 2)
     }
 
+    /// Migrations are not cut short (SPEC §4): a process starting while another holds the migration lock waits for
+    /// it past its own lock and statement timeouts, and says so; the one that migrates says its locks are waited for.
+    @Test func aMigrationWaitsForItsLockPastTheSessionTimeoutsAndSaysSo() throws {
+        let location = try PostgresServer.shared().createDatabase()
+        let migrating = try RawPostgres(location)
+        try migrating.execute("SELECT pg_advisory_lock(hashtext('kumapush-relay schema_migrations'))")
+        let lines = LogCapture()
+        let logger = Logger(label: "relay", level: .info, sink: LogSink(format: .text) { line in lines.append(line) })
+        let options = PostgresStore.Options(statementTimeout: .seconds(1), lockTimeout: .milliseconds(100), logger: logger)
+        let opened = Mutex<Result<Int, StoreError>?>(nil)
+        let opening = Thread {
+            let result = Result { () throws(StoreError) in
+                try PostgresStore(url: location, options: options, now: TestDatabase.t0).writerConnectionsOpened
+            }
+            opened.withLock { $0 = result }
+        }
+        opening.start()
+        try waitUntil("the opening process to say it waits") {
+            lines.all.contains { $0.contains("another process is upgrading the database schema") }
+        }
+        // Waiting longer than its statement timeout, as the server sees it.
+        try waitUntil("the wait to outlast the statement timeout") {
+            try migrating.query(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND now() - query_start > interval '1.5 s'"
+            ) == [["1"]]
+        }
+        try migrating.execute("SELECT pg_advisory_unlock(hashtext('kumapush-relay schema_migrations'))")
+        try waitUntil("the store to open") { opened.withLock { $0 != nil } }
+        #expect(try opened.withLock { try $0?.get() } == 1, "the store opened once the migration lock was free")
+        #expect(lines.all.contains { $0.contains("upgrading the database schema; its locks are waited for without a time limit") })
+    }
+
     private func register(_ store: PostgresStore, _ seed: Int) throws -> String {
         try store.registerDevice(
             token: String(format: "%064x", seed), authTokenHash: "h", now: TestDatabase.t0, newID: { try DeviceID.generate() }
