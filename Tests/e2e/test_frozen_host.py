@@ -1,6 +1,6 @@
 """SPEC §4 "No single point of trouble" on PostgreSQL: a host frozen in the middle of a transaction (SIGSTOP: a paused
 VM, a live migration, a cut network) holds the device rows it locked only until the server ends its session
-(PG_IDLE_IN_TRANSACTION_TIMEOUT); meanwhile a batch that waits for them is refused within PG_LOCK_TIMEOUT, and the
+(PG_IDLE_IN_TRANSACTION_TIMEOUT); meanwhile a batch that waits for them is refused after PG_LOCK_TIMEOUT, and the
 other hosts accept every webhook again and deliver every acknowledged alert, in order.
 
 How the freeze is caught mid-transaction, without timing luck: a helper session (psql) locks the device row first.
