@@ -128,7 +128,8 @@ extension Settings {
         },
         Variable(
             name: "DATABASE_URL", defaultText: "",
-            summary: "use PostgreSQL instead of SQLite: postgres://user:pass@host:port/db?sslmode=… (libpq URI or key=value)"
+            summary: "use PostgreSQL instead of SQLite: postgres://user:pass@host:port/db?sslmode=verify-full (libpq URI or key=value); "
+                + "without sslmode the server is not verified"
         ) { s, text throws(ConfigurationError) in
             guard !text.isEmpty else {
                 s.databaseURL = nil
@@ -142,6 +143,18 @@ extension Settings {
                     message: "expected a postgres:// or postgresql:// URI or a key=value connection string")
             }
             s.databaseURL = text
+        },
+        Variable(
+            name: "PG_LOCK_TIMEOUT", defaultText: "5s",
+            summary: "PostgreSQL: a statement waiting this long for another session's lock fails (the webhooks get 503); 100ms to 1m"
+        ) { s, text throws(ConfigurationError) in
+            s.pgLockTimeout = try parseDuration(text, "PG_LOCK_TIMEOUT", within: .milliseconds(100)...(.seconds(60)))
+        },
+        Variable(
+            name: "PG_IDLE_IN_TRANSACTION_TIMEOUT", defaultText: "10s",
+            summary: "PostgreSQL: the server ends a session idle this long inside a transaction (a frozen host) and frees its locks; 1s to 1m"
+        ) { s, text throws(ConfigurationError) in
+            s.pgIdleInTransactionTimeout = try parseDuration(text, "PG_IDLE_IN_TRANSACTION_TIMEOUT", within: .seconds(1)...(.seconds(60)))
         },
         Variable(name: "SYNC", defaultText: "normal", summary: "SQLite durability: normal (survives process crashes) or full (also power loss)") {
             s, text throws(ConfigurationError) in
@@ -345,6 +358,16 @@ private func parseInt(_ text: String, _ variable: String, _ range: ClosedRange<I
 private func parseDuration(_ text: String, _ variable: String, allowZero: Bool = false) throws(ConfigurationError) -> Duration {
     guard let duration = DurationSyntax.parse(text), duration > .zero || (allowZero && duration == .zero) else {
         throw invalid(variable, text, "a duration such as 500ms, 30s, 5m, 24h or 7d")
+    }
+    return duration
+}
+
+/// A duration in `range`: the PostgreSQL session timeouts are seconds, not minutes (SPEC §4), and never so short
+/// that a healthy session on a loaded host is cut off between two of its round trips.
+private func parseDuration(_ text: String, _ variable: String, within range: ClosedRange<Duration>) throws(ConfigurationError) -> Duration {
+    guard let duration = DurationSyntax.parse(text), range.contains(duration) else {
+        throw invalid(
+            variable, text, "a duration from \(DurationSyntax.format(range.lowerBound)) to \(DurationSyntax.format(range.upperBound)), such as 5s")
     }
     return duration
 }

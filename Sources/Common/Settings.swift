@@ -27,6 +27,13 @@ public struct Settings: Sendable, Equatable {
     /// A PostgreSQL connection string (libpq URI or key=value); when set, the store is PostgreSQL and
     /// `databasePath` is unused. It may hold a password: never log it (`databaseLabel` is what logs show).
     public var databaseURL: String?
+    /// PostgreSQL `lock_timeout`: a statement waiting this long for another session's lock (a frozen host's device
+    /// rows) fails, and its batch answers 503 instead of holding its other devices.
+    public var pgLockTimeout: Duration = .seconds(5)
+    /// PostgreSQL `idle_in_transaction_session_timeout`: the server ends a session left this long inside a
+    /// transaction (a frozen, paused or cut-off host), releasing its locks. With `pgLockTimeout`, what bounds how
+    /// long one host can stop the others (SPEC §4: every webhook accepted again within 15 s).
+    public var pgIdleInTransactionTimeout: Duration = .seconds(10)
     /// SQLite `synchronous`: `normal` survives any process crash; `full` also survives power loss.
     public var sync = SyncMode.normal
     /// Delivered notification text stays in SQLite's write-ahead log at most this long before it is truncated.

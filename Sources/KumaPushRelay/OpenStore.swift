@@ -7,7 +7,13 @@ import Queue
 func openStore(_ settings: Settings, clock: some WallClock = SystemClock(), logger: Logger? = nil) throws -> any RelayStore {
     do {
         if let url = settings.databaseURL {
-            return try PostgresStore(url: url, options: .init(monitorRetention: settings.tombstoneRetention), now: clock.nowMillis())
+            return try PostgresStore(
+                url: url,
+                options: .init(
+                    monitorRetention: settings.tombstoneRetention, lockTimeout: settings.pgLockTimeout,
+                    idleInTransactionTimeout: settings.pgIdleInTransactionTimeout,
+                    logger: logger ?? Logger(label: "relay", settings: settings)),
+                now: clock.nowMillis())
         }
         return try SQLiteStore(
             path: settings.databasePath,

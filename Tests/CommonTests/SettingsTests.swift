@@ -51,7 +51,7 @@ import Testing
             "HTTP_MAX_CONNECTIONS": "50", "HTTP_IDLE_TIMEOUT": "5s", "HTTP_MAX_HEADER_BYTES": "8192",
             "HTTP_REQUEST_TIMEOUT": "3s", "HTTP_MAX_CONNECTIONS_PER_IP": "7",
             "DEVICE_QUEUE_MAX": "50", "STALL_TIMEOUT": "2m", "APNS_SANDBOX_URL": "https://127.0.0.1:8444/",
-            "DEAD_LETTER_MAX": "500"
+            "DEAD_LETTER_MAX": "500", "PG_LOCK_TIMEOUT": "2s", "PG_IDLE_IN_TRANSACTION_TIMEOUT": "1500ms"
         ]
         // The test itself must not go stale: it names every variable there is.
         #expect(Set(environment.keys).union(["APNS_ENVIRONMENT"]) == Set(Settings.variables.map(\.name)))
@@ -79,6 +79,7 @@ import Testing
         #expect(s.deviceQueueMax == 50 && s.stallTimeout == .seconds(120) && s.deadLetterMax == 500)
         #expect(s.apnsSandboxURL == "https://127.0.0.1:8444" && s.otherAPNsBaseURL == "https://127.0.0.1:8444")
         #expect(s.otherAPNsEnvironment == .production, "ENV=development: the other environment is production")
+        #expect(s.pgLockTimeout == .seconds(2) && s.pgIdleInTransactionTimeout == .milliseconds(1500))
     }
 
     /// SPEC §4: the other environment is Apple's other host, or APNS_SANDBOX_URL; a custom APNS_URL (a simulator,
@@ -128,7 +129,8 @@ import Testing
         "LOG_LEVEL": "loud", "LOG_FORMAT": "xml",
         "HTTP_MAX_CONNECTIONS": "0", "HTTP_IDLE_TIMEOUT": "500ms", "HTTP_MAX_HEADER_BYTES": "12",
         "HTTP_REQUEST_TIMEOUT": "200ms", "HTTP_MAX_CONNECTIONS_PER_IP": "0",
-        "DEVICE_QUEUE_MAX": "1", "STALL_TIMEOUT": "0s", "APNS_SANDBOX_URL": "http://127.0.0.1:8444", "DEAD_LETTER_MAX": "0"
+        "DEVICE_QUEUE_MAX": "1", "STALL_TIMEOUT": "0s", "APNS_SANDBOX_URL": "http://127.0.0.1:8444", "DEAD_LETTER_MAX": "0",
+        "PG_LOCK_TIMEOUT": "5m", "PG_IDLE_IN_TRANSACTION_TIMEOUT": "500ms"
     ]
     static let freeText: Set = ["APNS_AUTH_KEY_PATH", "APNS_KEY_ID", "APNS_TEAM_ID", "APP_BUNDLE_IDENTIFIER", "ENV", "APNS_CA_FILE"]
 

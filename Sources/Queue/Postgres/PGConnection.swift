@@ -16,6 +16,14 @@ final class PGConnection {
         /// Every statement is cancelled by the server after this long (`statement_timeout`), so a lock held by a
         /// stuck client or a server in trouble turns into an error, not a thread blocked for ever.
         var statementTimeout: Duration = .seconds(30)
+        /// A statement waiting for a lock (another session's row or table lock) gives up after this long
+        /// (`lock_timeout`, SQLSTATE 55P03): a frozen host holding a device's row makes one batch fail fast, not
+        /// wait out `statementTimeout` with every other device of the batch.
+        var lockTimeout: Duration = .seconds(5)
+        /// The server ends a session left inside a transaction with nothing to do for this long
+        /// (`idle_in_transaction_session_timeout`, SQLSTATE 25P03), releasing its locks: a paused VM, a frozen or
+        /// partitioned host holds the devices it locked this long at most, not until TCP gives up (hours).
+        var idleInTransactionTimeout: Duration = .seconds(10)
         /// libpq's `connect_timeout`, in seconds.
         var connectTimeoutSeconds = 10
     }
@@ -41,6 +49,10 @@ final class PGConnection {
     private(set) var refusedWrites = false
     /// A deferred BEGIN has gone to the server, and no COMMIT or ROLLBACK since: `rollback` has something to undo.
     private var transactionSent = false
+    /// The error the server sent outside any statement just before it closed the session (`FATAL`, e.g. 25P03 when it
+    /// ended a session idle in its transaction), which libpq hands to the notice receiver rather than to a result.
+    /// The statement that then finds the socket closed reports this SQLSTATE instead of none (`check`, `failure`).
+    private var sessionEndedBy: (sqlstate: String, message: String)?
 
     private struct Statement {
         let sql: String
@@ -78,13 +90,23 @@ final class PGConnection {
             throw PGError(sqlstate: "", message: "cannot connect: \(message)", connectionBroken: true)
         }
         handle = connection
+        // Unmanaged.passUnretained: libpq calls the receiver only from inside calls on `handle`, which this object
+        // owns and frees in `deinit` (PQfinish), so the receiver never outlives it.
+        PQsetNoticeReceiver(handle, pgNoticeReceived, Unmanaged.passUnretained(self).toOpaque())
         // No session-level SET of a planner setting here: `PostgresStore.promotion(of:)` sets some for one statement
         // and puts them back `TO DEFAULT`, which would undo it.
-        try execute("SET statement_timeout = \(options.statementTimeout.wholeMilliseconds)")
+        // The three timeouts bound what one session can hold and wait for (SPEC §4 "No single point of trouble"); they
+        // are session settings, so a pooler in transaction mode must pass them on (docs/operations.md).
         // libpq prints server notices ("relation already exists, skipping") on stderr; the relay has its own log.
         // `bytea` columns are read in the hex form (`PGRow.bytes`), whatever the database or role sets by default:
         // read in the escape form, every payload would be garbage and its job a dead letter.
-        try execute("SET client_min_messages = warning; SET bytea_output = hex")
+        try execute(
+            """
+            SET statement_timeout = \(options.statementTimeout.wholeMilliseconds);
+            SET lock_timeout = \(options.lockTimeout.wholeMilliseconds);
+            SET idle_in_transaction_session_timeout = \(options.idleInTransactionTimeout.wholeMilliseconds);
+            SET client_min_messages = warning; SET bytea_output = hex
+            """)
     }
 
     deinit { PQfinish(handle) }
@@ -294,7 +316,22 @@ final class PGConnection {
 
     /// The error libpq reports for a call that failed before any result (connection lost, out of memory).
     private func failure(sql: String) -> PGError {
-        PGError(sqlstate: "", message: Self.trimmed(PQerrorMessage(handle)), sql: sql, connectionBroken: true)
+        if let ended = sessionEndedBy, isBroken {
+            return PGError(sqlstate: ended.sqlstate, message: ended.message, sql: sql, connectionBroken: true)
+        }
+        return PGError(sqlstate: "", message: Self.trimmed(PQerrorMessage(handle)), sql: sql, connectionBroken: true)
+    }
+
+    /// A notice or warning from the server, or an error it sent outside any statement (see `sessionEndedBy`). Notices
+    /// go to stderr as libpq's default receiver prints them; a FATAL is kept for the error that follows instead.
+    fileprivate func noticeReceived(_ result: OpaquePointer) {
+        func field(_ code: UInt8) -> String? { PQresultErrorField(result, Int32(code)).map { String(cString: $0) } }
+        // 'V': the severity, never localized (PG_DIAG_SEVERITY_NONLOCALIZED).
+        if let severity = field(UInt8(ascii: "V")), severity == "FATAL" || severity == "PANIC" {
+            sessionEndedBy = (field(UInt8(ascii: "C")) ?? "", field(UInt8(ascii: "M")) ?? Self.trimmed(PQresultErrorMessage(result)))
+            return
+        }
+        if let text = PQresultErrorMessage(result) { FileHandle.standardError.write(Data(String(cString: text).utf8)) }
     }
 
     /// Calls `body` with libpq's parameter arrays for `values`: pointers into one buffer holding every value's
@@ -344,12 +381,16 @@ final class PGConnection {
         case PGRES_COMMAND_OK, PGRES_TUPLES_OK, PGRES_EMPTY_QUERY: return
         default:
             func field(_ code: UInt8) -> String? { PQresultErrorField(result, Int32(code)).map { String(cString: $0) } }
-            let message = field(UInt8(ascii: "M")) ?? Self.trimmed(PQresultErrorMessage(result))
-            let sqlstate = field(UInt8(ascii: "C")) ?? ""
+            var message = field(UInt8(ascii: "M")) ?? Self.trimmed(PQresultErrorMessage(result))
+            var sqlstate = field(UInt8(ascii: "C")) ?? ""
+            if sqlstate.isEmpty, let ended = sessionEndedBy, isBroken { (sqlstate, message) = ended }
             if sqlstate == PGError.readOnlyTransaction {
                 refusedWrites = true
                 unusable = true
             }
+            // The server ended the session (it sat in a transaction past idle_in_transaction_session_timeout, e.g.
+            // while this host was frozen): libpq may not have seen the socket close yet, but nothing more can run on it.
+            if sqlstate == PGError.idleInTransactionTimeout { unusable = true }
             throw PGError(
                 sqlstate: sqlstate, message: message, constraint: field(UInt8(ascii: "n")),
                 sql: sql, connectionBroken: isBroken)
@@ -359,6 +400,13 @@ final class PGConnection {
     private static func trimmed(_ message: UnsafePointer<CChar>?) -> String {
         message.map { String(cString: $0).trimmingCharacters(in: .whitespacesAndNewlines) } ?? ""
     }
+}
+
+/// libpq's notice receiver (https://www.postgresql.org/docs/15/libpq-notice-processing.html), set per connection in
+/// `PGConnection.init` with the connection as its argument.
+private func pgNoticeReceived(_ owner: UnsafeMutableRawPointer?, _ result: OpaquePointer?) {
+    guard let owner, let result else { preconditionFailure("pgNoticeReceived: libpq passed no connection or no result") }
+    Unmanaged<PGConnection>.fromOpaque(owner).takeUnretainedValue().noticeReceived(result)
 }
 
 /// One row of a result; valid only inside the `rows` callback.

@@ -28,15 +28,31 @@ struct PGError: Error, CustomStringConvertible {
     /// `read_only_sql_transaction`: a write reached a server that is read-only (a standby, a fenced old primary).
     static let readOnlyTransaction = "25006"
 
+    /// `lock_not_available`: a statement waited `lock_timeout` for a lock another session holds (a frozen host's
+    /// device rows, a migration). Nothing of the transaction was committed; the caller answers "try again later" at
+    /// once rather than run it again here, which would wait as long a second time.
+    static let lockNotAvailable = "55P03"
+
+    /// `idle_in_transaction_session_timeout`: the server ended this session, which sat inside a transaction for
+    /// that long (this host was frozen, paused or cut off between two of its round trips). The transaction was
+    /// rolled back — a COMMIT sent after it never ran — so it may run again on a new connection.
+    static let idleInTransactionTimeout = "25P03"
+
     /// Worth running the whole transaction again: a deadlock was broken by aborting us, or a serialization check failed.
     var isTransient: Bool { sqlstate == "40P01" || sqlstate == "40001" }
 
+    /// The server rolled the transaction back and ended the session before it could commit: safe to run again on a
+    /// new connection even when the failure answered the COMMIT.
+    var rolledBackWithSession: Bool { sqlstate == Self.idleInTransactionTimeout }
+
     /// Failures of the environment rather than of the statement: the server is gone, shutting down, out of
-    /// resources, read-only (a standby after a failover), or the statement ran past `statement_timeout`. Callers
-    /// answer these with "try again later".
+    /// resources, read-only (a standby after a failover), a lock held elsewhere past `lock_timeout`, the session
+    /// ended for idling in a transaction, or the statement ran past `statement_timeout`. Callers answer these with
+    /// "try again later".
     var isEnvironmental: Bool {
         if connectionBroken || sqlstate.isEmpty { return true }
         let environmentalClasses = ["08", "53", "57", "58"]
-        return environmentalClasses.contains(String(sqlstate.prefix(2))) || sqlstate == Self.readOnlyTransaction || sqlstate == "55P03" || isTransient
+        let environmental: Set = [Self.readOnlyTransaction, Self.lockNotAvailable, Self.idleInTransactionTimeout]
+        return environmentalClasses.contains(String(sqlstate.prefix(2))) || environmental.contains(sqlstate) || isTransient
     }
 }

@@ -1,3 +1,5 @@
+import Common
+
 /// The PostgreSQL schema, as numbered, append-only migrations: the same tables, states and invariants as the
 /// SQLite schema (`Migrations`), with the same version numbers, so one binary's schema version means the same on
 /// both stores. Never edit a shipped migration: add the next number.
@@ -207,9 +209,22 @@ enum PostgresMigrations {
     /// Brings the database up to `latestVersion` in one transaction under an advisory lock, so that of several
     /// processes starting together exactly one migrates and the others wait and then find nothing left to do.
     /// `upTo` stops at an older version (tests build a database as an older binary left it).
-    static func apply(on connection: PGConnection, now: Int64, upTo newest: Int = latestVersion) throws {
+    ///
+    /// The transaction runs without the session's `statement_timeout` and `lock_timeout` (SPEC §4: migrations are not
+    /// cut short): a migration over a large queue may run longer than any statement the relay otherwise sends, and
+    /// the advisory lock and the tables' locks are waited for as long as they are held — another process's
+    /// migration, running transactions of older processes. `SET LOCAL` ends with the transaction. While a migration
+    /// waits for a table's lock, the sessions queued behind it wait too, each at most its own `lock_timeout`; so the
+    /// wait is said on `logger`, and a host that froze holding a lock is ended by the server after
+    /// `idle_in_transaction_session_timeout` (kept here: a migration never idles inside its transaction).
+    static func apply(on connection: PGConnection, now: Int64, upTo newest: Int = latestVersion, logger: Logger? = nil) throws {
         try connection.transaction { connection in
-            try connection.execute("SELECT pg_advisory_xact_lock(hashtext('kumapush-relay schema_migrations'))")
+            try connection.execute("SET LOCAL statement_timeout = 0; SET LOCAL lock_timeout = 0")
+            let lock = "hashtext('kumapush-relay schema_migrations')"
+            if try connection.rows("SELECT pg_try_advisory_xact_lock(\(lock))", prepare: false, { $0.bool(0) }).first != true {
+                logger?.info("another process is upgrading the database schema; waiting for it, without a time limit")
+                try connection.execute("SELECT pg_advisory_xact_lock(\(lock))")
+            }
             let tables = try connection.rows("SELECT tablename FROM pg_tables WHERE schemaname = current_schema()") { $0.text(0) }
             if !tables.isEmpty && !tables.contains("schema_migrations") {
                 throw StoreError(.notADatabase, "the database holds tables but no schema_migrations: it is not a KumaPush relay database")
@@ -228,7 +243,13 @@ enum PostgresMigrations {
                     .newerSchema,
                     "the database is at schema version \(newest) but this binary knows only up to \(latestVersion): run a newer kumapush-relay")
             }
-            for migration in all where migration.version <= newest && !applied.contains(migration.version) {
+            let pending = all.filter { $0.version <= newest && !applied.contains($0.version) }
+            if let first = pending.first, let last = pending.last {
+                logger?.info(
+                    "upgrading the database schema; its locks are waited for without a time limit",
+                    ["schema.from": String(applied.max() ?? 0), "schema.to": String(last.version), "schema.first": String(first.version)])
+            }
+            for migration in pending {
                 try connection.execute(migration.sql)
                 try connection.run(
                     "INSERT INTO schema_migrations (version, name, applied_at) VALUES ($1::integer, $2::text, $3::bigint)",

@@ -8,8 +8,13 @@ import Synchronization
 /// Two connections per store, each confined by a `Mutex` (a `PGconn` must not be used by two threads at once):
 /// one for writes, one for reads, so a webhook's tombstone lookup or `/health` does not queue behind a group commit.
 /// An ingest process opens a second write connection the first time two group commits overlap
-/// (`concurrentEnqueues`), so one batch executes while the other's commit waits for the server's disk.
-/// Both reconnect with backoff after the server went away (`PostgresLink`); meanwhile calls fail with `.unavailable`.
+/// (`concurrentEnqueues`), so one batch executes while the other's commit waits for the server's disk; a process
+/// that is scraped (or runs `stats`) opens one more for `stats()`'s full counts, as `SQLiteStore` does.
+/// All reconnect with backoff after the server went away (`PostgresLink`); meanwhile calls fail with `.unavailable`.
+///
+/// Every session sets `lock_timeout` and `idle_in_transaction_session_timeout` (`Options`): a frozen or cut-off
+/// host holds the device rows it locked for seconds, and a batch waiting for them fails within the lock timeout
+/// (503) instead of holding its other devices for the whole `statement_timeout` (SPEC §4 "No single point of trouble").
 public final class PostgresStore: Sendable {
     public struct Options: Sendable {
         /// The server cancels any statement running longer (`statement_timeout`).
@@ -18,19 +23,30 @@ public final class PostgresStore: Sendable {
         public var connectTimeout: Duration = .seconds(10)
         /// A monitor not heard of for this long no longer counts towards a device's badge (TOMBSTONE_RETENTION).
         public var monitorRetention: Duration = .seconds(30 * 86_400)
+        /// A statement gives up waiting for another session's lock after this long (`lock_timeout`, PG_LOCK_TIMEOUT).
+        public var lockTimeout: Duration = .seconds(5)
+        /// The server ends a session idle inside a transaction this long, releasing its locks
+        /// (`idle_in_transaction_session_timeout`, PG_IDLE_IN_TRANSACTION_TIMEOUT).
+        public var idleInTransactionTimeout: Duration = .seconds(10)
+        /// Where an upgrade of the schema says that it waits for locks (migrations run without the timeouts above).
+        public var logger: Logger?
 
         public init(
             statementTimeout: Duration = .seconds(30), connectTimeout: Duration = .seconds(10),
-            monitorRetention: Duration = .seconds(30 * 86_400)
+            monitorRetention: Duration = .seconds(30 * 86_400), lockTimeout: Duration = .seconds(5),
+            idleInTransactionTimeout: Duration = .seconds(10), logger: Logger? = nil
         ) {
             self.statementTimeout = statementTimeout
             self.connectTimeout = connectTimeout
             self.monitorRetention = monitorRetention
+            self.lockTimeout = lockTimeout
+            self.idleInTransactionTimeout = idleInTransactionTimeout
+            self.logger = logger
         }
 
         var connection: PGConnection.Options {
             PGConnection.Options(
-                statementTimeout: statementTimeout,
+                statementTimeout: statementTimeout, lockTimeout: lockTimeout, idleInTransactionTimeout: idleInTransactionTimeout,
                 connectTimeoutSeconds: max(2, Int(connectTimeout.wholeMilliseconds / 1000)))
         }
     }
@@ -40,6 +56,10 @@ public final class PostgresStore: Sendable {
     /// The second connection enqueues run on while `writer` is busy; opened when first needed.
     private let secondWriter = Mutex(SecondWriter())
     private let reader: Mutex<PostgresLink>
+    /// `stats()` only, opened on its first use: a scrape's full counts (up to a million jobs) hold this connection,
+    /// never `reader`, which answers the app's device calls, `/health`, Test polls and the deliverer's checks
+    /// (SPEC §2.3).
+    private let statsReader = Mutex<PostgresLink?>(nil)
     /// Opened on the first `changeCounter()`: only deliverers listen, so ingest processes hold two connections (three
     /// once their group commits overlap, `secondWriter`).
     private let listener = Mutex<PostgresListener?>(nil)
@@ -53,7 +73,7 @@ public final class PostgresStore: Sendable {
         self.url = url
         do {
             let writeLink = try PostgresLink(conninfo: url, options: options.connection, failover: failover)
-            try PostgresMigrations.apply(on: try writeLink.connected(), now: now)
+            try PostgresMigrations.apply(on: try writeLink.connected(), now: now, logger: options.logger)
             let readLink = try PostgresLink(conninfo: url, options: options.connection, failover: failover)
             writer = Mutex(writeLink)
             reader = Mutex(readLink)
@@ -172,7 +192,12 @@ public final class PostgresStore: Sendable {
                     connection.rollback()
                     throw error
                 }
-            } catch let error as PGError where attempt < 5 && (error.isTransient || error.connectionBroken && !committing && attempt == 1) {
+            } catch let error as PGError
+                where attempt < 5
+                && (error.isTransient || error.connectionBroken && (!committing || error.rolledBackWithSession) && attempt == 1)
+            {
+                // A session the server ended for idling in the transaction (this host was frozen between two round
+                // trips) rolled it back, COMMIT or not: it runs once more on a new connection.
                 continue
             }
         }
@@ -264,8 +289,9 @@ public final class PostgresStore: Sendable {
         try read { db in try db.rows("SELECT coalesce(sum(live_jobs), 0) FROM devices") { $0.int(0) }.first ?? 0 }
     }
 
+    /// Counts by full scans, on a connection of its own (see `statsReader`).
     public func stats() throws(StoreError) -> QueueStats {
-        try read { db in
+        try withStatsConnection { db in
             let devices = try db.rows("SELECT count(*) FROM devices") { $0.int(0) }.first ?? 0
             let tombstones = try db.rows("SELECT count(*) FROM tombstones") { $0.int(0) }.first ?? 0
             var byState: [JobState: Int] = [:]
@@ -282,6 +308,29 @@ public final class PostgresStore: Sendable {
             return QueueStats(
                 devices: devices, tombstones: tombstones, jobsByState: byState,
                 deadLettersByReason: byReason, oldestJobCreatedAt: oldest)
+        }
+    }
+
+    /// Tests: runs `body` while holding the connection `stats()` scans with, as a scrape under way does.
+    package func holdingStatsConnection(_ body: () -> Void) throws(StoreError) {
+        try withStatsConnection { _ in body() }
+    }
+
+    /// Runs `body` on the stats connection, opening it first if need be; once more on a new connection when the
+    /// server dropped the old one (a count is harmless to repeat), as `read` does.
+    private func withStatsConnection<T: Sendable>(_ body: (PGConnection) throws -> T) throws(StoreError) -> T {
+        do {
+            return try statsReader.withLock { opened in
+                let link = opened ?? PostgresLink(connectingLater: url, options: options.connection, failover: failover)
+                opened = link
+                do {
+                    return try body(try link.connected())
+                } catch let error as PGError where error.connectionBroken && !link.isBackingOff {
+                    return try body(try link.connected())
+                }
+            }
+        } catch {
+            throw Self.storeError(error)
         }
     }
 }

@@ -1,0 +1,136 @@
+import Common
+import Foundation
+import Synchronization
+import TestSupport
+import Testing
+
+@testable import Queue
+
+/// SPEC §4 "No single point of trouble": a host frozen in the middle of a transaction must not hold device rows
+/// for long, and whoever waits for them must give up within the lock timeout. Every store session sets
+/// `lock_timeout` and `idle_in_transaction_session_timeout` (PG_LOCK_TIMEOUT, PG_IDLE_IN_TRANSACTION_TIMEOUT).
+/// `Tests/e2e/test_frozen_host.py` shows the same with real processes frozen by SIGSTOP.
+@Suite struct PostgresSessionTimeoutTests {
+    /// A batch whose device another session holds locked fails with `lock_not_available` (55P03, 503), not after
+    /// the statement timeout (57014), and stores nothing of its other devices; once the lock is gone it goes through.
+    @Test func aBatchWaitingForALockedDeviceFailsWithTheLockTimeoutAndStoresNothing() throws {
+        let location = try PostgresServer.shared().createDatabase()
+        let store = try PostgresStore(url: location, options: .init(lockTimeout: .milliseconds(300)), now: TestDatabase.t0)
+        let held = try register(store, 1)
+        let free = try register(store, 2)
+        let holder = try RawPostgres(location)
+        try holder.execute("BEGIN")
+        try holder.execute("SELECT 1 FROM devices WHERE id = '\(held)' FOR NO KEY UPDATE")
+
+        let batch = [job(free, "other device"), job(held, "held device")]
+        let error = #expect(throws: StoreError.self) { _ = try store.enqueue(batch, now: TestDatabase.t0, ttl: .seconds(3600)) }
+        #expect(error?.code == .unavailable)
+        #expect(error?.message.contains(PGError.lockNotAvailable) == true, "\(String(describing: error))")
+        #expect(try RawPostgres(location).query("SELECT count(*) FROM jobs") == [["0"]])
+
+        try holder.execute("COMMIT")
+        #expect(try store.enqueue(batch, now: TestDatabase.t0, ttl: .seconds(3600)) == [.queued, .queued])
+    }
+
+    /// The server ends a session idle inside a transaction past the timeout and frees the rows it locked; the
+    /// connection is then treated as broken, and the store's next write reconnects.
+    @Test func aSessionIdleInATransactionIsEndedAndItsLocksFreed() throws {
+        let location = try PostgresServer.shared().createDatabase()
+        let store = try PostgresStore(url: location, options: .init(lockTimeout: .seconds(30)), now: TestDatabase.t0)
+        let device = try register(store, 1)
+        var options = PGConnection.Options()
+        options.idleInTransactionTimeout = .seconds(1)
+        let frozen = try PGConnection(conninfo: location, options: options)
+        let pid = try #require(try frozen.rows("SELECT pg_backend_pid()") { $0.int(0) }.first)
+        try frozen.execute("BEGIN")
+        try frozen.execute("SELECT 1 FROM devices WHERE id = '\(device)' FOR NO KEY UPDATE")
+
+        // With a 30 s lock timeout, the enqueue goes through only because the server ended the idle session.
+        #expect(try store.enqueue([job(device, "after")], now: TestDatabase.t0, ttl: .seconds(3600)) == [.queued])
+        try waitUntil("the idle session ended") {
+            try RawPostgres(location).query("SELECT count(*) FROM pg_stat_activity WHERE pid = \(pid)") == [["0"]]
+        }
+        let error = #expect(throws: PGError.self) { try frozen.execute("COMMIT") }
+        #expect(error?.isEnvironmental == true)
+        #expect(frozen.isBroken)
+    }
+
+    /// A transaction whose session the server ended for idling in it (this host was frozen between two round trips)
+    /// was rolled back, even when the failure answers the COMMIT: it runs once more on a new connection, so the
+    /// webhook it carries is stored rather than refused. Either way libpq meets the server's FATAL: as the COMMIT's
+    /// answer, or — read while no statement was running, as when a frozen process wakes to its last answer and the
+    /// FATAL in one read (`readFirst`) — as a notice, the COMMIT then finding the socket closed with no SQLSTATE.
+    @Test(arguments: [false, true]) func aTransactionEndedForIdlingRunsAgainOnANewConnection(readFirst: Bool) throws {
+        let location = try PostgresServer.shared().createDatabase()
+        let store = try PostgresStore(
+            url: location, options: .init(idleInTransactionTimeout: .seconds(1)), now: TestDatabase.t0)
+        let runs = Atomic<Int>(0)
+        try store.write { db in
+            let run = runs.add(1, ordering: .relaxed).newValue
+            let pid = try db.rows("SELECT pg_backend_pid()") { $0.int(0) }.first ?? 0
+            try db.run("INSERT INTO delivery_pauses (worker, reason, updated_at) VALUES ('w', 'r', 1)")
+            guard run == 1 else { return }
+            // Frozen between two round trips: the server ends the session before the COMMIT arrives.
+            try waitUntil("the server ended the idle session") {
+                try RawPostgres(location).query("SELECT count(*) FROM pg_stat_activity WHERE pid = \(pid)") == [["0"]]
+            }
+            if readFirst { _ = try? db.drainNotifications() }
+        }
+        #expect(runs.load(ordering: .relaxed) == 2)
+        #expect(try RawPostgres(location).query("SELECT worker FROM delivery_pauses") == [["w"]])
+        #expect(store.writerConnectionsOpened == 2)
+    }
+
+    /// Migrations are not cut short (SPEC §4): a process starting while another holds the migration lock waits for
+    /// it past its own lock and statement timeouts, and says so; the one that migrates says its locks are waited for.
+    @Test func aMigrationWaitsForItsLockPastTheSessionTimeoutsAndSaysSo() throws {
+        let location = try PostgresServer.shared().createDatabase()
+        let migrating = try RawPostgres(location)
+        try migrating.execute("SELECT pg_advisory_lock(hashtext('kumapush-relay schema_migrations'))")
+        let lines = LogCapture()
+        let logger = Logger(label: "relay", level: .info, sink: LogSink(format: .text) { line in lines.append(line) })
+        let options = PostgresStore.Options(statementTimeout: .seconds(1), lockTimeout: .milliseconds(100), logger: logger)
+        let opened = Mutex<Result<Int, StoreError>?>(nil)
+        let opening = Thread {
+            let result = Result { () throws(StoreError) in
+                try PostgresStore(url: location, options: options, now: TestDatabase.t0).writerConnectionsOpened
+            }
+            opened.withLock { $0 = result }
+        }
+        opening.start()
+        try waitUntil("the opening process to say it waits") {
+            lines.all.contains { $0.contains("another process is upgrading the database schema") }
+        }
+        // Waiting longer than its statement timeout, as the server sees it.
+        try waitUntil("the wait to outlast the statement timeout") {
+            try migrating.query(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND now() - query_start > interval '1.5 s'"
+            ) == [["1"]]
+        }
+        try migrating.execute("SELECT pg_advisory_unlock(hashtext('kumapush-relay schema_migrations'))")
+        try waitUntil("the store to open") { opened.withLock { $0 != nil } }
+        #expect(try opened.withLock { try $0?.get() } == 1, "the store opened once the migration lock was free")
+        #expect(lines.all.contains { $0.contains("upgrading the database schema; its locks are waited for without a time limit") })
+    }
+
+    private func register(_ store: PostgresStore, _ seed: Int) throws -> String {
+        try store.registerDevice(
+            token: String(format: "%064x", seed), authTokenHash: "h", now: TestDatabase.t0, newID: { try DeviceID.generate() }
+        ).device.id
+    }
+
+    private func job(_ device: String, _ label: String) -> NewJob {
+        NewJob(deviceID: device, publicID: UUID().uuidString.lowercased(), payload: Array(label.utf8))
+    }
+
+    /// Polls `condition` until it holds, failing after 30 s (a deadline, not a timing assertion).
+    private func waitUntil(_ what: String, _ condition: () throws -> Bool) throws {
+        let deadline = ContinuousClock.now + .seconds(30)
+        while try !condition() {
+            guard ContinuousClock.now < deadline else { throw TimedOut(what: what) }
+            Thread.sleep(forTimeInterval: 0.02)
+        }
+    }
+
+    private struct TimedOut: Error { let what: String }
+}
