@@ -312,13 +312,17 @@ extension PostgresStore {
         return count
     }
 
+    /// Skips the rows another transaction holds (a frozen deliverer mid-`finish`): they are rescued on a later
+    /// pass, once that session is ended (`idle_in_transaction_session_timeout`), instead of every deliverer's
+    /// housekeeping waiting out the lock timeout on them.
     public func rescueExpiredLeases(now: Int64) throws(StoreError) -> Int {
         let count = try writeStatement { db in
             try db.run(
                 """
                 UPDATE jobs SET state = 'retryable', scheduled_at = $1::bigint, last_error = 'lease expired',
                                 attempted_by = NULL, lease_expires_at = NULL
-                WHERE state = 'running' AND lease_expires_at <= $1::bigint
+                WHERE id IN (SELECT id FROM jobs WHERE state = 'running' AND lease_expires_at <= $1::bigint
+                             FOR UPDATE SKIP LOCKED)
                 """, [.integer(now)])
         }
         if count > 0 { signalChange() }
