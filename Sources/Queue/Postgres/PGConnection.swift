@@ -16,8 +16,8 @@ final class PGConnection {
         /// Every statement is cancelled by the server after this long (`statement_timeout`), so a lock held by a
         /// stuck client or a server in trouble turns into an error, not a thread blocked for ever.
         var statementTimeout: Duration = .seconds(30)
-        /// libpq's `connect_timeout`, in seconds.
-        var connectTimeoutSeconds = 10
+        /// libpq's `connect_timeout`, in seconds, for each host of the list.
+        var connectTimeoutSeconds = 3
     }
 
     private let handle: OpaquePointer
@@ -39,6 +39,10 @@ final class PGConnection {
     /// fenced old primary, a standby after a failover). The connection is then unusable too: only a new one lets
     /// libpq's `target_session_attrs=read-write` find the server that now takes writes.
     private(set) var refusedWrites = false
+    /// The server this connection reached, from the conninfo's host list: the one to try last if it fails.
+    var server: PGServer {
+        PGServer(host: PQhost(handle).map { String(cString: $0) } ?? "", port: PQport(handle).map { String(cString: $0) } ?? "")
+    }
     /// A deferred BEGIN has gone to the server, and no COMMIT or ROLLBACK since: `rollback` has something to undo.
     private var transactionSent = false
 
@@ -49,7 +53,8 @@ final class PGConnection {
     }
 
     /// Connects with `conninfo`, a libpq URI (`postgres://…`, `postgresql://…`) or key=value string.
-    init(conninfo: String, options: Options) throws {
+    /// `hostOrder`: the conninfo's host list reordered (`PGHostOrder`), given after it so that it wins.
+    init(conninfo: String, options: Options, hostOrder: [(String, String)] = []) throws {
         // Defaults first, then the caller's string: libpq expands `dbname` into its parts and, for a key given twice,
         // keeps the last one, so anything the operator wrote in DATABASE_URL wins.
         // https://www.postgresql.org/docs/15/libpq-connect.html#LIBPQ-PQCONNECTDBPARAMS
@@ -58,11 +63,14 @@ final class PGConnection {
             ("application_name", "kumapush-relay"),
             // After a failover, with several hosts listed, connect to the one that accepts writes.
             ("target_session_attrs", "read-write"),
-            // A server that vanished without closing the socket is noticed in about 30 s instead of hours.
-            ("keepalives", "1"), ("keepalives_idle", "10"), ("keepalives_interval", "5"), ("keepalives_count", "3"),
-            ("tcp_user_timeout", "30000"),
-            ("dbname", conninfo)
-        ]
+            // A server whose host vanished without closing the socket (power loss, cut network: nothing answers,
+            // nothing resets) is noticed in about 5 s: data unacknowledged for 5 s ends the connection, and an idle
+            // one is probed after 2 s. Until then every webhook on it waits, so this bounds how long one is held
+            // (SPEC §4 "Failover": never past 15 s). A live server's kernel acknowledges at once, however busy.
+            ("keepalives", "1"), ("keepalives_idle", "2"), ("keepalives_interval", "1"), ("keepalives_count", "3"),
+            ("tcp_user_timeout", "5000"),
+            ("dbname", conninfo),
+        ] + hostOrder
         let keywords = parameters.map { strdup($0.0) } + [nil]
         let values = parameters.map { strdup($0.1) } + [nil]
         defer { (keywords + values).forEach { free($0) } }
