@@ -17,7 +17,7 @@ final class PGConnection {
         /// stuck client or a server in trouble turns into an error, not a thread blocked for ever.
         var statementTimeout: Duration = .seconds(30)
         /// libpq's `connect_timeout`, in seconds, for each host of the list.
-        var connectTimeoutSeconds = 3
+        var connectTimeoutSeconds = 2
     }
 
     private let handle: OpaquePointer
@@ -64,11 +64,12 @@ final class PGConnection {
             // After a failover, with several hosts listed, connect to the one that accepts writes.
             ("target_session_attrs", "read-write"),
             // A server whose host vanished without closing the socket (power loss, cut network: nothing answers,
-            // nothing resets) is noticed in about 5 s: data unacknowledged for 5 s ends the connection, and an idle
-            // one is probed after 2 s. Until then every webhook on it waits, so this bounds how long one is held
-            // (SPEC §4 "Failover": never past 15 s). A live server's kernel acknowledges at once, however busy.
-            ("keepalives", "1"), ("keepalives_idle", "2"), ("keepalives_interval", "1"), ("keepalives_count", "3"),
-            ("tcp_user_timeout", "5000"),
+            // nothing resets) is noticed in about 4 s: data unacknowledged for 4 s ends the connection, and an idle
+            // one is probed after 2 s. Until then a webhook on it waits, and one may meet a dead read connection,
+            // then a dead write connection, each followed by a connect (2 s on the dead host): about 12 s, inside
+            // SPEC §4 "Failover"'s 15 s. A live server's kernel acknowledges at once, however busy the server.
+            ("keepalives", "1"), ("keepalives_idle", "2"), ("keepalives_interval", "1"), ("keepalives_count", "2"),
+            ("tcp_user_timeout", "4000"),
             ("dbname", conninfo),
         ] + hostOrder
         let keywords = parameters.map { strdup($0.0) } + [nil]

@@ -16,12 +16,12 @@ public final class PostgresStore: Sendable {
         public var statementTimeout: Duration = .seconds(30)
         /// How long opening a connection may take, per host of the list (libpq `connect_timeout`, whole seconds,
         /// at least 2): a host that vanished silently costs this much at each reconnect that tries it.
-        public var connectTimeout: Duration = .seconds(3)
+        public var connectTimeout: Duration = .seconds(2)
         /// A monitor not heard of for this long no longer counts towards a device's badge (TOMBSTONE_RETENTION).
         public var monitorRetention: Duration = .seconds(30 * 86_400)
 
         public init(
-            statementTimeout: Duration = .seconds(30), connectTimeout: Duration = .seconds(3),
+            statementTimeout: Duration = .seconds(30), connectTimeout: Duration = .seconds(2),
             monitorRetention: Duration = .seconds(30 * 86_400)
         ) {
             self.statementTimeout = statementTimeout
