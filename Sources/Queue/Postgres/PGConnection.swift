@@ -70,10 +70,10 @@ final class PGConnection {
             // SPEC §4 "Failover"'s 15 s. A live server's kernel acknowledges at once, however busy the server.
             ("keepalives", "1"), ("keepalives_idle", "2"), ("keepalives_interval", "1"), ("keepalives_count", "2"),
             ("tcp_user_timeout", "4000"),
-            ("dbname", conninfo),
-        ] + hostOrder
-        let keywords = parameters.map { strdup($0.0) } + [nil]
-        let values = parameters.map { strdup($0.1) } + [nil]
+            ("dbname", conninfo)
+        ]
+        let keywords = (parameters + hostOrder).map { strdup($0.0) } + [nil]
+        let values = (parameters + hostOrder).map { strdup($0.1) } + [nil]
         defer { (keywords + values).forEach { free($0) } }
         let connection = keywords.map { UnsafePointer($0) }.withUnsafeBufferPointer { keywordPointers in
             values.map { UnsafePointer($0) }.withUnsafeBufferPointer { valuePointers in

@@ -34,7 +34,9 @@ struct PGHostOrder: Sendable {
         func list(_ keyword: String) -> [String] {
             (values[keyword] ?? "").split(separator: ",", omittingEmptySubsequences: false).map(String.init)
         }
-        let hosts = list("host"), hostaddrs = list("hostaddr"), ports = list("port")
+        let hosts = list("host")
+        let hostaddrs = list("hostaddr")
+        let ports = list("port")
         let count = max(hosts.count, hostaddrs.count)
         guard count >= 2 else { return nil }
         // libpq's rules: a list of one port applies to every host; otherwise each list has one entry per host.
