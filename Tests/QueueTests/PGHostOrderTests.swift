@@ -1,3 +1,5 @@
+import Foundation
+import TestSupport
 import Testing
 
 @testable import Queue
@@ -29,5 +31,25 @@ import Testing
         #expect(PGHostOrder(conninfo: "not a conninfo = = =") == nil)
         let order = try #require(PGHostOrder(conninfo: "postgresql://relay@db1,db2/kumapush"))
         #expect(order.parameters(tryingLast: PGServer(host: "db9", port: "5432")).isEmpty)
+    }
+
+    /// The link itself: once its connection to the first server is lost, the next connection goes to the second.
+    /// One server under two names (its socket folder and a symbolic link to it) stands for two hosts.
+    @Test func aLinkThatLostItsServerReconnectsToTheOtherOneFirst() throws {
+        let server = try PostgresServer.shared()
+        let location = try server.createDatabase()
+        let alias = "/tmp/kp-alias-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
+        try FileManager.default.createSymbolicLink(atPath: alias, withDestinationPath: server.directory)
+        defer { try? FileManager.default.removeItem(atPath: alias) }
+        let twoHosts = location.replacingOccurrences(of: "host=\(server.directory)", with: "host=\(server.directory),\(alias)")
+        let link = try PostgresLink(conninfo: twoHosts, options: PGConnection.Options())
+        #expect(try link.connected().server.host == server.directory)
+
+        let name = try #require(location.split(separator: " ").first { $0.hasPrefix("dbname=") }?.dropFirst("dbname=".count))
+        try RawPostgres(server.conninfo(database: "postgres")).execute(
+            "SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity WHERE datname = '\(name)'")
+        // libpq learns that the connection is gone when it next uses it.
+        #expect(throws: PGError.self) { try link.connected().execute("SELECT 1") }
+        #expect(try link.connected().server.host == alias)
     }
 }

@@ -103,18 +103,16 @@ def gap(answers, fault_at, leader_at):
     during = [a for a in window if recovered is None or a.sent <= recovered]
     return dict(
         new_leader_after=leader_at - fault_at,
-        first_refusal_after=min((a.answered for a in refused), default=None),
+        first_refusal_after=min((a.answered for a in refused), default=fault_at) - fault_at if refused else None,
         accepting_again_after_new_leader=None if recovered is None else recovered - leader_at,
         codes=dict(collections.Counter(str(a.status) for a in during)),
         longest_wait=max((a.answered - a.sent for a in window), default=0.0),
-        recovered=recovered, fault_at=fault_at)
+        recovered=recovered)
 
 
 def report(step, measured):
-    if measured["first_refusal_after"] is not None:
-        measured = dict(measured, first_refusal_after=measured["first_refusal_after"] - measured["fault_at"])
     shown = {key: (round(value, 2) if isinstance(value, float) else value) for key, value in measured.items()
-             if key not in ("recovered", "fault_at")}
+             if key != "recovered"}
     print(f"\nDRILL {step}: {shown}", flush=True)
 
 
