@@ -5,13 +5,14 @@ PYTEST := .venv/bin/pytest
 SWIFT_FORMAT ?= swift-format
 SWIFT_SOURCES := Sources Tests bench/QueueBench fuzz/Sources Package.swift
 
-.PHONY: help deps venv build release lint format test test-swift test-e2e test-asan chaos run bench fuzz clean
+.PHONY: help deps venv build release lint format test test-swift test-e2e test-asan chaos drill run bench fuzz clean
 
 help:
 	@echo "make run    install what is missing, build, start the relay (see README)"
 	@echo "make test   install what is missing, build, run every test (test-asan included)"
 	@echo "make bench  measure the relay against its ceilings (bench/results/)"
 	@echo "make chaos  the chaos suite on SEEDS=N random seeds (default 10), or SEED=S to replay one"
+	@echo "make drill  the failover drill alone on a real Patroni cluster, DRILL_SECONDS (60) of load around each step"
 
 deps:
 	@scripts/install-deps.sh
@@ -56,6 +57,17 @@ test-asan: venv
 SEEDS ?= 10
 chaos: venv build
 	.venv/bin/python Tests/e2e/chaos.py $(if $(SEED),--seed $(SEED),--seeds $(SEEDS)) $(if $(DURATION),--duration $(DURATION)) $(if $(STORE),--store $(STORE))
+
+# The failover drill alone (Tests/e2e/test_failover_drill.py, docs/operations.md "Failover drill"): etcd and two
+# PostgreSQL nodes under Patroni, the relay under webhook load through a crash of the leader's host, a switchover
+# and a silent loss of the leader's host. `make test` runs it with 3 s of steady load around each step (about 2
+# minutes); here DRILL_SECONDS (60) around each, DRILL_RATE (100) webhooks a second. Needs root (PostgreSQL runs
+# as `postgres`, iptables drops the lost host's packets).
+DRILL_SECONDS ?= 60
+DRILL_RATE ?= 100
+drill: venv
+	swift build
+	DRILL_SECONDS=$(DRILL_SECONDS) DRILL_RATE=$(DRILL_RATE) $(PYTEST) -v -s Tests/e2e/test_failover_drill.py
 
 run: release
 	@scripts/run.sh

@@ -11,6 +11,9 @@ packages=(
   libnghttp2-dev      # Deliver: HTTP/2 framing
   libpq-dev           # Queue: the PostgreSQL store (libpq)
   postgresql          # tests: a throwaway PostgreSQL server per test run (never started as a service by us)
+  etcd-server         # the failover drill (Tests/e2e/test_failover_drill.py): Patroni's DCS, one node on 127.0.0.1
+  patroni             #   two PostgreSQL nodes under Patroni 3 (brings python3-etcd)
+  iptables            #   the silent loss of a host: its packets dropped on the loopback
   openssl             # make run: throwaway CA, certificates and signing key
   curl                # make run walk-through, healthchecks in scripts
   systemd             # systemd-analyze verify of deploy/systemd in the tests

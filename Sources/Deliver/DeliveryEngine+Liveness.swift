@@ -43,6 +43,7 @@ extension DeliveryEngine {
     }
 
     /// The liveness rule, checked once a second. Cheap: the database is asked only after STALL_TIMEOUT of silence.
+    /// After a report, a full STALL_TIMEOUT passes (for the reset to work) before it counts as another stall.
     func checkLiveness(now: Int64) {
         let state = loopState
         let timeout = configuration.stallTimeout
@@ -58,17 +59,27 @@ extension DeliveryEngine {
         case nil:
             return
         }
-        logger.error(
-            "delivery stalled: jobs are due, APNs is not known to be failing, and nothing was sent for STALL_TIMEOUT; resetting the outage breaker and the APNs connections",
-            ["stall_timeout": String(describing: timeout)])
+        // The database failing is what kept this deliverer from sending (a claim or a record failed, or a statement
+        // on a vanished server held the loop until it failed): the APNs connections are not the problem, and
+        // resetting them would only cost the handshakes when the database is back.
+        let databaseFailed = state.lastDatabaseFailureAt.map { ContinuousClock.now - $0 < timeout } ?? false
+        if databaseFailed {
+            logger.error(
+                "delivery stalled: database unavailable: jobs are due and nothing was sent for STALL_TIMEOUT because the database did not answer; APNs is not at fault, its connections are kept",
+                ["stall_timeout": String(describing: timeout)])
+        } else {
+            logger.error(
+                "delivery stalled: jobs are due, APNs is not known to be failing, and nothing was sent for STALL_TIMEOUT; resetting the outage breaker and the APNs connections",
+                ["stall_timeout": String(describing: timeout)])
+        }
         // The flag before the counter: whoever sees the stall counted (a scrape, a test) also sees /health say so.
         stalled.store(true, ordering: .relaxed)
         metrics.increment("kumapush_delivery_stalls_total")
         metrics.increment("relay_delivery_stalls_total")
+        state.lastSentAt = .now
+        guard !databaseFailed else { return }
         state.breaker.reset()
         pool.recycleAll()
         state.claimDue = true
-        // A full STALL_TIMEOUT for the reset to work before it counts as another stall.
-        state.lastSentAt = .now
     }
 }

@@ -254,6 +254,7 @@ public final class DeliveryEngine: Sendable {
             }
         } catch {
             logger.error("claim failed", ["error": error.description])
+            state.lastDatabaseFailureAt = .now
             return
         }
         if jobs.count == limit { state.claimDue = true }
@@ -419,6 +420,7 @@ public final class DeliveryEngine: Sendable {
             }
             state.unrecorded = batch
             state.unrecordedRetryAt = .now + .milliseconds(200)
+            state.lastDatabaseFailureAt = .now
         } catch {
             // The leases expire and the jobs are retried; nothing is lost, at worst sent twice.
             logger.error("recording delivery results failed", ["error": error.description, "count": String(batch.count)])

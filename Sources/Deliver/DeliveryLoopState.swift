@@ -12,6 +12,9 @@ struct DeliveryLoopState {
     /// answer, a configuration fault, every connection down): the stall detector's two clocks.
     var lastSentAt = ContinuousClock.now
     var lastFailureAt: ContinuousClock.Instant?
+    /// When a claim or a record last failed on the store (PostgreSQL restarting, failing over, its host gone): a
+    /// stall then is the database's, and the detector says so instead of blaming APNs.
+    var lastDatabaseFailureAt: ContinuousClock.Instant?
     /// When this deliverer last wrote its configuration-fault pause to the store (ms), for the refresh.
     var pauseRecordedAt: Int64 = 0
     /// When the dead-letter budget was last enforced (ms).

@@ -24,8 +24,8 @@ final class PGConnection {
         /// (`idle_in_transaction_session_timeout`, SQLSTATE 25P03), releasing its locks: a paused VM, a frozen or
         /// partitioned host holds the devices it locked this long at most, not until TCP gives up (hours).
         var idleInTransactionTimeout: Duration = .seconds(10)
-        /// libpq's `connect_timeout`, in seconds.
-        var connectTimeoutSeconds = 10
+        /// libpq's `connect_timeout`, in seconds, for each host of the list.
+        var connectTimeoutSeconds = 2
     }
 
     private let handle: OpaquePointer
@@ -47,6 +47,10 @@ final class PGConnection {
     /// fenced old primary, a standby after a failover). The connection is then unusable too: only a new one lets
     /// libpq's `target_session_attrs=read-write` find the server that now takes writes.
     private(set) var refusedWrites = false
+    /// The server this connection reached, from the conninfo's host list: the one to try last if it fails.
+    var server: PGServer {
+        PGServer(host: PQhost(handle).map { String(cString: $0) } ?? "", port: PQport(handle).map { String(cString: $0) } ?? "")
+    }
     /// A deferred BEGIN has gone to the server, and no COMMIT or ROLLBACK since: `rollback` has something to undo.
     private var transactionSent = false
     /// The error the server sent outside any statement just before it closed the session (`FATAL`, e.g. 25P03 when it
@@ -61,7 +65,8 @@ final class PGConnection {
     }
 
     /// Connects with `conninfo`, a libpq URI (`postgres://…`, `postgresql://…`) or key=value string.
-    init(conninfo: String, options: Options) throws {
+    /// `hostOrder`: the conninfo's host list reordered (`PGHostOrder`), given after it so that it wins.
+    init(conninfo: String, options: Options, hostOrder: [(String, String)] = []) throws {
         // Defaults first, then the caller's string: libpq expands `dbname` into its parts and, for a key given twice,
         // keeps the last one, so anything the operator wrote in DATABASE_URL wins.
         // https://www.postgresql.org/docs/15/libpq-connect.html#LIBPQ-PQCONNECTDBPARAMS
@@ -70,13 +75,17 @@ final class PGConnection {
             ("application_name", "kumapush-relay"),
             // After a failover, with several hosts listed, connect to the one that accepts writes.
             ("target_session_attrs", "read-write"),
-            // A server that vanished without closing the socket is noticed in about 30 s instead of hours.
-            ("keepalives", "1"), ("keepalives_idle", "10"), ("keepalives_interval", "5"), ("keepalives_count", "3"),
-            ("tcp_user_timeout", "30000"),
+            // A server whose host vanished without closing the socket (power loss, cut network: nothing answers,
+            // nothing resets) is noticed in about 4 s: data unacknowledged for 4 s ends the connection, and an idle
+            // one is probed after 2 s. Until then a webhook on it waits, and one may meet a dead read connection,
+            // then a dead write connection, each followed by a connect (2 s on the dead host): about 12 s, inside
+            // SPEC §4 "Failover"'s 15 s. A live server's kernel acknowledges at once, however busy the server.
+            ("keepalives", "1"), ("keepalives_idle", "2"), ("keepalives_interval", "1"), ("keepalives_count", "2"),
+            ("tcp_user_timeout", "4000"),
             ("dbname", conninfo)
         ]
-        let keywords = parameters.map { strdup($0.0) } + [nil]
-        let values = parameters.map { strdup($0.1) } + [nil]
+        let keywords = (parameters + hostOrder).map { strdup($0.0) } + [nil]
+        let values = (parameters + hostOrder).map { strdup($0.1) } + [nil]
         defer { (keywords + values).forEach { free($0) } }
         let connection = keywords.map { UnsafePointer($0) }.withUnsafeBufferPointer { keywordPointers in
             values.map { UnsafePointer($0) }.withUnsafeBufferPointer { valuePointers in

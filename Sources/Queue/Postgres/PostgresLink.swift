@@ -18,6 +18,11 @@ final class PostgresLink: @unchecked Sendable {
     private let failover: FailoverSignal?
     /// `failover.count` when the current connection was opened.
     private var failoverSeen = 0
+    /// The conninfo's servers when it lists several, and the last one a connection of this link lost (broken,
+    /// read-only, or left after a failover): reconnects try it last, so a host that vanished silently does not cost
+    /// every reconnect its `connect_timeout` while the new primary waits second in the list.
+    private let hostOrder: PGHostOrder?
+    private var lastLostServer: PGServer?
 
     /// Connects once, so that a wrong DATABASE_URL fails at start-up. `failover`: shared with the store's other
     /// links, so that one finding its server read-only sends them all to find the primary again.
@@ -25,6 +30,7 @@ final class PostgresLink: @unchecked Sendable {
         self.conninfo = conninfo
         self.options = options
         self.failover = failover
+        hostOrder = PGHostOrder(conninfo: conninfo)
         failoverSeen = failover?.count ?? 0
         connection = try PGConnection(conninfo: conninfo, options: options)
         connectionsOpened = 1
@@ -36,6 +42,7 @@ final class PostgresLink: @unchecked Sendable {
         self.conninfo = conninfo
         self.options = options
         self.failover = failover
+        hostOrder = PGHostOrder(conninfo: conninfo)
     }
 
     /// Connections opened so far, the first one included (tests count reconnections).
@@ -60,6 +67,7 @@ final class PostgresLink: @unchecked Sendable {
             holdOffAfterReadOnly()
             failover?.raise()
         }
+        if let connection { lastLostServer = connection.server }
         connection = nil
         guard ContinuousClock.now >= nextAttempt else {
             throw PGError(sqlstate: "", message: "database unreachable, reconnecting (last error: \(lastFailure))", connectionBroken: true)
@@ -67,7 +75,8 @@ final class PostgresLink: @unchecked Sendable {
         do {
             // Read before connecting: a signal raised while this connect went to the old server still applies to it.
             let failovers = failover?.count ?? 0
-            let fresh = try PGConnection(conninfo: conninfo, options: options)
+            let order = lastLostServer.flatMap { hostOrder?.parameters(tryingLast: $0) } ?? []
+            let fresh = try PGConnection(conninfo: conninfo, options: options, hostOrder: order)
             connection = fresh
             failoverSeen = failovers
             connectionsOpened += 1

@@ -19,8 +19,9 @@ public final class PostgresStore: Sendable {
     public struct Options: Sendable {
         /// The server cancels any statement running longer (`statement_timeout`).
         public var statementTimeout: Duration = .seconds(30)
-        /// How long opening a connection may take (libpq `connect_timeout`, whole seconds, at least 2).
-        public var connectTimeout: Duration = .seconds(10)
+        /// How long opening a connection may take, per host of the list (libpq `connect_timeout`, whole seconds,
+        /// at least 2): a host that vanished silently costs this much at each reconnect that tries it.
+        public var connectTimeout: Duration = .seconds(2)
         /// A monitor not heard of for this long no longer counts towards a device's badge (TOMBSTONE_RETENTION).
         public var monitorRetention: Duration = .seconds(30 * 86_400)
         /// A statement gives up waiting for another session's lock after this long (`lock_timeout`, PG_LOCK_TIMEOUT).
@@ -32,7 +33,7 @@ public final class PostgresStore: Sendable {
         public var logger: Logger?
 
         public init(
-            statementTimeout: Duration = .seconds(30), connectTimeout: Duration = .seconds(10),
+            statementTimeout: Duration = .seconds(30), connectTimeout: Duration = .seconds(2),
             monitorRetention: Duration = .seconds(30 * 86_400), lockTimeout: Duration = .seconds(5),
             idleInTransactionTimeout: Duration = .seconds(10), logger: Logger? = nil
         ) {
