@@ -21,7 +21,7 @@ public struct JSONParser {
     /// of which the relay reads two). Compared as raw bytes, so a dropped key never becomes a String.
     private var keeping: KeptKeys?
     /// Bytes visited, added once per loop (never per byte, to keep the loops as measured): the tests hold the parse
-    /// linear by this count, without a clock (`JSONParserWorkTests`).
+    /// linear by this count, without a clock (`ParserWorkTests` in IngestTests).
     private var steps = 0
 
     /// The member names a parse keeps, as bytes, prepared once (a webhook parse used to convert its set of names

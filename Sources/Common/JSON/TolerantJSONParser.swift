@@ -34,7 +34,7 @@ public struct TolerantJSONParser {
     private let skips: [Int]
     private var taken: [Int] = []
     /// One for each byte a loop of this parse visits (looking ahead after a quote included): what the tests count to
-    /// hold the search to a bounded multiple of the input, without a clock (`ParserWorkTests`).
+    /// hold the search to a bounded multiple of the input, without a clock (`ParserWorkTests` in IngestTests).
     private var steps = 0
 
     /// Parses of one document per pass at most, and bytes read by all parses of both passes (the second pass gets

@@ -25,7 +25,7 @@ enum FormText {
     }
 
     /// `fields(_:)`, adding to `steps` one for each byte any of its loops visits: the tests hold the parse linear by
-    /// this count (`FormTextWorkTests`), not by a clock.
+    /// this count (`ParserWorkTests`), not by a clock.
     static func fields(_ text: String, steps: inout Int) -> [String: String]? {
         let bytes = Array(text.utf8)
         // JSON-looking text is never a form, whatever `&name=` it holds inside its strings.
