@@ -54,7 +54,10 @@ import Testing
         #expect(try raw.query("SELECT \(columns) FROM jobs ORDER BY id") == before)
         let indexes = Set(try raw.query("SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'jobs'").map { $0[0] })
         #expect(
-            indexes == ["jobs_one_head_per_device", "jobs_by_device_seq", "jobs_dead_by_device", "jobs_due", "jobs_leased", "jobs_dead"])
+            indexes == [
+                "jobs_one_head_per_device", "jobs_by_device_seq", "jobs_dead_by_device", "jobs_due", "jobs_leased", "jobs_dead",
+                "jobs_waiting_tests"
+            ])
         // Schema 12 numbers each device's jobs in acceptance order, dead letters included, and the device row holds
         // the next number; the foreign key is gone (its cascade needed an index ordered by device).
         #expect(try raw.query("SELECT id, device_seq FROM jobs ORDER BY id") == [["7", "0"], ["8", "1"], ["9", "2"], ["10", "3"]])
