@@ -51,7 +51,7 @@ kumapush-relay ($version) unstable; urgency=medium
  -- KumaPush Relay maintainers <maintainers@users.noreply.a-seed-148e1ac7.example>  $date_rfc2822
 EOF
 gzip -9n -c "$work/changelog.Debian" >"$docs/changelog.Debian.gz"
-install -D -m 0644 /dev/null "$root/usr/share/man/man1/kumapush-relay.1.gz"
+install -d "$root/usr/share/man/man1"
 gzip -9n -c packaging/debian/kumapush-relay.1 >"$root/usr/share/man/man1/kumapush-relay.1.gz"
 install -D -m 0644 packaging/debian/lintian-overrides "$root/usr/share/lintian/overrides/kumapush-relay"
 find "$root" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} +
@@ -69,6 +69,7 @@ fi
 mkdir -p "$work/shlibs/debian"
 printf 'Source: kumapush-relay\n\nPackage: kumapush-relay\nArchitecture: any\n' >"$work/shlibs/debian/control"
 shlibs=$(cd "$work/shlibs" && dpkg-shlibdeps -O -e "$OLDPWD/$root/usr/bin/kumapush-relay" 2>/dev/null | sed -n 's/^shlibs:Depends=//p')
+[ -n "$shlibs" ] || { echo "dpkg-shlibdeps found no shared libraries in the binary" >&2; exit 1; }
 depends="adduser, $shlibs"
 
 install -d -m 0755 "$root/DEBIAN"
@@ -80,6 +81,8 @@ install -m 0755 packaging/debian/postinst packaging/debian/prerm packaging/debia
 chmod 0644 "$root/DEBIAN/control" "$root/DEBIAN/conffiles" "$root/DEBIAN/md5sums"
 
 deb=dist/kumapush-relay_${version}_${arch}.deb
-dpkg-deb --root-owner-group -Zxz --build "$root" "$deb" >/dev/null
+# xz, Debian's default: 15 MB against gzip's 23, for five times the CPU. DEB_COMPRESSION=gzip makes the same
+# contents faster (the package test uses it: compression changes no installed file).
+dpkg-deb --root-owner-group -Z"${DEB_COMPRESSION:-xz}" --build "$root" "$deb" >/dev/null
 echo "==> $deb ($(du -h "$deb" | cut -f1)); lintian:"
 lintian --fail-on error,warning --info "$deb"

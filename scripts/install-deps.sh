@@ -39,6 +39,7 @@ test_packages=(
   node-form-data      #   and its multipart encoder
   prometheus          # promtool: `check metrics` on each process's /metrics, `test rules` on deploy/prometheus
   caddy               # deploy/Caddyfile is run in front of the relay to check what it logs
+  sqlite3             # docs/operations.md's backup commands, run as written by the package test
 )
 bench_packages=(nginx-light wrk nghttp2-client)
 

@@ -43,7 +43,9 @@ def deb():
     given = os.environ.get("KUMAPUSH_DEB")
     if given:
         return pathlib.Path(given)
-    result = subprocess.run(["scripts/build-deb.sh", "deb"], cwd=ROOT, capture_output=True, text=True, timeout=1500)
+    # gzip: the same files as `make deb`'s xz in a fifth of the CPU time.
+    result = subprocess.run(["scripts/build-deb.sh", "deb"], cwd=ROOT, capture_output=True, text=True, timeout=1500,
+                            env=dict(os.environ, DEB_COMPRESSION="gzip"))
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
     return ROOT / re.search(r"==> (\S+\.deb)", result.stdout).group(1)
 
@@ -142,6 +144,7 @@ def carries_an_alert_as_the_kumapush_user(binary, fake_apns):
             assert status == 202
             push = wait_until(lambda: fake_apns.pushes(token), what="the push")[0]
             assert push["payload"]["aps"]["alert"]["title"] == "Packaged is down"
+            backs_up_as_documented(token)
             relay.send_signal(signal.SIGTERM)
             assert relay.wait(timeout=60) == 0
         finally:
@@ -153,6 +156,27 @@ def carries_an_alert_as_the_kumapush_user(binary, fake_apns):
         assert database.st_uid == pwd.getpwnam("kumapush").pw_uid
     finally:
         shutil.rmtree(secrets)
+
+
+def backs_up_as_documented(token):
+    """docs/operations.md's backup lines, run as written while the relay runs: the copy opens and holds the
+    device, is root's and 0600, and nothing the relay needs becomes root's."""
+    guide = (ROOT / "docs" / "operations.md").read_text()
+    section = guide[guide.index("## Back up and restore while it runs"):]
+    block = re.search(r"```sh\n(.*?)```", section, re.S).group(1)
+    before = set(pathlib.Path("/var/backups").glob("kumapush-*.db"))
+    result = subprocess.run(["bash", "-euo", "pipefail", "-c", block], capture_output=True, text=True, timeout=120)
+    made = set(pathlib.Path("/var/backups").glob("kumapush-*.db")) - before
+    assert result.returncode == 0 and len(made) == 1, block + result.stderr
+    copy = made.pop()
+    try:
+        mode = os.stat(copy)
+        assert mode.st_uid == 0 and stat.S_IMODE(mode.st_mode) == 0o600
+        tokens = run("sqlite3", "-readonly", str(copy), "SELECT device_token FROM devices").stdout.split()
+        assert token in tokens
+        assert all(path.stat().st_uid == pwd.getpwnam("kumapush").pw_uid for path in pathlib.Path("/var/lib/kumapush").iterdir())
+    finally:
+        copy.unlink(missing_ok=True)
 
 
 @pytest.mark.timeout(1800)
