@@ -5,26 +5,43 @@ PYTEST := .venv/bin/pytest
 SWIFT_FORMAT ?= swift-format
 SWIFT_SOURCES := Sources Tests bench/QueueBench fuzz/Sources Package.swift
 
-.PHONY: help deps venv build release lint format test test-swift test-e2e test-asan chaos drill run bench fuzz clean
+.PHONY: help deps deps-run deps-package venv build release deb dist lint format test test-swift test-e2e test-asan chaos drill run bench fuzz clean
 
 help:
 	@echo "make run    install what is missing, build, start the relay (see README)"
 	@echo "make test   install what is missing, build, run every test (test-asan included)"
 	@echo "make bench  measure the relay against its ceilings (bench/results/)"
+	@echo "make deb    a Debian package of the relay in dist/ (Swift runtime linked in; lintian-checked)"
+	@echo "make dist   the same tree as a tarball in dist/"
 	@echo "make chaos  the chaos suite on SEEDS=N random seeds (default 10), or SEED=S to replay one"
 	@echo "make drill  the failover drill alone on a real Patroni cluster, DRILL_SECONDS (60) of load around each step"
 
+# Everything the tests need. Building and `make run` need less (no PostgreSQL server): deps-run.
 deps:
 	@scripts/install-deps.sh
+
+deps-run:
+	@scripts/install-deps.sh run
+
+deps-package:
+	@scripts/install-deps.sh package
 
 venv: deps
 	@scripts/setup-venv.sh
 
-build: deps
+build: deps-run
 	swift build
 
-release: deps
+release: deps-run
 	swift build -c release
+
+# The binary with the Swift runtime linked statically, packaged for hosts without a toolchain (SPEC §6a,
+# docs/operations.md "Install"): dist/kumapush-relay_<version>_<arch>.deb, or the same tree as a .tar.gz.
+deb: deps-package
+	@scripts/build-deb.sh deb
+
+dist: deps-package
+	@scripts/build-deb.sh dist
 
 # swift-format (shipped with the Swift toolchain) with the committed .swift-format: any finding fails, and every
 # finding it reports is one `make format` fixes (docs/testing.md, "Formatting").
@@ -85,4 +102,4 @@ fuzz: deps
 	@scripts/fuzz.sh
 
 clean:
-	rm -rf .build .build-asan .dev
+	rm -rf .build .build-asan .dev dist

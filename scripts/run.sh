@@ -71,20 +71,26 @@ if [ -n "${simulated:-}" ]; then
     sleep 0.1
   done
 fi
+# The demo device is registered here, so the walk-through can print its real webhook URL: every command below
+# pastes as printed (a placeholder such as <id> would be a shell redirection). Registering the same token again, as
+# step 1 does, answers the same id.
+id=$(curl -s -X POST "http://127.0.0.1:$port/devices" -H 'Content-Type: application/json' -d "{\"device_token\":\"$token\"}" |
+     python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])')
 cat <<TXT
 
 The relay is up. Try it (in another terminal):
 
-  # 1. Register a device, as the iPhone app does (any even-length hex token works with the simulator):
+  # 1. Register a device, as the iPhone app does (any even-length hex token works with the simulator). The demo
+  #    device is registered already: this answers its id, $id, and its webhook URL.
   curl -s -X POST http://127.0.0.1:$port/devices -H 'Content-Type: application/json' \\
        -d '{"device_token":"$token"}'
 
-  # 2. Send an Uptime Kuma alert to the webhook URL it gives you (use the "id" from step 1):
-  curl -s -X POST http://127.0.0.1:$port/wh/<id> -H 'Content-Type: application/json' \\
+  # 2. Send an Uptime Kuma alert to that device's webhook URL:
+  curl -s -X POST http://127.0.0.1:$port/wh/$id -H 'Content-Type: application/json' \\
        -d '{"heartbeat":{"status":0,"msg":"connect ECONNREFUSED","important":true},"monitor":{"id":1,"name":"Shop API"},"msg":"down"}'
 
   # 3. Press Uptime Kuma's "Test" button equivalent: it waits for APNs' answer and says {"status":"delivered"}:
-  curl -s -X POST http://127.0.0.1:$port/wh/<id> -H 'Content-Type: application/json' \\
+  curl -s -X POST http://127.0.0.1:$port/wh/$id -H 'Content-Type: application/json' \\
        -d '{"heartbeat":null,"monitor":null,"msg":"My Webhook Alert (1) Testing"}'
 
   # 4. A TestFlight build's sandbox token: production refuses it, the relay resends once to the sandbox simulator
@@ -98,8 +104,6 @@ The relay is up. Try it (in another terminal):
 TXT
 
 if [ "${1:-}" = "--check" ]; then
-  id=$(curl -s -X POST "http://127.0.0.1:$port/devices" -H 'Content-Type: application/json' -d "{\"device_token\":\"$token\"}" |
-       python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])')
   curl -sf -X POST "http://127.0.0.1:$port/wh/$id" -H 'Content-Type: application/json' \
        -d '{"heartbeat":{"status":0,"msg":"connect ECONNREFUSED","important":true},"monitor":{"id":1,"name":"Shop API"},"msg":"down"}'
   echo

@@ -14,7 +14,7 @@ def documented():
     """{name: (type, {processes})} from the metrics table."""
     rows = {}
     for line in OPERATIONS.read_text().splitlines():
-        match = re.match(r"\| `((?:kumapush|relay)_[a-z_]+)(\{[a-z_,]+\})?` \| (counter|gauge|histogram) \| ([a-z, ]+) \|", line)
+        match = re.match(r"\| `((?:kumapush|relay|process)_[a-z_]+)(\{[a-z_,]+\})?` \| (counter|gauge|histogram) \| ([a-z, ]+) \|", line)
         if match:
             rows[match.group(1)] = (match.group(3), {p.strip() for p in match.group(4).split(",")})
     return rows

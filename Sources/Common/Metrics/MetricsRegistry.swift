@@ -69,6 +69,8 @@ public final class MetricsRegistry: Sendable {
     public init() {
         describe(Self.droppedSeriesMetric, .counter, "Metric updates dropped because their family reached its series limit.")
         describe(LogSink.droppedLinesMetric, .counter, "Log lines dropped because standard error could not take them.")
+        ProcessMetrics.describe(in: self)
+        BuildInfo.describe(in: self)
     }
 
     /// Declares a metric family once (HELP and TYPE lines). Histograms take their upper bucket bounds in the metric's unit (seconds, or a count).
@@ -193,8 +195,12 @@ public final class MetricsRegistry: Sendable {
     }
 }
 
-/// Latency buckets in seconds, from 0.5 ms to 30 s.
-public let latencyBuckets: [Double] = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30]
+/// Latency buckets in seconds, from 0.5 ms to an hour. The buckets past 30 s are for outages: jobs that waited
+/// out an APNs outage or a paused deliverer land there as the queue drains, where they would all have read as
+/// "over 30 s" (SPEC §2.3).
+public let latencyBuckets: [Double] = [
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600
+]
 
 extension String {
     func replacingAll(_ target: String, with replacement: String) -> String {
