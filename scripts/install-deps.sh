@@ -10,6 +10,7 @@ packages=(
   libmicrohttpd-dev   # Ingest: the HTTP/1.1 server
   libnghttp2-dev      # Deliver: HTTP/2 framing
   libpq-dev           # Queue: the PostgreSQL store (libpq)
+  libsystemd-dev      # Systemd: socket activation and sd_notify (libsystemd0 is on every systemd host)
   postgresql          # tests: a throwaway PostgreSQL server per test run (never started as a service by us)
   openssl             # make run: throwaway CA, certificates and signing key
   curl                # make run walk-through, healthchecks in scripts
