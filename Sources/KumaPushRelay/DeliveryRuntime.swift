@@ -32,7 +32,9 @@ final class DeliveryRuntime: Sendable {
             configuration: connection, connections: settings.apnsConnections, tls: tls,
             logger: logger.child(label: "apns"), onChange: { waker.wake() })
         let other = try Self.otherEnvironment(settings: settings, tls: tls, logger: logger, waker: waker)
-        let worker = "\(ProcessInfo.processInfo.hostName)-\(getpid())-\(Base64URL.encode((try? Crypto.randomBytes(4)) ?? [0]))"
+        let identity = WorkerIdentity.current()
+        let worker = identity.id
+        Self.reclaimDeadPredecessorsLeases(identity: identity, store: store, clock: clock, logger: logger)
         self.other = other
         engine = DeliveryEngine(
             configuration: .init(settings: settings, worker: worker), store: store, pool: pool, other: other, tokens: tokens,
