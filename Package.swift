@@ -55,6 +55,7 @@ let package = Package(
             name: "TestSupport", dependencies: ["CSQLite", "CLibPQ", "Common", "Queue"], path: "Tests/TestSupport", swiftSettings: strictSettings),
         .testTarget(name: "CommonTests", dependencies: ["Common"], swiftSettings: strictSettings),
         .testTarget(name: "ThreadingTests", dependencies: ["Threading"], swiftSettings: strictSettings),
+        .testTarget(name: "SystemdTests", dependencies: ["Systemd", "Threading"], swiftSettings: strictSettings),
         .testTarget(
             name: "DeliverTests", dependencies: ["Common", "Queue", "HTTP2", "Deliver", "Simulator", "TestSupport"],
             swiftSettings: strictSettings),

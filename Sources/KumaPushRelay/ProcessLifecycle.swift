@@ -50,11 +50,13 @@ final class ProcessLifecycle: Sendable {
         // READY=1 first: a ping before it would tell systemd about a process it does not yet watch.
         notifier.ready(status: status)
         if let interval = watchdogInterval {
-            let feeder = LoopWatchdog(loops: loops, interval: interval, notifier: notifier) { [logger] wedged in
-                logger.error(
-                    "a loop made no progress for the whole watchdog interval; systemd's watchdog is no longer fed",
-                    ["loops": wedged.joined(separator: ","), "watchdog": String(describing: interval)])
-            }
+            let feeder = LoopWatchdog(
+                loops: loops, interval: interval, ping: { [notifier] in notifier.watchdog() },
+                onWedged: { [logger] wedged in
+                    logger.error(
+                        "a loop made no progress for the whole watchdog interval; systemd's watchdog is no longer fed",
+                        ["loops": wedged.joined(separator: ","), "watchdog": String(describing: interval)])
+                })
             feeder.start()
             watchdog.withLock { $0 = feeder }
         }

@@ -9,7 +9,7 @@ import Threading
 public final class LoopWatchdog: Sendable {
     private let loops: [MonitoredLoop]
     private let interval: Duration
-    private let notifier: ServiceNotifier
+    private let ping: @Sendable () -> Void
     private let onWedged: @Sendable ([String]) -> Void
     private let wakeUp = WakeUp()
     private let stopping = Atomic<Bool>(false)
@@ -17,14 +17,16 @@ public final class LoopWatchdog: Sendable {
 
     /// - Parameters:
     ///   - interval: systemd's `WATCHDOG_USEC`; pings go every half of it.
+    ///   - ping: sends WATCHDOG=1 (`ServiceNotifier.watchdog`).
     ///   - onWedged: hears the names of the loops that went silent for the whole interval (for the log), once per
     ///     check that finds them.
     public init(
-        loops: [MonitoredLoop], interval: Duration, notifier: ServiceNotifier, onWedged: @escaping @Sendable ([String]) -> Void
+        loops: [MonitoredLoop], interval: Duration, ping: @escaping @Sendable () -> Void,
+        onWedged: @escaping @Sendable ([String]) -> Void
     ) {
         self.loops = loops
         self.interval = interval
-        self.notifier = notifier
+        self.ping = ping
         self.onWedged = onWedged
     }
 
@@ -44,7 +46,7 @@ public final class LoopWatchdog: Sendable {
     private func run() {
         while !stopping.load(ordering: .relaxed) {
             let wedged = MonitoredLoop.wedged(loops, limit: interval)
-            if wedged.isEmpty { notifier.watchdog() } else { onWedged(wedged) }
+            if wedged.isEmpty { ping() } else { onWedged(wedged) }
             wakeUp.wait(until: .now + interval / 2)
         }
         finished.signal()
