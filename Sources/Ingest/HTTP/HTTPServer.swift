@@ -207,7 +207,12 @@ public final class HTTPServer: Sendable {
     public func stop() { stop(fromDeinit: false) }
 
     private func stop(fromDeinit: Bool) {
-        let accepting = acceptor.withLock { $0 }
+        // Taken out, so a second stop neither stops it again nor closes the descriptor twice (a number that may
+        // name another file by then).
+        let accepting = acceptor.withLock { acceptor -> ListenSocketAcceptor? in
+            defer { acceptor = nil }
+            return acceptor
+        }
         accepting?.stop()
         defer { if let accepting { close(accepting.descriptor) } }
         let unanswered = dispatched.close()

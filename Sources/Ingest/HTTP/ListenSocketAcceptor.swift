@@ -77,7 +77,7 @@ final class ListenSocketAcceptor: Sendable {
     }
 
     /// Accepts what is waiting (a bounded batch, so the stop pipe is looked at between batches). Returns false when
-    /// the process is out of descriptors: accepting again at once would spin.
+    /// accepting again at once would spin (out of descriptors, say).
     private func acceptPending() -> Bool {
         for _ in 0..<64 {
             var storage = sockaddr_storage()
@@ -88,8 +88,9 @@ final class ListenSocketAcceptor: Sendable {
                 }
             }
             guard client >= 0 else {
-                // EAGAIN: nothing left. ECONNABORTED and the like: that client is gone; the next poll says more.
-                return errno != EMFILE && errno != ENFILE
+                // EAGAIN: nothing left. ECONNABORTED, EPROTO: that client is gone; the next poll says more. Anything
+                // else (out of descriptors, a socket in trouble) would come back at once: wait a moment first.
+                return [EAGAIN, EWOULDBLOCK, ECONNABORTED, EPROTO, EINTR].contains(errno)
             }
             // Close-on-exec like every descriptor of the relay; libmicrohttpd makes it non-blocking itself.
             _ = fcntl(client, F_SETFD, FD_CLOEXEC)
