@@ -1,8 +1,10 @@
-"""Restarts refuse nothing (SPEC §4, issue 40): `serve` takes its listening socket from systemd, stops accepting at
-SIGTERM and answers what it accepted, so connections made while no process runs wait in the socket's backlog for
-the next one. The test plays systemd: it holds the socket and starts each process with it as fd 3."""
+"""Restarts refuse nothing (SPEC §4, issue 40): `serve` and `ingest` take their listening socket from systemd, stop
+accepting at SIGTERM and answer what they accepted, so connections made while no process runs wait in the socket's
+backlog for the next one. The test plays systemd: it holds the socket and starts each process with it as fd 3."""
 import signal
 import threading
+
+import pytest
 
 from conftest import TLS, TOPIC
 from relayproc import free_port, relay_env, request, wait_until
@@ -51,7 +53,9 @@ class Load:
             return len(self.answers)
 
 
-def test_three_restarts_of_serve_on_a_held_socket_under_load_answer_and_deliver_every_webhook(relay_binary, tmp_path, fake_apns):
+@pytest.mark.parametrize("command", ["serve", "ingest"])
+def test_three_restarts_on_a_held_socket_under_load_answer_and_deliver_every_webhook(relay_binary, tmp_path, fake_apns, command):
+    """`serve` restarted three times; or `ingest`, with a `deliver` process beside it that keeps running."""
     listener = listening_socket()
     port = listener.getsockname()[1]
     base = f"http://127.0.0.1:{port}"
@@ -59,13 +63,16 @@ def test_three_restarts_of_serve_on_a_held_socket_under_load_answer_and_deliver_
     processes = []
 
     def start():
-        process = start_activated(relay_binary, "serve", env, tmp_path / f"serve-{len(processes)}.log", listener=listener)
+        process = start_activated(relay_binary, command, env, tmp_path / f"{command}-{len(processes)}.log", listener=listener)
         processes.append(process)
         return process
 
     try:
+        if command == "ingest":
+            deliver_env = dict(env, PORT=str(free_port()), METRICS_ADDR=f"127.0.0.1:{free_port()}")
+            processes.append(start_activated(relay_binary, "deliver", deliver_env, tmp_path / "deliver.log"))
         current = start()
-        wait_until(lambda: request("GET", base + "/readyz")[0] == 200, what="the first serve ready on the held socket")
+        wait_until(lambda: request("GET", base + "/readyz")[0] == 200, what=f"the first {command} ready on the held socket")
         devices = [register(type("R", (), {"base": base})(), seed)[0] for seed in range(1, DEVICES + 1)]
         load = Load(base, devices)
         load.thread.start()
