@@ -21,6 +21,7 @@ let package = Package(
         .systemLibrary(name: "CNGHTTP2", pkgConfig: "libnghttp2", providers: [.apt(["libnghttp2-dev"])]),
         .systemLibrary(name: "CLibPQ", pkgConfig: "libpq", providers: [.apt(["libpq-dev"])]),
         .systemLibrary(name: "CLinux"),
+        .systemLibrary(name: "CSystemd", pkgConfig: "libsystemd", providers: [.apt(["libsystemd-dev"])]),
 
         // The spine: exe → Ingest/Deliver → Queue → Common.
         // Two thread helpers every module with a thread of its own uses: ThreadConfined and WakeUp.
@@ -31,11 +32,13 @@ let package = Package(
         // Plumbing shared by the APNs client and the simulator: event loop, TLS over memory BIOs, HTTP/2 sessions.
         .target(name: "HTTP2", dependencies: ["Threading", "CNGHTTP2", "COpenSSL", "CLinux"], swiftSettings: strictSettings),
         .target(name: "Deliver", dependencies: ["Common", "Queue", "HTTP2", "Threading", "COpenSSL"], swiftSettings: strictSettings),
+        // systemd's daemon interface: socket activation, READY/STOPPING/WATCHDOG notifications.
+        .target(name: "Systemd", dependencies: ["Threading", "CSystemd"], swiftSettings: strictSettings),
         // The APNs simulator behind `kumapush-relay apns-sim`, also used in-process by the delivery tests.
         .target(name: "Simulator", dependencies: ["Common", "HTTP2"], swiftSettings: strictSettings),
         .executableTarget(
             name: "KumaPushRelay",
-            dependencies: ["Common", "Queue", "Ingest", "Deliver", "HTTP2", "Simulator"],
+            dependencies: ["Common", "Queue", "Ingest", "Deliver", "HTTP2", "Simulator", "Systemd"],
             swiftSettings: strictSettings
         ),
 
@@ -52,11 +55,12 @@ let package = Package(
             name: "TestSupport", dependencies: ["CSQLite", "CLibPQ", "Common", "Queue"], path: "Tests/TestSupport", swiftSettings: strictSettings),
         .testTarget(name: "CommonTests", dependencies: ["Common"], swiftSettings: strictSettings),
         .testTarget(name: "ThreadingTests", dependencies: ["Threading"], swiftSettings: strictSettings),
+        .testTarget(name: "SystemdTests", dependencies: ["Systemd", "Threading"], swiftSettings: strictSettings),
         .testTarget(
             name: "DeliverTests", dependencies: ["Common", "Queue", "HTTP2", "Deliver", "Simulator", "TestSupport"],
             swiftSettings: strictSettings),
         .testTarget(name: "HTTP2Tests", dependencies: ["HTTP2", "TestSupport"], swiftSettings: strictSettings),
-        .testTarget(name: "IngestTests", dependencies: ["Common", "Queue", "Ingest", "TestSupport"], swiftSettings: strictSettings),
+        .testTarget(name: "IngestTests", dependencies: ["Common", "Queue", "Ingest", "TestSupport", "Threading"], swiftSettings: strictSettings),
         .testTarget(name: "QueueTests", dependencies: ["Common", "Queue", "TestSupport"], swiftSettings: strictSettings)
     ],
     swiftLanguageModes: [.v6]

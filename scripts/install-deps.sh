@@ -23,6 +23,7 @@ run_packages=(
   libmicrohttpd-dev   # Ingest: the HTTP/1.1 server
   libnghttp2-dev      # Deliver: HTTP/2 framing
   libpq-dev           # Queue: the PostgreSQL store (libpq, the client library only)
+  libsystemd-dev      # socket activation and sd_notify (libsystemd0 is on every systemd host)
   openssl             # make run: throwaway CA, certificates and signing key
   curl                # make run walk-through, healthchecks in scripts
 )

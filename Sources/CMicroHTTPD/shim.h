@@ -17,7 +17,8 @@
 /// What the Swift server configures on its daemon.
 struct CMicroHTTPD_Config {
     unsigned int flags;
-    const struct sockaddr *address;   // IPv4 or IPv6 listen address, port included
+    const struct sockaddr *address;   // IPv4 or IPv6 listen address, port included; NULL: no listening socket
+                                      // (connections come through MHD_add_connection, flags hold MHD_USE_NO_LISTEN_SOCKET)
     unsigned int thread_pool_size;    // 1: one internal epoll thread; more: a pool of them
     unsigned int connection_limit;
     unsigned int connection_timeout;  // seconds of inactivity before MHD closes a connection (slowloris guard)
@@ -64,7 +65,8 @@ static inline struct MHD_Daemon *CMicroHTTPD_start(const struct CMicroHTTPD_Conf
         { MHD_OPTION_CONNECTION_LIMIT, (intptr_t) config->connection_limit, NULL },
         { MHD_OPTION_CONNECTION_TIMEOUT, (intptr_t) config->connection_timeout, NULL },
         { MHD_OPTION_CONNECTION_MEMORY_LIMIT, (intptr_t) config->connection_memory_limit, NULL },
-        { MHD_OPTION_SOCK_ADDR, 0, (void *) config->address },
+        // The last three bind a socket; without an address they end the list instead.
+        { config->address ? MHD_OPTION_SOCK_ADDR : MHD_OPTION_END, 0, (void *) config->address },
         { MHD_OPTION_LISTENING_ADDRESS_REUSE, 1, NULL },
         { MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024, NULL },
         { MHD_OPTION_END, 0, NULL },

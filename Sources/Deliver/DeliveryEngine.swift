@@ -107,6 +107,11 @@ public final class DeliveryEngine: Sendable {
     private let graceDeadline = Mutex<ContinuousClock.Instant?>(nil)
     /// Set when the stall detector fired, cleared by the next answer from APNs; `serve`'s `/health` reads it.
     let stalled = Atomic<Bool>(false)
+    /// Beaten on every turn of the delivery loop (at least every `idlePollInterval`): `/livez` and systemd's watchdog.
+    public let heartbeat = Heartbeat()
+    /// The configuration fault delivery is paused for, as of the loop's last turn (`/readyz`; the breaker itself is
+    /// the loop's alone).
+    let publishedPause = Mutex<String?>(nil)
     /// Pushes claimed and built that wait for a stream of their pool, as of the loop's last turn.
     let resendsWaiting = Atomic<Int>(0)
 
@@ -163,6 +168,7 @@ public final class DeliveryEngine: Sendable {
         var lastPurge = ContinuousClock.now - .seconds(3600)
         var lastChange = (try? store.changeCounter()) ?? 0
         while true {
+            heartbeat.beat()
             let arrived = shared.withLock { shared -> Shared in
                 defer {
                     shared.answers.removeAll(keepingCapacity: true)
@@ -185,6 +191,7 @@ public final class DeliveryEngine: Sendable {
                     if ContinuousClock.now - lastPurge >= .seconds(600) { lastPurge = .now }
                     checkLiveness(now: now)
                     refreshPause(now: now)
+                    publishReadiness()
                     other?.closeIfIdle()
                     state.claimDue = true
                 }

@@ -3,6 +3,7 @@ import Dispatch
 import Foundation
 import Queue
 import Synchronization
+import Threading
 
 /// The HTTP API of SPEC §2 on one listener, plus Prometheus metrics on another.
 public final class IngestService: Sendable {
@@ -15,21 +16,28 @@ public final class IngestService: Sendable {
     let deviceAPI: DeviceAPI
     let webhook: WebhookEndpoint
     let resolver: ClientAddressResolver
-    /// In `serve`, whether the deliverer of this process is making progress (SPEC §4): `/health` reports a stall.
-    let deliveryHealthy: @Sendable () -> Bool
+    /// The process's other loops `/livez` watches besides the queue writer (in `serve`, the delivery loop).
+    let otherLoops: [MonitoredLoop]
+    /// How long a loop may go without a turn before `/livez` calls it wedged.
+    let livenessLimit: Duration
+    /// Set at the start of `shutdown`: `/readyz` answers 503 `shutting down` from then on (SPEC §2.3).
+    let shuttingDown = Atomic<Bool>(false)
     /// Device calls and health checks touch the disk; they run here, never on an MHD thread.
     let blockingWork = DispatchQueue(label: "ingest.blocking", qos: .userInitiated, attributes: .concurrent)
     private let servers = Mutex<(api: HTTPServer?, metrics: HTTPServer?)>((nil, nil))
 
     /// - Parameters:
     ///   - onCommit: called after each group commit (in `serve`, wakes the deliverer at once).
-    ///   - deliveryHealthy: in `serve`, the deliverer's own liveness verdict, reported by `/health`.
+    ///   - otherLoops: the process's other loops, for `/livez` (in `serve`, the delivery loop). Delivery never
+    ///     touches readiness: a stalled or paused deliverer leaves webhooks to be stored (SPEC §2.3).
+    ///   - livenessLimit: how long a loop may go without a turn before `/livez` calls it wedged.
     public init(
         settings: Settings, store: any RelayStore, clock: any WallClock = SystemClock(), logger: Logger,
         metrics: MetricsRegistry = MetricsRegistry(), onCommit: @escaping @Sendable () -> Void = {},
-        deliveryHealthy: @escaping @Sendable () -> Bool = { true }
+        otherLoops: [MonitoredLoop] = [], livenessLimit: Duration = HealthAnswers.defaultLivenessLimit
     ) {
-        self.deliveryHealthy = deliveryHealthy
+        self.otherLoops = otherLoops
+        self.livenessLimit = livenessLimit
         self.settings = settings
         self.store = store
         self.clock = clock
@@ -53,8 +61,11 @@ public final class IngestService: Sendable {
     }
 
     /// Starts listening. Throws when a listener cannot bind.
-    public func start(apiConfiguration: HTTPServer.Configuration? = nil) throws {
+    /// - Parameter listeningSocket: a socket handed over by systemd (socket activation), accepted on instead of
+    ///   binding HOST:PORT.
+    public func start(apiConfiguration: HTTPServer.Configuration? = nil, listeningSocket: Int32? = nil) throws {
         var configuration = apiConfiguration ?? HTTPServer.Configuration(host: settings.host, port: settings.port)
+        if let listeningSocket { configuration.listeningSocket = listeningSocket }
         configuration.connectionLimit = settings.httpMaxConnections
         configuration.connectionTimeout = max(1, Int(settings.httpIdleTimeout.wholeMilliseconds / 1000))
         configuration.connectionMemoryLimit = settings.httpMaxHeaderBytes
@@ -115,10 +126,21 @@ public final class IngestService: Sendable {
 
     /// The API port (useful after binding port 0).
     public var port: UInt16 { servers.withLock { $0.api?.port ?? 0 } }
+    /// Time since a request last arrived on the API listener.
+    public var apiSilence: Duration { servers.withLock { $0.api?.silence } ?? .zero }
+    /// `/livez` below BASE_PATH.
+    public var livenessPath: String { settings.basePath + "/livez" }
+    /// Where a request to this process's own API listener goes (loopback for a wildcard address), for probes.
+    public var probeHost: String {
+        guard let address = servers.withLock({ $0.api?.listenAddress }) else { return "127.0.0.1" }
+        if address.bytes.allSatisfy({ $0 == 0 }) { return address.isIPv4 ? "127.0.0.1" : "::1" }
+        return address.description
+    }
     public var metricsPort: UInt16? { servers.withLock { $0.metrics?.port } }
 
     /// SIGTERM: stop accepting, answer what is in flight (at most `grace`), commit what is queued, close.
     public func shutdown(grace: Duration) {
+        shuttingDown.store(true, ordering: .relaxed)
         let (api, metricsServer) = servers.withLock { $0 }
         let drained = api?.drain(grace: grace) ?? true
         if !drained { logger.warning("requests still in flight at the end of the grace period") }
@@ -140,18 +162,12 @@ public final class IngestService: Sendable {
         let instrumented = InstrumentedResponder(
             inner: responder, route: route.pattern, method: MethodLabel.of(request.method),
             client: client.address,
-            started: .now, logger: logger, metrics: metrics, logRequest: route != .health)
+            started: .now, logger: logger, metrics: metrics, logRequest: !route.isProbe)
         switch route {
-        case .health:
-            blockingWork.async { [store, deliveryHealthy] in
-                do {
-                    try store.ping()
-                    guard deliveryHealthy() else { return instrumented.respond(.error(503, "delivery stalled")) }
-                    instrumented.respond(.json(200, "{\"status\":\"ok\"}"))
-                } catch {
-                    instrumented.respond(.error(503, "database unavailable"))
-                }
-            }
+        case .health, .readyz:
+            blockingWork.async { [self] in instrumented.respond(readiness()) }
+        case .livez:
+            instrumented.respond(HealthAnswers.liveness(wedged: MonitoredLoop.wedged(monitoredLoops, limit: livenessLimit)))
         case .register:
             blockingWork.async { [deviceAPI] in instrumented.respond(deviceAPI.register(request, client: client.limitKey)) }
         case .device(let id):

@@ -45,6 +45,9 @@ public final class QueueWriter: Sendable {
     /// One per writer thread, which sleeps on it; all are signalled when a job is queued, a batch is committed (it
     /// may have held back another's jobs) or `stop` is called.
     private let wakeUps: [WakeUp]
+    /// One per writer thread, beaten on every turn (an idle one turns every `recountInterval`): `/livez` and the
+    /// systemd watchdog read them.
+    private let heartbeats: [Heartbeat]
     private let state = Mutex(State())
     /// Entered by each writer thread, left when it ends: `stop` waits on it, however often it is called.
     private let running = DispatchGroup()
@@ -56,6 +59,7 @@ public final class QueueWriter: Sendable {
         maxBatch: Int = 1000, logger: Logger, metrics: MetricsRegistry, onCommit: @escaping @Sendable () -> Void = {}
     ) {
         wakeUps = (0..<max(1, store.concurrentEnqueues)).map { _ in WakeUp() }
+        heartbeats = wakeUps.map { _ in Heartbeat() }
         self.deviceCap = deviceCap
         self.onCommit = onCommit
         self.queueMax = queueMax
@@ -69,9 +73,9 @@ public final class QueueWriter: Sendable {
             "kumapush_enqueue_batch_size", .histogram, "Jobs committed per group commit.",
             buckets: [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000])
         refreshDepth()
-        for wakeUp in wakeUps {
+        for (wakeUp, heartbeat) in zip(wakeUps, heartbeats) {
             running.enter()
-            let thread = Thread { [self] in run(wakeUp) }
+            let thread = Thread { [self] in run(wakeUp, heartbeat: heartbeat) }
             thread.name = "queue-writer"
             thread.start()
         }
@@ -111,11 +115,17 @@ public final class QueueWriter: Sendable {
         running.wait()
     }
 
-    private func run(_ wakeUp: WakeUp) {
+    /// The longest any writer thread has gone without a turn (a commit waiting on a locked database counts).
+    public var longestSilence: Duration { heartbeats.map { $0.age }.max() ?? .zero }
+
+    private func run(_ wakeUp: WakeUp, heartbeat: Heartbeat) {
         while true {
+            heartbeat.beat()
             while state.withLock({ !Self.hasWork($0) && !($0.stopping && $0.pending.isEmpty) }) {
+                heartbeat.beat()
                 if acceptsMore {
-                    wakeUp.wait(until: nil)
+                    // A deadline, not an endless sleep: an idle writer still beats, so silence means wedged.
+                    wakeUp.wait(until: .now + Self.recountInterval)
                 } else if !wakeUp.wait(until: .now + Self.recountInterval) {
                     // Full and idle: nothing will commit, so only a recount can let webhooks in again.
                     refreshDepth()

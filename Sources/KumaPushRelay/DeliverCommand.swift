@@ -18,13 +18,17 @@ enum DeliverCommand: Command {
         try OptionParser(arguments).finish()
         TerminationSignals.block()
         let logger = Logger(label: "deliver", settings: settings)
+        let lifecycle = ProcessLifecycle(logger: logger)
         let store = try openStore(settings, logger: logger)
         let metrics = MetricsRegistry()
         let runtime = try DeliveryRuntime(settings: settings, store: store, logger: logger, metrics: metrics)
-        let metricsServer = try startMetrics(settings, metrics)
+        let metricsServer = try startMetrics(
+            settings, metrics, probes: runtime.probes(store: store, loops: [runtime.loop], livenessLimit: lifecycle.livenessLimit))
         runtime.start()
+        lifecycle.ready(loops: [runtime.loop], status: "delivering")
         let signal = TerminationSignals.wait()
         logger.info("shutting down", ["signal": signal])
+        lifecycle.stopping()
         runtime.shutdown(grace: settings.shutdownGrace)
         metricsServer?.stop()
         logger.info("stopped")
@@ -33,10 +37,10 @@ enum DeliverCommand: Command {
 }
 
 /// Starts the Prometheus listener unless METRICS_ADDR is off.
-func startMetrics(_ settings: Settings, _ metrics: MetricsRegistry) throws -> HTTPServer? {
+func startMetrics(_ settings: Settings, _ metrics: MetricsRegistry, probes: [String: MetricsServer.Probe]) throws -> HTTPServer? {
     guard let address = settings.metricsAddress else { return nil }
     do {
-        return try MetricsServer.start(on: address, metrics: metrics)
+        return try MetricsServer.start(on: address, metrics: metrics, probes: probes)
     } catch {
         throw StartupError(description: "cannot listen on METRICS_ADDR \(address): \(error)", exitCode: ExitCode.runtimeError)
     }

@@ -3,26 +3,42 @@ import Foundation
 
 enum HealthcheckCommand: Command {
     static let name = "healthcheck"
-    static let summary = "exit 0 when GET /health on the local ingest answers 200"
+    static let summary = "exit 0 when the local process is ready (GET /readyz answers 200)"
     static let help = """
-        Usage: kumapush-relay healthcheck [--port N] [--base-path P]
+        Usage: kumapush-relay healthcheck [--port N] [--base-path P] [--delivery]
 
-        Asks http://127.0.0.1:PORT/BASE_PATH/health (3 s timeout). Exit 0 on 200, else prints why and exits 1.
-        For container HEALTHCHECKs and systemd.
+        Asks http://127.0.0.1:PORT/BASE_PATH/readyz (3 s timeout): ready when a webhook would be stored now.
+        --delivery asks delivery's readiness instead, on METRICS_ADDR (/readyz of deliver and serve: not stalled,
+        not paused, database answering). Exit 0 on 200, else prints why and exits 1. For container HEALTHCHECKs.
         """
 
     static func run(settings: Settings, arguments: [String]) throws -> Int32 {
-        try OptionParser(arguments).finish()
-        let host = settings.host == "::" || settings.host == "0.0.0.0" ? "127.0.0.1" : settings.host
-        switch probe(host: host, port: settings.port, path: settings.basePath + "/health") {
+        var options = OptionParser(arguments)
+        let delivery = options.flag("--delivery")
+        try options.finish()
+        let (host, port, path): (String, UInt16, String)
+        if delivery {
+            guard let address = settings.metricsAddress else {
+                throw ConfigurationError(variable: "METRICS_ADDR", message: "is off: delivery's readiness is served there")
+            }
+            (host, port, path) = (loopback(for: address.host), address.port, "/readyz")
+        } else {
+            (host, port, path) = (loopback(for: settings.host), settings.port, settings.basePath + "/readyz")
+        }
+        switch probe(host: host, port: port, path: path) {
         case .success(200):
             return ExitCode.ok
         case .success(let status):
-            printError("healthcheck failed: /health answered \(status)")
+            printError("healthcheck failed: \(path) answered \(status)")
         case .failure(let reason):
             printError("healthcheck failed: \(reason)")
         }
         return ExitCode.runtimeError
+    }
+
+    /// A wildcard listen address is asked on loopback.
+    private static func loopback(for host: String) -> String {
+        host == "::" || host == "0.0.0.0" ? "127.0.0.1" : host
     }
 
     struct Failure: Error, CustomStringConvertible { let description: String }

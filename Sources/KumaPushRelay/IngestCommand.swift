@@ -18,22 +18,29 @@ enum IngestCommand: Command {
         try FileDescriptorBudget.ensure(settings)
         TerminationSignals.block()
         let logger = Logger(label: "ingest", settings: settings)
+        let lifecycle = ProcessLifecycle(logger: logger)
+        let listening = try ProcessLifecycle.takeListeningSocket()
         let store = try openStore(settings, logger: logger)
-        let service = IngestService(settings: settings, store: store, logger: logger)
+        let service = IngestService(settings: settings, store: store, logger: logger, livenessLimit: lifecycle.livenessLimit)
         do {
-            try service.start()
+            try service.start(listeningSocket: listening)
         } catch {
             throw StartupError(description: "cannot start ingest: \(error) (PORT/HOST or METRICS_ADDR)", exitCode: ExitCode.runtimeError)
         }
         logger.info(
             "ingest listening",
             [
-                "http.port": String(service.port), "base_path": settings.basePath,
+                "http.port": String(service.port), "socket": listening == nil ? "bound" : "from systemd",
+                "base_path": settings.basePath,
                 "metrics": settings.metricsAddress?.description ?? "off",
                 "database": settings.databaseLabel
             ])
+        lifecycle.ready(
+            loops: service.monitoredLoops + [ProcessLifecycle.httpLoop(service, quietAfter: lifecycle.livenessLimit / 2)],
+            status: "listening on port \(service.port)")
         let signal = TerminationSignals.wait()
         logger.info("shutting down", ["signal": signal])
+        lifecycle.stopping()
         service.shutdown(grace: settings.shutdownGrace)
         logger.info("stopped")
         return ExitCode.ok

@@ -18,6 +18,8 @@ enum ServeCommand: Command {
         try FileDescriptorBudget.ensure(settings)
         TerminationSignals.block()
         let logger = Logger(label: "relay", settings: settings)
+        let lifecycle = ProcessLifecycle(logger: logger)
+        let listening = try ProcessLifecycle.takeListeningSocket()
         let store = try openStore(settings, logger: logger)
         let metrics = MetricsRegistry()
         let delivery = try DeliveryRuntime(settings: settings, store: store, logger: logger.child(label: "deliver"), metrics: metrics)
@@ -25,22 +27,29 @@ enum ServeCommand: Command {
         withoutMetrics.metricsAddress = nil
         let ingest = IngestService(
             settings: withoutMetrics, store: store, logger: logger.child(label: "ingest"), metrics: metrics,
-            onCommit: { delivery.engine.wake() }, deliveryHealthy: { delivery.engine.isHealthy })
+            onCommit: { delivery.engine.wake() }, otherLoops: [delivery.loop], livenessLimit: lifecycle.livenessLimit)
         do {
-            try ingest.start()
+            try ingest.start(listeningSocket: listening)
         } catch {
             throw StartupError(description: "cannot start ingest: \(error) (PORT/HOST)", exitCode: ExitCode.runtimeError)
         }
-        let metricsServer = try startMetrics(settings, metrics)
+        let metricsServer = try startMetrics(
+            settings, metrics,
+            probes: delivery.probes(store: store, loops: ingest.monitoredLoops, livenessLimit: lifecycle.livenessLimit))
         delivery.start()
         logger.info(
             "relay listening",
             [
-                "http.port": String(ingest.port), "base_path": settings.basePath,
+                "http.port": String(ingest.port), "socket": listening == nil ? "bound" : "from systemd",
+                "base_path": settings.basePath,
                 "metrics": settings.metricsAddress?.description ?? "off", "database": settings.databaseLabel
             ])
+        lifecycle.ready(
+            loops: ingest.monitoredLoops + [ProcessLifecycle.httpLoop(ingest, quietAfter: lifecycle.livenessLimit / 2)],
+            status: "listening on port \(ingest.port)")
         let signal = TerminationSignals.wait()
         logger.info("shutting down", ["signal": signal])
+        lifecycle.stopping()
         ingest.shutdown(grace: settings.shutdownGrace)
         delivery.shutdown(grace: settings.shutdownGrace)
         metricsServer?.stop()

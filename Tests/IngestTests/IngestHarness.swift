@@ -3,6 +3,7 @@ import Foundation
 import Ingest
 import Queue
 import TestSupport
+import Threading
 
 /// An ingest service on port 0 over a fresh database, with a client pointed at it.
 final class IngestHarness {
@@ -16,7 +17,7 @@ final class IngestHarness {
 
     init(
         _ environment: [String: String] = [:], clock: any WallClock = SystemClock(),
-        wrap: (SQLiteStore) -> any RelayStore = { $0 }, deliveryHealthy: @escaping @Sendable () -> Bool = { true }
+        wrap: (SQLiteStore) -> any RelayStore = { $0 }, otherLoops: [MonitoredLoop] = []
     ) throws {
         var environment = environment
         environment["METRICS_ADDR"] = environment["METRICS_ADDR"] ?? "off"
@@ -24,7 +25,8 @@ final class IngestHarness {
         store = try SQLiteStore(path: directory.path("relay.db"), now: SystemClock().nowMillis())
         let logger = Logger(label: "test", level: .debug, sink: LogSink(format: .text) { [logLines] line in logLines.append(line) })
         service = IngestService(
-            settings: settings, store: wrap(store), clock: clock, logger: logger, deliveryHealthy: deliveryHealthy)
+            settings: settings, store: wrap(store), clock: clock, logger: logger, otherLoops: otherLoops,
+            livenessLimit: .seconds(5))
         var configuration = HTTPServer.Configuration(host: "127.0.0.1", port: 0)
         configuration.threads = 2
         try service.start(apiConfiguration: configuration)

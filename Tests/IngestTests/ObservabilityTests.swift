@@ -13,16 +13,6 @@ import Testing
         #expect(response.status == 503 && response.text == "{\"error\":\"database unavailable\"}")
     }
 
-    /// Under `serve`, `/health` also carries the deliverer's verdict (`DeliveryLivenessTests` tests the verdict).
-    @Test func healthAnswers503WhileTheDelivererReportsAStall() throws {
-        let healthy = Atomic<Bool>(false)
-        let h = try IngestHarness(deliveryHealthy: { healthy.load(ordering: .relaxed) })
-        let stalled = try h.client.send("GET", "/health")
-        #expect(stalled.status == 503 && stalled.text == "{\"error\":\"delivery stalled\"}")
-        healthy.store(true, ordering: .relaxed)
-        #expect(try h.client.send("GET", "/health").status == 200)
-    }
-
     @Test func metricsAreOnTheirOwnListenerNotThePublicPort() throws {
         let h = try IngestHarness(["METRICS_ADDR": "127.0.0.1:0"])
         _ = try h.register()

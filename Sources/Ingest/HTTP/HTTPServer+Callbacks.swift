@@ -10,7 +10,11 @@ let uriLogged: CMicroHTTPD_URILogCallback = { serverPointer, uri, connection in
     guard let serverPointer else { preconditionFailure("uriLogged: no server") }
     let server = Unmanaged<HTTPServer>.fromOpaque(serverPointer).takeUnretainedValue()
     server.inFlight.increment()
-    if let connection { server.connectionGuard?.requestStarted(connection) }
+    server.requestHeartbeat.beat()
+    if let connection {
+        server.connectionGuard?.requestStarted(connection)
+        server.unheard?.heard(CMicroHTTPD_connection_fd(connection))
+    }
     let context = RequestContext(rawURI: uri.map { String(cString: $0) } ?? "/")
     return Unmanaged.passRetained(context).toOpaque()
 }
@@ -42,7 +46,8 @@ let acceptPolicy: MHD_AcceptPolicyCallback = { serverPointer, address, _ in
     return server.connectionGuard?.mayAccept(SocketAddress.address(of: address)) == false ? .NO : .YES
 }
 
-/// MHD_NotifyConnectionCallback: a connection opened or closed. Set only when the server has a `ConnectionGuard`.
+/// MHD_NotifyConnectionCallback: a connection opened or closed. Set only when the server has a `ConnectionGuard`
+/// or tracks `unheard` connections.
 let connectionNotified: MHD_NotifyConnectionCallback = { serverPointer, connection, _, event in
     guard let serverPointer, let connection else { return }
     let server = Unmanaged<HTTPServer>.fromOpaque(serverPointer).takeUnretainedValue()
@@ -53,6 +58,10 @@ let connectionNotified: MHD_NotifyConnectionCallback = { serverPointer, connecti
             address: SocketAddress.address(of: CMicroHTTPD_client_address(connection)))
     default:
         server.connectionGuard?.closed(connection)
+        if let unheard = server.unheard {
+            unheard.heard(CMicroHTTPD_connection_fd(connection))
+            server.inFlight.poke()
+        }
     }
 }
 
@@ -201,6 +210,9 @@ extension HTTPServer {
             MHD_add_response_header(handle, "Content-Type", "application/json")
         }
         for (name, value) in response.headers { MHD_add_response_header(handle, name, value) }
+        // Draining: a kept-alive client is told to reconnect for its next request (to the next process, under socket
+        // activation) rather than send it on a connection about to close.
+        if draining.load(ordering: .relaxed) { MHD_add_response_header(handle, "Connection", "close") }
         return MHD_queue_response(connection, UInt32(response.status), handle)
     }
 }

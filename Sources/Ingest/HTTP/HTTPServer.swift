@@ -15,6 +15,10 @@ public final class HTTPServer: Sendable {
         public var host: String
         /// 0 picks a free port; read the result from `port`.
         public var port: UInt16
+        /// A listening socket to accept on instead of binding `host`:`port` (systemd socket activation). The server
+        /// closes its copy at `stop()`; at `drain` it only stops accepting, so the socket's backlog is the next
+        /// process's. Defaults to nil (bind).
+        public var listeningSocket: Int32?
         /// MHD threads, each with its own epoll loop. Defaults to the number of cores.
         public var threads: Int = ProcessInfo.processInfo.activeProcessorCount
         /// Open connections at most. At the limit libmicrohttpd stops accepting: new connections wait in the listen
@@ -74,13 +78,26 @@ public final class HTTPServer: Sendable {
     static let shuttingDownResponse = HTTPResponse.error(503, "shutting down", headers: [("Retry-After", "5")])
     /// How long `stop()` lets the shutdown answers go out before closing every connection.
     static let answerFlushTimeout: Duration = .seconds(2)
+    /// Beaten as each request arrives: a server that answers requests is alive without being asked.
+    let requestHeartbeat = Heartbeat()
+    /// Time since the last request arrived (the systemd watchdog probes the listener after a quiet spell).
+    public var silence: Duration { requestHeartbeat.age }
+    /// The address the server listens on (the handed-over socket's, or `host`); the port is `port`.
+    public var listenAddress: IPAddress? {
+        configuration.listeningSocket.flatMap { SocketAddress.local(of: $0)?.address } ?? IPAddress(configuration.host)
+    }
     /// The port actually bound (set once the daemon is running).
     public var port: UInt16 { boundPort.withLock { $0 } }
     private let boundPort = Mutex<UInt16>(0)
+    /// Under socket activation, connections accepted and not heard from yet (`drain` waits for them); else nil.
+    let unheard: UnheardConnections?
+    /// Accepts on `configuration.listeningSocket`; nil when libmicrohttpd bound its own. Stopped before the daemon.
+    private let acceptor = Mutex<ListenSocketAcceptor?>(nil)
 
     public init(_ configuration: Configuration, handler: @escaping Handler) throws {
         self.configuration = configuration
         self.handler = handler
+        unheard = configuration.listeningSocket == nil ? nil : UnheardConnections()
         connectionGuard =
             configuration.requestTimeout == nil && configuration.connectionsPerClient == nil
             ? nil
@@ -96,13 +113,15 @@ public final class HTTPServer: Sendable {
             UInt32(MHD_USE_EPOLL_INTERNAL_THREAD.rawValue) | UInt32(MHD_ALLOW_SUSPEND_RESUME.rawValue)
             | UInt32(MHD_USE_TURBO.rawValue) | UInt32(MHD_USE_ERROR_LOG.rawValue)
         if !address.isIPv4 { flags |= UInt32(MHD_USE_IPv6.rawValue) }
+        let listening = configuration.listeningSocket
+        if listening != nil { flags |= UInt32(MHD_USE_NO_LISTEN_SOCKET.rawValue) | UInt32(MHD_USE_ITC.rawValue) }
         // `self` is handed to C unretained: the daemon is stopped in `stop()`/`deinit` before `self` goes away, and
         // MHD calls none of these callbacks after MHD_stop_daemon returns.
         let selfPointer = Unmanaged.passUnretained(self).toOpaque()
         messageSink.pointer.pointee.cls = selfPointer
         let started: OpaquePointer? = SocketAddress.withSockaddr(address, port: configuration.port) { sockaddrPointer in
             var config = CMicroHTTPD_Config(
-                flags: flags, address: sockaddrPointer,
+                flags: flags, address: listening == nil ? sockaddrPointer : nil,
                 thread_pool_size: UInt32(max(1, configuration.threads)),
                 connection_limit: UInt32(configuration.connectionLimit),
                 connection_timeout: UInt32(configuration.connectionTimeout),
@@ -110,14 +129,29 @@ public final class HTTPServer: Sendable {
             return CMicroHTTPD_start(
                 &config, accessHandler, selfPointer, requestCompleted, selfPointer, uriLogged, selfPointer,
                 acceptPolicy, selfPointer,
-                connectionGuard == nil ? nil : connectionNotified, selfPointer, messageSink.pointer)
+                connectionGuard == nil && unheard == nil ? nil : connectionNotified, selfPointer, messageSink.pointer)
         }
         guard let started else {
             throw StartError(description: "cannot listen on \(configuration.host):\(configuration.port) (in use, or no permission)")
         }
-        let bound = CMicroHTTPD_bound_port(started)
-        daemon.withLock { $0 = DaemonHandle(pointer: started) }
-        boundPort.withLock { $0 = bound }
+        let handle = DaemonHandle(pointer: started)
+        daemon.withLock { $0 = handle }
+        guard let listening else {
+            let bound = CMicroHTTPD_bound_port(started)
+            boundPort.withLock { $0 = bound }
+            return
+        }
+        boundPort.withLock { $0 = SocketAddress.local(of: listening)?.port ?? 0 }
+        do {
+            let accepting = try ListenSocketAcceptor(
+                descriptor: listening, daemon: handle, connectionLimit: configuration.connectionLimit,
+                unheard: unheard ?? UnheardConnections())
+            acceptor.withLock { $0 = accepting }
+        } catch {
+            MHD_stop_daemon(started)
+            daemon.withLock { $0 = nil }
+            throw error
+        }
     }
 
     // Last reference gone: nothing can call back into a server being freed, so stop and wait (never in the
@@ -157,7 +191,11 @@ public final class HTTPServer: Sendable {
         // listen FD from epoll set", an open upstream defect; `drainingWhileRequestsArriveNeverAbortsTheProcess`
         // reached it about once in five runs). The listening socket stays libmicrohttpd's and closes at stop.
         draining.store(true, ordering: .relaxed)
-        return inFlight.waitUntilZero(timeout: grace)
+        // A handed-over socket: stop accepting altogether, so what arrives from now on waits in its backlog, and
+        // answer every connection already accepted that sends its request within the grace period.
+        acceptor.withLock { $0 }?.stop()
+        let unheard = self.unheard
+        return inFlight.waitUntilZero(timeout: grace) { (unheard?.count ?? 0) == 0 }
     }
 
     /// Answers every request still waiting for its handler (503 `shutting down`; the handler's later answer is
@@ -169,6 +207,14 @@ public final class HTTPServer: Sendable {
     public func stop() { stop(fromDeinit: false) }
 
     private func stop(fromDeinit: Bool) {
+        // Taken out, so a second stop neither stops it again nor closes the descriptor twice (a number that may
+        // name another file by then).
+        let accepting = acceptor.withLock { acceptor -> ListenSocketAcceptor? in
+            defer { acceptor = nil }
+            return acceptor
+        }
+        accepting?.stop()
+        defer { if let accepting { close(accepting.descriptor) } }
         let unanswered = dispatched.close()
         for context in unanswered { ConnectionResponder(context: context).respond(Self.shuttingDownResponse) }
         if !unanswered.isEmpty { _ = dispatched.waitUntilEmpty(timeout: Self.answerFlushTimeout) }
@@ -234,10 +280,14 @@ final class InFlightCounter: Sendable {
         decremented.signal()
     }
 
-    func waitUntilZero(timeout: Duration) -> Bool {
+    /// Something else the waiter waits for changed (see `waitUntilZero`'s `and`).
+    func poke() { decremented.signal() }
+
+    /// Waits until no request is in flight and `and` holds (re-checked at each decrement and `poke`).
+    func waitUntilZero(timeout: Duration, and condition: () -> Bool = { true }) -> Bool {
         let deadline = ContinuousClock.now + timeout
-        while count.withLock({ $0 }) > 0 {
-            if !decremented.wait(until: deadline) { return count.withLock { $0 } == 0 }
+        while count.withLock({ $0 }) > 0 || !condition() {
+            if !decremented.wait(until: deadline) { return count.withLock { $0 } == 0 && condition() }
         }
         return true
     }

@@ -41,4 +41,24 @@ enum SocketAddress {
             return nil
         }
     }
+
+    /// The address and port a socket is bound to (getsockname), or nil when it is not an IP socket.
+    static func local(of descriptor: Int32) -> (address: IPAddress, port: UInt16)? {
+        var storage = sockaddr_storage()
+        var length = socklen_t(MemoryLayout<sockaddr_storage>.size)
+        let found = withUnsafeMutablePointer(to: &storage) { pointer in
+            pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(descriptor, $0, &length) == 0 }
+        }
+        guard found else { return nil }
+        return withUnsafePointer(to: &storage) { pointer in
+            pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { address -> (IPAddress, UInt16)? in
+                guard let ip = self.address(of: address) else { return nil }
+                let port: UInt16 =
+                    Int32(address.pointee.sa_family) == AF_INET
+                    ? address.withMemoryRebound(to: sockaddr_in.self, capacity: 1) { UInt16(bigEndian: $0.pointee.sin_port) }
+                    : address.withMemoryRebound(to: sockaddr_in6.self, capacity: 1) { UInt16(bigEndian: $0.pointee.sin6_port) }
+                return (ip, port)
+            }
+        }
+    }
 }

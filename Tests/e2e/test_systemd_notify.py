@@ -1,0 +1,71 @@
+"""systemd notifications (SPEC §2.3, `Type=notify`): READY=1 once migrations are done and the listeners are open,
+WATCHDOG=1 again and again while the loops turn (only with the watchdog on and meant for this process), and
+STOPPING=1 at SIGTERM. The test owns the NOTIFY_SOCKET and plays systemd's part, socket included."""
+import signal
+
+import pytest
+
+from conftest import TLS, TOPIC
+from relayproc import free_port, relay_env, request, wait_until
+from systemd_standin import NotifySocket, listening_socket, start_activated
+
+WATCHDOG_USEC = 2_000_000
+
+
+def settings(tmp_path, fake_apns):
+    return relay_env(
+        tmp_path, APNS_URL=f"https://127.0.0.1:{fake_apns.port}", APNS_CA_FILE=TLS / "ca.pem",
+        APNS_AUTH_KEY_PATH=TLS / "apns-key.p8", APNS_KEY_ID="KEY1234567", APNS_TEAM_ID="TEAM123456",
+        APP_BUNDLE_IDENTIFIER=TOPIC, WATCHDOG_USEC=WATCHDOG_USEC, PORT=free_port())
+
+
+@pytest.fixture
+def notify(tmp_path):
+    socket = NotifySocket(tmp_path / "notify.sock")
+    yield socket
+    socket.close()
+
+
+@pytest.mark.parametrize("command", ["serve", "ingest", "deliver"])
+def test_ready_then_regular_watchdog_pings_then_stopping(relay_binary, tmp_path, fake_apns, notify, command):
+    listener = listening_socket() if command != "deliver" else None
+    env = settings(tmp_path, fake_apns)
+    # WATCHDOG_PID names the process the watchdog is for: the relay itself (the shell execs it, keeping its pid).
+    process = start_activated(relay_binary, command, env, tmp_path / f"{command}.log", listener=listener,
+                              notify_path=notify.path, watchdog_for_self=True)
+    try:
+        wait_until(lambda: notify.times("READY"), timeout=30, what="READY=1")
+        # READY=1 means the listeners are open: asked now, they answer at once.
+        if listener is not None:
+            assert request("GET", f"http://127.0.0.1:{listener.getsockname()[1]}/readyz")[0] == 200
+        ready = notify.times("READY")[0]
+        wait_until(lambda: len([at for at in notify.times("WATCHDOG") if at > ready]) >= 3, timeout=30,
+                   what="three WATCHDOG=1 after READY=1")
+        assert not [at for at in notify.times("WATCHDOG") if at < ready], "no ping before the process is ready"
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=60) == 0
+        stopping = notify.times("STOPPING")
+        assert len(stopping) == 1
+        assert not [at for at in notify.times("WATCHDOG") if at > stopping[0]], "no ping once stopping"
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(timeout=10)
+        if listener is not None:
+            listener.close()
+
+
+def test_no_watchdog_pings_for_a_watchdog_meant_for_another_process(relay_binary, tmp_path, fake_apns, notify):
+    """WATCHDOG_PID names another process (a wrapper's, say): the relay must not take the watchdog as its own."""
+    env = settings(tmp_path, fake_apns)
+    env["WATCHDOG_PID"] = "1"
+    process = start_activated(relay_binary, "deliver", env, tmp_path / "deliver.log", notify_path=notify.path)
+    try:
+        wait_until(lambda: notify.times("READY"), timeout=30, what="READY=1")
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=60) == 0
+        assert notify.times("STOPPING") and not notify.times("WATCHDOG")
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(timeout=10)
