@@ -10,7 +10,7 @@ import pytest
 from conftest import TLS
 from postgres_server import PostgresServer
 from relayproc import free_port, request, wait_until
-from test_delivery import alert, assert_accepted_in_order, register, token
+from test_delivery import alert, assert_accepted_in_order, devices_sent_two_at_once, register, token
 
 
 @pytest.fixture(scope="module")
@@ -152,37 +152,6 @@ def test_two_ingests_and_three_deliverers_with_an_ingest_and_a_deliverer_killed_
     assert not overlapping, "a device had two requests open at APNs at once: " + repr(
         [r for r in fake_apns.requests if r["token"] in overlapping])
     assert postgres.query(name, "SELECT count(*) FROM jobs WHERE state <> 'discarded'") == [["0"]]
-
-
-def devices_sent_two_at_once(requests):
-    """Devices with requests for two different jobs answered while both were open: the head-of-device claim must make
-    that impossible. Left out: a request that never got its answer; any request on a connection that is gone (its
-    deliverer was killed: the fake may answer what it had buffered into the dead socket seconds late, interleaved
-    with the resend of the same job after the lease - CI saw that once); and two requests of the same job (same
-    apns-id): a deliverer that gave up on one after APNS_REQUEST_TIMEOUT resets it and may send it again at once
-    (full-jitter backoff), while a fake far behind on that connection still answers the first - at least once, one
-    job shown twice, never two jobs out of order."""
-    by_token = {}
-    for record in requests:
-        if record["ended"] is not None and record["status"] is not None and not record.get("connection_lost"):
-            by_token.setdefault(record["token"], []).append((record["started"], record["ended"], record["apns_id"]))
-    overlapping = []
-    for token, spans in by_token.items():
-        spans.sort()
-        if any(later[0] < earlier[1] and later[2] != earlier[2]
-               for i, earlier in enumerate(spans) for later in spans[i + 1:] if later[0] < earlier[1]):
-            overlapping.append(token)
-    return overlapping
-
-
-def test_the_overlap_check_tells_two_jobs_at_once_from_one_job_sent_again():
-    """The check above must still see two jobs of one device open together, and only that."""
-    def record(apns_id, started, ended, token="t"):
-        return {"token": token, "apns_id": apns_id, "started": started, "ended": ended, "status": 200}
-    assert devices_sent_two_at_once([record("job-1", 0.0, 2.0), record("job-2", 1.0, 3.0)]) == ["t"]
-    assert devices_sent_two_at_once([record("job-1", 0.0, 2.0), record("job-2", 2.5, 3.0), record("job-3", 0.5, 2.6)]) == ["t"]
-    assert devices_sent_two_at_once([record("job-1", 0.0, 2.0), record("job-1", 1.0, 3.0)]) == []
-    assert devices_sent_two_at_once([record("job-1", 0.0, 1.0), record("job-2", 1.5, 3.0)]) == []
 
 
 def test_while_postgres_is_down_ingest_answers_503_and_recovers_without_a_restart(relays, fake_apns, postgres, database):
