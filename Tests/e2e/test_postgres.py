@@ -7,9 +7,8 @@ import threading
 
 import pytest
 
-from conftest import TLS
 from postgres_server import PostgresServer
-from relayproc import free_port, request, wait_until
+from relayproc import request, wait_until
 from test_delivery import alert, assert_accepted_in_order, devices_sent_two_at_once, register, token
 
 
@@ -277,34 +276,29 @@ def test_migrate_store_moves_a_sqlite_relay_to_postgres_and_its_webhook_urls_kee
 
 
 def test_a_deliverer_keeps_apns_answers_while_postgres_is_down_and_records_them_when_it_returns(
-        relays, relay_binary, postgres, database, tmp_path):
+        relays, fake_apns, postgres, database):
     """PostgreSQL goes away while a push is in flight: the deliverer keeps APNs' answer and records it once the
     database is back, so the push is not sent a second time when its lease would have expired."""
     name, url = database
-    port, record = free_port(), tmp_path / "pushes.record"
-    # The relay's own simulator, answering after 1.5 s: time to stop PostgreSQL with the push in flight.
-    simulator = subprocess.Popen([str(relay_binary), "apns-sim", "--cert", str(TLS / "server.pem"), "--key", str(TLS / "server.key"),
-                                  "--token-key", str(TLS / "apns-key.pub.pem"), "--listen", f"127.0.0.1:{port}",
-                                  "--latency", "1500", "--quiet", "--record", str(record)],
-                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    # The fake parks the push unanswered until PostgreSQL is down (before: the relay's simulator answered after 1.5 s
+    # and the test had to stop PostgreSQL inside that window by spawning pg_ctl). The request timeout is far above
+    # how long that stop takes, and the lease above the timeout, as the relay requires.
+    fake_apns.hold = True
+    ingest = relays("ingest", DATABASE_URL=url)
+    deliver = relays("deliver", DATABASE_URL=url, LEASE_TIMEOUT="90s", APNS_REQUEST_TIMEOUT="60s", DEVICE_BURST="off")
+    device, _ = register(ingest, 9000)
+    status, body, _ = request("POST", f"{ingest.base}/wh/{device}", alert(1, "M", 0, "down"))
+    assert status == 202, body
+    wait_until(lambda: fake_apns.held(), what="the push to be in flight")
+    assert postgres.query(name, "SELECT state FROM jobs") == [["running"]]
+    postgres.stop_server()
     try:
-        ingest = relays("ingest", DATABASE_URL=url)
-        deliver = relays("deliver", DATABASE_URL=url, APNS_URL=f"https://127.0.0.1:{port}", LEASE_TIMEOUT="10s", APNS_REQUEST_TIMEOUT="5s",
-                         DEVICE_BURST="off")
-        device, _ = register(ingest, 9000)
-        status, body, _ = request("POST", f"{ingest.base}/wh/{device}", alert(1, "M", 0, "down"))
-        assert status == 202, body
-        wait_until(lambda: postgres.query(name, "SELECT state FROM jobs") == [["running"]], what="the push to be in flight")
-        postgres.stop_server()
-        try:
-            log = pathlib.Path(deliver.log.name)
-            wait_until(lambda: b"kept until the database answers" in log.read_bytes(), timeout=20,
-                       what="the deliverer to keep APNs' answer")
-        finally:
-            postgres.start_server()
-        wait_until(lambda: postgres.query(name, "SELECT count(*) FROM jobs") == [["0"]], timeout=30,
-                   what="the kept answer to be recorded")
+        fake_apns.release()
+        log = pathlib.Path(deliver.log.name)
+        wait_until(lambda: b"kept until the database answers" in log.read_bytes(), timeout=20,
+                   what="the deliverer to keep APNs' answer")
     finally:
-        simulator.send_signal(signal.SIGTERM)  # flushes the record file
-        simulator.wait(timeout=10)
-    assert len(record.read_text().splitlines()) == 1, "the push went out once"
+        postgres.start_server()
+    wait_until(lambda: postgres.query(name, "SELECT count(*) FROM jobs") == [["0"]], timeout=30,
+               what="the kept answer to be recorded")
+    assert [r["status"] for r in fake_apns.requests if r["token"] == token(9000)] == [200], "the push went out once"
