@@ -42,6 +42,9 @@ final class DeliveryHarness {
             tokenKeyFile: TLSFixtures.signingPublicKey)
         simConfig.port = 0
         simConfig.topic = Self.topic
+        simConfig.keyID = "KEY1234567"
+        simConfig.teamID = "TEAM123456"
+        simConfig.clock = clock
         simConfig.maxConcurrentStreams = streams
         simulator = try APNsSimulator(simConfig)
         sandbox = withSandbox ? try APNsSimulator(simConfig) : nil
