@@ -11,7 +11,10 @@ year ahead), an `apns-priority` other than 10, 5 or 1, an `apns-collapse-id` ove
 or push type, an empty or oversized payload, a provider token that is missing, unsigned, of another key or team or
 over an hour old or issued over a minute ahead, a payload that is not a JSON dictionary (400 BadPayload), and a
 provider token replaced on a connection less than 20 minutes after the one it replaces (429
-TooManyProviderTokenUpdates). 410 carries its `timestamp` in milliseconds. Breaches of the protocol itself (too many
+TooManyProviderTokenUpdates). Token renewals are judged per connection, as Apple's engineer describes the
+refusal ("that connection will be unusable", forums 675879), not per key and team: several relay processes share
+one key, each with a token of its own, and judging per key would refuse every process but the first; a relay that
+made a token per reconnect is caught instead by `ProviderTokenSource`'s tests (`DeliveryEngineTests`). 410 carries its `timestamp` in milliseconds. Breaches of the protocol itself (too many
 streams) are also listed in `violations`.
 """
 import asyncio

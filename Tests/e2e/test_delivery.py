@@ -342,3 +342,30 @@ def test_a_hostile_apns_loses_its_connection_not_our_jobs(relays, fake_apns, how
     wait_until(lambda: fake_apns.bodies(token(400)) == ["first"], timeout=30, what="the retried push")
     wait_until(lambda: fake_apns.bodies(token(401)) == ["other"], timeout=30, what="the bystander's push")
     assert request("GET", f"{relay.base}/health")[0] == 200
+
+
+def test_the_deliverers_log_holds_no_content_no_full_token_and_no_secret(relays, fake_apns):
+    """The deliverer at LOG_LEVEL=debug through delivered, refused, removed and retried pushes: its log never holds a
+    notification's content, a full device token, an auth token, the provider token or the signing key (before, only
+    ingest's logs were checked)."""
+    ingest = relays("ingest", LOG_LEVEL="debug")
+    deliver = relays("deliver", LOG_LEVEL="debug", DEVICE_BURST="off")
+    seeds = {"delivered": 1100, "gone": 1101, "bad": 1102, "retried": 1103}
+    devices = {name: register(ingest, seed) for name, seed in seeds.items()}
+    fake_apns.by_token[token(seeds["gone"])] = (410, "Unregistered")
+    fake_apns.by_token[token(seeds["bad"])] = (400, "BadDeviceToken")
+    fake_apns.fail_first[token(seeds["retried"])] = 2
+    for name, (device_id, _) in devices.items():
+        status, _, _ = request("POST", f"{ingest.base}/wh/{device_id}", alert(7, "Vault-7f3a", 0, f"secret-body-{name}"))
+        assert status == 202
+    wait_until(lambda: fake_apns.bodies(token(seeds["delivered"])) and fake_apns.bodies(token(seeds["retried"]))
+               and fake_apns.pushes(token(seeds["gone"]), status=410) and fake_apns.pushes(token(seeds["bad"]), status=400),
+               what="every outcome")
+    log = pathlib.Path(deliver.log.name)
+    wait_until(lambda: b"BadDeviceToken" in log.read_bytes(), what="the deliverer to log the refusal")
+    text = log.read_text()
+    assert "…(64)" in text, "tokens are logged, shortened"
+    jwt = fake_apns.pushes(token(seeds["delivered"]))[0]["headers"]["authorization"].removeprefix("bearer ")
+    secrets = ["Vault-7f3a", "secret-body", jwt, jwt.split(".")[2], "PRIVATE KEY"]
+    secrets += [token(seed) for seed in seeds.values()] + [auth for _, auth in devices.values()]
+    assert [secret for secret in secrets if secret in text] == []
