@@ -280,7 +280,8 @@ def test_split_processes_with_a_deliverer_killed_midway_deliver_everything_once_
     # At least once: the killed process's in-flight pushes may arrive twice, so wait for every id, not a count.
     def delivered_ids():
         return {p["headers"]["apns-id"] for p in fake_apns.pushes(status=200)}
-    wait_until(lambda: set(accepted) <= delivered_ids(), timeout=120, what="every accepted job to be delivered")
+    # The deadline bounds a failure only: 120 s ran out once in six runs on a loaded 2-core machine (issue 37).
+    wait_until(lambda: set(accepted) <= delivered_ids(), timeout=300, what="every accepted job to be delivered")
     for index in range(0, 500, 7):
         assert_accepted_in_order(fake_apns, 1000 + index, [str(n) for n in range(20)], f"device {index}")
     assert len({r["token"] for r in fake_apns.requests if r["status"] == 200}) == 500  # the check below sees them all
