@@ -51,17 +51,21 @@ lint:
 format:
 	$(SWIFT_FORMAT) format --in-place --recursive --parallel $(SWIFT_SOURCES)
 
-# The format check, Swift unit and component tests, the end-to-end tests against the real binary, then the
-# transport-fault, delivery and resource end-to-end tests again against an AddressSanitizer build (test-asan).
+# The format check, Swift unit and component tests (debug build), the end-to-end tests against the release binary
+# users run (KUMAPUSH_RELAY_BINARY), then the transport-fault, delivery and resource end-to-end tests again against
+# an AddressSanitizer build (test-asan).
+E2E_BINARY := $(CURDIR)/.build/release/kumapush-relay
+
 test: venv lint
 	swift build --build-tests
 	swift test
-	$(PYTEST) -v Tests/e2e
+	swift build -c release
+	KUMAPUSH_RELAY_BINARY=$(E2E_BINARY) $(PYTEST) -v Tests/e2e
 	@scripts/test-asan.sh
 
 test-e2e: venv
-	swift build
-	$(PYTEST) -v Tests/e2e
+	swift build -c release
+	KUMAPUSH_RELAY_BINARY=$(E2E_BINARY) $(PYTEST) -v Tests/e2e
 
 # The relay built with AddressSanitizer (.build-asan) through the transport-fault, delivery and resource e2e tests;
 # any ASan report fails it (scripts/test-asan.sh).

@@ -4,7 +4,8 @@ import HTTP2
 import Synchronization
 
 /// A local APNs (SPEC §5 `apns-sim`): TLS + HTTP/2 on nghttp2's server API, verifying what APNs verifies —
-/// method, path, topic, push type, priority, ids, payload size and the ES256 provider token — and answering like
+/// method, path, topic, push type, priority, ids, expiration, payload size and the ES256 provider token (its key and
+/// team when configured, its age both ways) — and answering like
 /// APNs, with faults injected on request. `/sim/faults` (POST JSON, GET) and `/sim/stats` control and observe it.
 public final class APNsSimulator: Sendable {
     public struct Configuration: Sendable {
@@ -16,6 +17,13 @@ public final class APNsSimulator: Sendable {
         public var tokenKeyFile: String
         /// The only accepted apns-topic (nil: any).
         public var topic: String?
+        /// The only accepted provider-token key id (`kid`) and team id (`iss`) (nil: any): a token of another key
+        /// or team is 403 InvalidProviderToken, as the e2e fake and Apple answer.
+        public var keyID: String?
+        public var teamID: String?
+        /// The clock provider-token ages and `apns-expiration` are judged by: the relay's own clock in tests that
+        /// move time, so a token issued "20 minutes later" by that clock is not refused as issued in the future.
+        public var clock: any WallClock = SystemClock()
         public var threads = 1
         /// Streams per connection; APNs raises token connections from 1 after the first valid token.
         public var maxConcurrentStreams: UInt32 = 1000
@@ -50,7 +58,10 @@ public final class APNsSimulator: Sendable {
     public let faults = Mutex(SimulatorFaults())
     private let counters = Mutex(Counters())
     /// Verified provider tokens (verification is the costly part; APNs reuses tokens for up to an hour).
-    private let verifiedTokens = Mutex<[String: Int64]>([:])
+    private let verifiedTokens = Mutex<[String: (keyID: String, teamID: String, issuedAt: Int64)]>([:])
+    /// A provider token issued further ahead than this is ExpiredProviderToken (a stepped-back clock, or
+    /// milliseconds for seconds), as the e2e fake judges it.
+    static let clockSkewSeconds: Int64 = 60
     private let onPush: (@Sendable (Received) -> Void)?
 
     public init(_ configuration: Configuration, onPush: (@Sendable (Received) -> Void)? = nil) throws {
@@ -160,20 +171,24 @@ public final class APNsSimulator: Sendable {
             return (403, "MissingProviderToken")
         }
         let jwt = String(authorization.dropFirst("bearer ".count))
-        let issuedAt: Int64
+        let claims: (keyID: String, teamID: String, issuedAt: Int64)
         if let cached = verifiedTokens.withLock({ $0[jwt] }) {
-            issuedAt = cached
+            claims = cached
         } else {
-            guard let claims = JSONWebToken.verifyProviderToken(jwt, key: publicKey) else { return (403, "InvalidProviderToken") }
-            issuedAt = claims.issuedAt
+            guard let verified = JSONWebToken.verifyProviderToken(jwt, key: publicKey) else { return (403, "InvalidProviderToken") }
+            claims = verified
             verifiedTokens.withLock { tokens in
                 if tokens.count > 1000 { tokens.removeAll() }
-                tokens[jwt] = issuedAt
+                tokens[jwt] = verified
             }
         }
-        let now = SystemClock().nowMillis()
+        if let keyID = configuration.keyID, claims.keyID != keyID { return (403, "InvalidProviderToken") }
+        if let teamID = configuration.teamID, claims.teamID != teamID { return (403, "InvalidProviderToken") }
+        let issuedAt = claims.issuedAt
+        let now = configuration.clock.nowMillis()
         let faults = faults.withLock { $0 }
         guard issuedAt * 1000 > now - 3_600_000, issuedAt >= faults.expireTokensIssuedBefore else { return (403, "ExpiredProviderToken") }
+        guard issuedAt <= now / 1000 + Self.clockSkewSeconds else { return (403, "ExpiredProviderToken") }
         guard let topic = request.headers["apns-topic"], !topic.isEmpty else { return (400, "MissingTopic") }
         if let expected = configuration.topic, topic != expected { return (400, "BadTopic") }
         if let type = request.headers["apns-push-type"],
@@ -183,13 +198,24 @@ public final class APNsSimulator: Sendable {
         }
         if let priority = request.headers["apns-priority"], !["1", "5", "10"].contains(priority) { return (400, "BadPriority") }
         if let id = request.headers["apns-id"], UUID(uuidString: id) == nil { return (400, "BadMessageId") }
-        if let expiration = request.headers["apns-expiration"], Int64(expiration) == nil { return (400, "BadExpirationDate") }
+        if let expiration = request.headers["apns-expiration"], !Self.isValidExpiration(expiration, now: now) {
+            return (400, "BadExpirationDate")
+        }
         if let collapse = request.headers["apns-collapse-id"], collapse.utf8.count > 64 { return (400, "BadCollapseId") }
         guard !request.body.isEmpty else { return (400, "PayloadEmpty") }
         guard request.body.count <= 4096 else { return (413, "PayloadTooLarge") }
         if let rejection = faults.byToken[String(token)] { return (rejection.status, rejection.reason) }
         if now < faults.unavailableUntil { return (503, "ServiceUnavailable") }
         return (200, "")
+    }
+
+    /// UNIX epoch seconds as decimal digits: 0 (do not store) or a time. More than a year ahead can only be
+    /// milliseconds (APNs stores for 30 days at most), so it is BadExpirationDate, as the e2e fake judges it.
+    static func isValidExpiration(_ text: String, now: Int64) -> Bool {
+        guard !text.isEmpty, text.utf8.allSatisfy({ $0 >= UInt8(ascii: "0") && $0 <= UInt8(ascii: "9") }), let value = Int64(text) else {
+            return false
+        }
+        return value == 0 || value <= now / 1000 + 365 * 86_400
     }
 
     // MARK: Control plane

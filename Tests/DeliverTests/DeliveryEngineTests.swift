@@ -202,18 +202,22 @@ import Testing
     /// refused twice is retried like one in an outage (a token that young is only "expired" to a host whose clock is
     /// off): it used to be resent with the same token on a new connection after every 403, a reconnect storm.
     @Test func aProviderTokenYoungerThanTwentyMinutesIsNotRenewed() throws {
-        let h = try DeliveryHarness(connections: 1)
+        let claims = ClaimCounter()
+        let h = try DeliveryHarness(connections: 1, engineStore: { ClaimCounting(inner: $0, counter: claims) })
         defer { h.stop() }
         let device = try h.device(1)
         _ = try h.tokens.token()
         h.simulator.faults.withLock { $0.expireTokensIssuedBefore = SystemClock().nowMillis() / 1000 + 30 }
         h.clock.advance(.seconds(10 * 60))
         try h.enqueue(device.id, ["waits for a token APNs takes"])
-        #expect(h.waitUntil { (h.simulator.answersByStatus[403] ?? 0) >= 2 })
-        let window = ContinuousClock.now
-        #expect(h.waitUntil(timeout: .seconds(3)) { ContinuousClock.now - window >= .seconds(2) })
+        // Counted against the engine's own work, not the clock: each time the store hands the job out (a retry or a
+        // probe) it is sent, refused, sent once more on a new connection and refused again, then goes back to the
+        // store: at most two refusals per claim. A resend per answer needs no claim, however fast the machine;
+        // before, `refused < 50` in 2 s let that through on a machine 2.6 times slower.
+        #expect(h.waitUntil { (h.simulator.answersByStatus[403] ?? 0) >= 6 }, "refused, and tried again")
         let refused = h.simulator.answersByStatus[403] ?? 0
-        #expect(refused < 50, "retried with backoff, then only probes: not a resend per answer (\(refused) in 2 s)")
+        let claimed = claims.jobs.load(ordering: .relaxed)
+        #expect(refused <= 2 * claimed, "retried with backoff, then only probes: not a resend per answer (\(refused) refusals, \(claimed) claims)")
         #expect(h.tokens.refreshes.load(ordering: .relaxed) == 1, "no renewal under 20 minutes")
         h.clock.advance(.seconds(10 * 60 + 1))
         // Ten minutes late by our clock, so the body also says when the event happened.

@@ -15,10 +15,11 @@ final class MovableClock: WallClock {
     func advance(_ duration: Duration) { offset.add(duration.wholeMilliseconds, ordering: .relaxed) }
 }
 
-/// A real delivery engine, SQLite store and connection pool against the in-process APNs simulator.
+/// A real delivery engine, store (SQLite, or PostgreSQL on the shared throwaway server) and connection pool against
+/// the in-process APNs simulator.
 final class DeliveryHarness {
     let directory = TemporaryDirectory()
-    let store: SQLiteStore
+    let store: any RelayStore
     let simulator: APNsSimulator
     /// The other APNs environment (sandbox, the relay being configured for production), when asked for.
     let sandbox: APNsSimulator?
@@ -34,14 +35,26 @@ final class DeliveryHarness {
         streams: UInt32 = 1000, connections: Int = 2, requestTimeout: Duration = .seconds(5), ttl: Duration = .seconds(3600),
         deviceBurst: Int? = nil, stallTimeout: Duration = .seconds(30), withSandbox: Bool = false,
         leaseBeyondRequest: Duration = .seconds(30), retryBackoff: Backoff = Backoff(base: .milliseconds(10), cap: .milliseconds(200)),
-        engineStore: (SQLiteStore) -> any RelayStore = { $0 }
+        onPostgres: Bool = false, engineStore: (SQLiteStore) -> any RelayStore = { $0 }
     ) throws {
-        store = try SQLiteStore(path: directory.path("relay.db"), now: SystemClock().nowMillis())
+        let storeForEngine: any RelayStore
+        if onPostgres {
+            let postgres = try PostgresStore(url: try PostgresServer.shared().createDatabase(), now: SystemClock().nowMillis())
+            store = postgres
+            storeForEngine = postgres
+        } else {
+            let sqlite = try SQLiteStore(path: directory.path("relay.db"), now: SystemClock().nowMillis())
+            store = sqlite
+            storeForEngine = engineStore(sqlite)
+        }
         var simConfig = APNsSimulator.Configuration(
             certificateFile: TLSFixtures.path("server.pem"), privateKeyFile: TLSFixtures.path("server.key"),
             tokenKeyFile: TLSFixtures.signingPublicKey)
         simConfig.port = 0
         simConfig.topic = Self.topic
+        simConfig.keyID = "KEY1234567"
+        simConfig.teamID = "TEAM123456"
+        simConfig.clock = clock
         simConfig.maxConcurrentStreams = streams
         simulator = try APNsSimulator(simConfig)
         sandbox = withSandbox ? try APNsSimulator(simConfig) : nil
@@ -78,7 +91,7 @@ final class DeliveryHarness {
             }
         }
         engine = DeliveryEngine(
-            configuration: configuration, store: engineStore(store), pool: pool, other: other, tokens: tokens,
+            configuration: configuration, store: storeForEngine, pool: pool, other: other, tokens: tokens,
             factory: APNsRequestFactory(topic: Self.topic, lateNotice: .seconds(120)),
             clock: clock, logger: logger, metrics: metrics)
         waker.engine.withLock { $0 = engine }

@@ -152,6 +152,8 @@ import Testing
 
 final class ClaimCounter: Sendable {
     let count = Atomic<Int>(0)
+    /// Jobs the claims returned (an empty claim adds none).
+    let jobs = Atomic<Int>(0)
 }
 
 /// Counts the claims the engine makes (each is a write transaction).
@@ -164,6 +166,8 @@ final class ClaimCounting: ForwardingStore, @unchecked Sendable {
     }
     override func claim(worker: String, limit: Int, now: Int64, lease: Duration) throws(StoreError) -> [ClaimedJob] {
         counter.count.add(1, ordering: .relaxed)
-        return try super.claim(worker: worker, limit: limit, now: now, lease: lease)
+        let claimed = try super.claim(worker: worker, limit: limit, now: now, lease: lease)
+        counter.jobs.add(claimed.count, ordering: .relaxed)
+        return claimed
     }
 }

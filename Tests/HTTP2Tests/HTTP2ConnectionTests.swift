@@ -50,6 +50,16 @@ import Testing
         return result.withLock { $0 }
     }
 
+    /// Polls `condition` until it holds or 10 s pass (a deadline that only bounds how long a failure takes).
+    func waitUntil(_ condition: () -> Bool) -> Bool {
+        let deadline = ContinuousClock.now + .seconds(10)
+        while ContinuousClock.now < deadline {
+            if condition() { return true }
+            Thread.sleep(forTimeInterval: 0.002)
+        }
+        return condition()
+    }
+
     func sendMany(_ connection: HTTP2ClientConnection, _ requests: [HTTP2Request]) -> [Result<HTTP2Response, HTTP2Failure>?] {
         let results = Mutex<[Int: Result<HTTP2Response, HTTP2Failure>]>([:])
         let group = DispatchGroup()
@@ -115,20 +125,35 @@ import Testing
         #expect(send(connection, HTTP2Request(path: "/x")) == .failure(.refused))
     }
 
+    /// GOAWAY naming stream 1 while streams 1 and 3 are open: 3 is refused at once, 1 is still answered, and only
+    /// then does the connection close. Before, the test sent one request and never looked for the close.
     @Test func goAwayRefusesStreamsAboveTheLastStreamIDAndClosesAfterTheRest() throws {
-        let count = Atomic<Int>(0)
+        let held = Mutex<HTTP2ServerResponder?>(nil)
         let events = EventLog()
-        let server = try server { _, responder in
-            if count.add(1, ordering: .relaxed).newValue == 1 {
-                responder.goAway(debugData: "{\"reason\":\"Shutdown\"}", refusingThisStream: true)
+        let server = try server { request, responder in
+            if request.path == "/held" {
+                held.withLock { $0 = responder }
             } else {
-                responder.respond(status: 200)
+                // Stream 3: GOAWAY with last stream id 1, then answer the held stream 1 (loop tasks run in order).
+                responder.goAway(debugData: "{\"reason\":\"Shutdown\"}", refusingThisStream: true)
+                held.withLock { $0 }?.respond(status: 200)
             }
         }
         defer { server.stop() }
         let connection = try client(server.port, events: events)
-        #expect(send(connection, HTTP2Request(path: "/x")) == .failure(.refused))
+        let first = Mutex<(Result<HTTP2Response, HTTP2Failure>, closedAlready: Bool)?>(nil)
+        connection.send(HTTP2Request(path: "/held")) { result in
+            let closed = events.all.contains { if case .closed = $0 { true } else { false } }
+            first.withLock { $0 = (result, closed) }
+        }
+        #expect(waitUntil { held.withLock { $0 } != nil }, "the server holds stream 1")
+        #expect(send(connection, HTTP2Request(path: "/goaway")) == .failure(.refused), "stream 3 is above the last stream id")
         #expect(events.all.contains(.goingAway(reason: "{\"reason\":\"Shutdown\"}")))
+        #expect(waitUntil { first.withLock { $0 } != nil })
+        #expect(first.withLock { $0 }.map { (try? $0.0.get())?.status } == 200, "stream 1, at or below it, is answered")
+        #expect(first.withLock { $0 }?.closedAlready == false, "the connection stayed open for it")
+        #expect(waitUntil { connection.currentStatus.isClosed }, "and closed after it")
+        #expect(events.all.contains { if case .closed = $0 { true } else { false } })
         // No new stream goes to a connection that is going away.
         #expect(send(connection, HTTP2Request(path: "/y")) == .failure(.refused))
     }

@@ -82,14 +82,20 @@ import Testing
         let (logger, lines) = Self.capturingLogger()
         let opened = OpenResult()
         let done = DispatchSemaphore(value: 0)
+        let started = Mutex<ContinuousClock.Instant?>(nil)
         Thread.detachNewThread {
+            started.withLock { $0 = .now }
             opened.set(
                 Result { try SQLiteStore(path: path, options: .init(busyTimeout: .milliseconds(100), logger: logger), now: TestDatabase.t0) })
             done.signal()
         }
         try holder.execute(newest.sql)
         try holder.execute("INSERT INTO schema_migrations VALUES (\(newest.version), 'v\(newest.version)', 0)")
-        Thread.sleep(forTimeInterval: 0.3)  // the lock held past the opener's busy timeout: what is being tested
+        // The lock held until the opener has been trying for three times its busy timeout: what is being tested.
+        // A condition on when the opener began, not a sleep from here: a thread that started late found the lock free.
+        let heldLongEnough = { started.withLock { $0 }.map { ContinuousClock.now - $0 > .milliseconds(300) } ?? false }
+        while !heldLongEnough() { Thread.sleep(forTimeInterval: 0.01) }
+        #expect(!opened.isSet, "the opener is still waiting, neither failed nor through")
         try holder.execute("COMMIT")
         done.wait()
         #expect(throws: Never.self) { try opened.get() }
@@ -101,5 +107,6 @@ import Testing
 private final class OpenResult: Sendable {
     private let result = Mutex<Result<SQLiteStore, any Error>?>(nil)
     func set(_ value: Result<SQLiteStore, any Error>) { result.withLock { $0 = value } }
+    var isSet: Bool { result.withLock { $0 != nil } }
     func get() throws -> SQLiteStore { try result.withLock { $0 }!.get() }
 }

@@ -4,13 +4,17 @@ It shares no code with the relay: TLS from Python's ssl module, HTTP/2 from hype
 cryptography. So the relay's nghttp2, OpenSSL and JWT code is judged by someone else's implementation.
 
 It is as strict as Apple (../shared/reference/apns.md §1.2, §1.4-1.6; issue #18): a new connection allows one stream
-until a request with a valid provider token arrives, then `max_streams`; a client that opens more gets GOAWAY, as
-APNs does. Requests are refused with Apple's status and reason for a repeated header, a missing or malformed device
+until a request with a valid provider token arrives, then `max_streams`, back to one after every rejected request
+until one is accepted; a client that opens more gets GOAWAY, as APNs does. Requests are refused with Apple's status and reason for a repeated header, a missing or malformed device
 token, an `apns-id` that is not a lower-case UUID, an `apns-expiration` that is not epoch seconds (digits, at most a
 year ahead), an `apns-priority` other than 10, 5 or 1, an `apns-collapse-id` over 64 bytes, a missing or wrong topic
 or push type, an empty or oversized payload, a provider token that is missing, unsigned, of another key or team or
-over an hour old, and a provider token replaced on a connection less than 20 minutes after the one it replaces (429
-TooManyProviderTokenUpdates). 410 carries its `timestamp` in milliseconds. Breaches of the protocol itself (too many
+over an hour old or issued over a minute ahead, a payload that is not a JSON dictionary (400 BadPayload), and a
+provider token replaced on a connection less than 20 minutes after the one it replaces (429
+TooManyProviderTokenUpdates). Token renewals are judged per connection, as Apple's engineer describes the
+refusal ("that connection will be unusable", forums 675879), not per key and team: several relay processes share
+one key, each with a token of its own, and judging per key would refuse every process but the first; a relay that
+made a token per reconnect is caught instead by `ProviderTokenSource`'s tests (`DeliveryEngineTests`). 410 carries its `timestamp` in milliseconds. Breaches of the protocol itself (too many
 streams) are also listed in `violations`.
 """
 import asyncio
@@ -40,6 +44,7 @@ UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}
 DEVICE_TOKEN = re.compile(r"(?:[0-9a-fA-F]{2}){16,256}")
 TOKEN_RENEWAL_MINIMUM = 20 * 60   # seconds between provider tokens on one connection (Apple: "once every 20 minutes")
 TOKEN_LIFETIME = 3600             # a provider token older than this is ExpiredProviderToken
+CLOCK_SKEW = 60                   # a provider token issued further ahead than this is ExpiredProviderToken too
 
 
 def _b64url_decode(text):
@@ -207,6 +212,10 @@ class FakeAPNs:
             return token, 403, "InvalidProviderToken", claims
         if not isinstance(claims["iat"], int) or claims["iat"] < time.time() - TOKEN_LIFETIME:
             return token, 403, "ExpiredProviderToken", claims
+        # Issued in the future (a relay's clock stepped back, or a token made in milliseconds): Apple refuses it; bark
+        # users saw ExpiredProviderToken after changing the system time (apns.md §1.5).
+        if claims["iat"] > time.time() + CLOCK_SKEW:
+            return token, 403, "ExpiredProviderToken", claims
         # A token is new when it was issued at another time (a signature differs on every signing, so the text
         # alone would take a re-signed token for a new one).
         if connection.jwt_iat is not None and claims["iat"] != connection.jwt_iat:
@@ -236,6 +245,13 @@ class FakeAPNs:
             return token, 400, "PayloadEmpty", claims
         if len(body) > 4096:
             return token, 413, "PayloadTooLarge", claims
+        # The payload is a JSON dictionary (apns.md §1.3). Apple documents no reason for one that is not; the fake
+        # answers 400 BadPayload, so a relay that sent such a body would fail loudly instead of passing as delivered.
+        try:
+            if not isinstance(json.loads(body), dict):
+                raise ValueError("not a dictionary")
+        except ValueError:
+            return token, 400, "BadPayload", claims
         with self.lock:
             if token in self.by_token:
                 status, reason = self.by_token[token]
@@ -299,6 +315,7 @@ class _Protocol(asyncio.Protocol):
         self.transport = None
         self.jwt_iat = None  # when the provider token this connection uses was issued
         self.limit_raised = False
+        self.advertised = 1  # the MAX_CONCURRENT_STREAMS this side last sent
 
     @classmethod
     def of(cls, transport):
@@ -321,7 +338,18 @@ class _Protocol(asyncio.Protocol):
         """A request with a valid provider token arrived: raise the stream limit, as APNs does."""
         if not self.limit_raised:
             self.limit_raised = True
-            self.conn.update_settings({h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS: self.fake.max_streams})
+            self.advertise(self.fake.max_streams)
+
+    def answered(self, status):
+        """Apple drops a connection's stream limit to 1 right after it rejects a notification and raises it again
+        after one it accepts (apns.md §1.6, openradar 27870881): a client that keeps its old limit gets GOAWAY."""
+        if self.limit_raised:
+            self.advertise(self.fake.max_streams if status == 200 else 1)
+
+    def advertise(self, limit):
+        if limit != self.advertised:
+            self.advertised = limit
+            self.conn.update_settings({h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS: limit})
 
     def connection_lost(self, exc):
         self.fake._transports.discard(self.transport)
@@ -495,6 +523,7 @@ class _Protocol(asyncio.Protocol):
                 else:
                     fake.goaway_after -= 1
         token, status, reason, claims = fake.answer(request["header_list"], request["body"], self)
+        self.answered(status)
         try:
             payload = json.loads(request["body"])
         except ValueError:

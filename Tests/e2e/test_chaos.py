@@ -101,3 +101,8 @@ def test_two_pushes_in_flight_for_one_device_are_reported():
     assert len(one_push_in_flight_per_device([push("chaos 0.0.1", 1, 3), push("chaos 0.0.2", 2, 4)])) == 1
     assert len(one_push_in_flight_per_device([push("chaos 0.0.1", 1, None), push("chaos 0.0.2", 2, 4)])) == 1
     assert one_push_in_flight_per_device([push("chaos 0.0.1", 1, 3), push("chaos 0.1.2", 2, 4)]) == [], "another registration"
+    assert one_push_in_flight_per_device([push("chaos 0.0.1", 1, 3), push("chaos 0.0.1", 2, 4)]) == [], "the same job resent"
+    given_up = [dict(push("chaos 0.0.1", 1, 3), reset_by_client=True), push("chaos 0.0.2", 2, 4)]
+    assert one_push_in_flight_per_device(given_up) == [], "the relay reset the first stream"
+    lost = [dict(push("chaos 0.0.1", 1, 3), connection_lost=True), push("chaos 0.0.2", 2, 4)]
+    assert one_push_in_flight_per_device(lost) == [], "the first one's connection is gone"

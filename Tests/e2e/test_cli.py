@@ -103,3 +103,42 @@ def test_replay_rejects_a_bad_since(relay):
     result = relay("replay", "--since", "yesterday")
     assert result.returncode == 2
     assert "--since" in result.stderr
+
+
+def test_healthcheck_exits_0_only_while_health_answers_200(relay, relay_binary, tmp_path):
+    """Docker's HEALTHCHECK and systemd run `kumapush-relay healthcheck`: 0 while /health answers 200, non-zero when it
+    answers anything else or nothing listens (before, no test ran the command at all)."""
+    import http.server
+    import threading
+
+    from relayproc import Relay, free_port, relay_env
+
+    env = relay_env(tmp_path)
+    ingest = Relay(relay_binary, "ingest", env, tmp_path / "ingest.log").wait_healthy()
+    try:
+        healthy = relay("healthcheck", env={"PORT": env["PORT"], "HOST": "127.0.0.1"})
+        assert healthy.returncode == 0, healthy.stderr
+    finally:
+        ingest.stop()
+    gone = relay("healthcheck", env={"PORT": env["PORT"], "HOST": "127.0.0.1"})
+    assert gone.returncode == 1 and "healthcheck failed: cannot connect" in gone.stderr, gone.stderr
+
+    class Unhealthy(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 - the name http.server calls
+            self.send_response(503 if self.path == "/health" else 404)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    port = free_port()
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", port), Unhealthy)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        sick = relay("healthcheck", env={"PORT": str(port), "HOST": "127.0.0.1"})
+        assert sick.returncode == 1 and "/health answered 503" in sick.stderr, sick.stderr
+    finally:
+        server.shutdown()
+        thread.join(10)

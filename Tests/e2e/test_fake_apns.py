@@ -141,6 +141,10 @@ BAD_REQUESTS = {
     "InvalidProviderToken (signature)": (403, lambda h, b: (replace(h, "authorization", "bearer " + provider_token(
         key=ec.generate_private_key(ec.SECP256R1()))), b)),
     "ExpiredProviderToken": (403, lambda h, b: (replace(h, "authorization", "bearer " + provider_token(iat=int(time.time()) - 3700)), b)),
+    "ExpiredProviderToken (issued in the future)": (403, lambda h, b: (replace(h, "authorization", "bearer " + provider_token(
+        iat=int(time.time()) + 600)), b)),
+    "BadPayload (not JSON)": (400, lambda h, b: (h, b"{aps: not json")),
+    "BadPayload (not a dictionary)": (400, lambda h, b: (h, b'["aps"]')),
     "MethodNotAllowed": (405, lambda h, b: (replace(h, ":method", "GET"), b"")),
     "BadPath": (404, lambda h, b: (replace(h, ":path", "/3/topics/" + TOKEN), b)),
 }
@@ -191,6 +195,18 @@ def test_a_second_stream_on_a_new_connection_gets_goaway(client, fake_apns):
     assert b"Maximum active streams violated" in goaway.additional_data
     assert fake_apns.violations == ["a stream opened beyond the limit of 1"]
     fake_apns.violations.clear()  # provoked here; stop() fails any other test that leaves one
+
+
+def test_a_rejected_request_drops_the_stream_limit_to_one_until_one_is_accepted(client, fake_apns):
+    connection = client()
+    assert connection.request(*valid_request())[0] == 200
+    limit = lambda: connection.conn.remote_settings.max_concurrent_streams  # noqa: E731
+    connection.until(lambda e: isinstance(e, h2.events.RemoteSettingsChanged) and limit() == 1000)
+    headers, body = valid_request()
+    assert connection.request(replace(headers, "apns-priority", "7"), body) == (400, {"reason": "BadPriority"})
+    connection.until(lambda e: isinstance(e, h2.events.RemoteSettingsChanged) and limit() == 1)
+    assert connection.request(*valid_request())[0] == 200
+    connection.until(lambda e: isinstance(e, h2.events.RemoteSettingsChanged) and limit() == 1000)
 
 
 def test_a_second_stream_after_a_valid_request_is_welcome(client, fake_apns):

@@ -7,10 +7,9 @@ import threading
 
 import pytest
 
-from conftest import TLS
 from postgres_server import PostgresServer
-from relayproc import free_port, request, wait_until
-from test_delivery import alert, assert_accepted_in_order, register, token
+from relayproc import request, wait_until
+from test_delivery import alert, assert_accepted_in_order, devices_sent_two_at_once, register, token
 
 
 @pytest.fixture(scope="module")
@@ -154,37 +153,6 @@ def test_two_ingests_and_three_deliverers_with_an_ingest_and_a_deliverer_killed_
     assert postgres.query(name, "SELECT count(*) FROM jobs WHERE state <> 'discarded'") == [["0"]]
 
 
-def devices_sent_two_at_once(requests):
-    """Devices with requests for two different jobs answered while both were open: the head-of-device claim must make
-    that impossible. Left out: a request that never got its answer; any request on a connection that is gone (its
-    deliverer was killed: the fake may answer what it had buffered into the dead socket seconds late, interleaved
-    with the resend of the same job after the lease - CI saw that once); and two requests of the same job (same
-    apns-id): a deliverer that gave up on one after APNS_REQUEST_TIMEOUT resets it and may send it again at once
-    (full-jitter backoff), while a fake far behind on that connection still answers the first - at least once, one
-    job shown twice, never two jobs out of order."""
-    by_token = {}
-    for record in requests:
-        if record["ended"] is not None and record["status"] is not None and not record.get("connection_lost"):
-            by_token.setdefault(record["token"], []).append((record["started"], record["ended"], record["apns_id"]))
-    overlapping = []
-    for token, spans in by_token.items():
-        spans.sort()
-        if any(later[0] < earlier[1] and later[2] != earlier[2]
-               for i, earlier in enumerate(spans) for later in spans[i + 1:] if later[0] < earlier[1]):
-            overlapping.append(token)
-    return overlapping
-
-
-def test_the_overlap_check_tells_two_jobs_at_once_from_one_job_sent_again():
-    """The check above must still see two jobs of one device open together, and only that."""
-    def record(apns_id, started, ended, token="t"):
-        return {"token": token, "apns_id": apns_id, "started": started, "ended": ended, "status": 200}
-    assert devices_sent_two_at_once([record("job-1", 0.0, 2.0), record("job-2", 1.0, 3.0)]) == ["t"]
-    assert devices_sent_two_at_once([record("job-1", 0.0, 2.0), record("job-2", 2.5, 3.0), record("job-3", 0.5, 2.6)]) == ["t"]
-    assert devices_sent_two_at_once([record("job-1", 0.0, 2.0), record("job-1", 1.0, 3.0)]) == []
-    assert devices_sent_two_at_once([record("job-1", 0.0, 1.0), record("job-2", 1.5, 3.0)]) == []
-
-
 def test_while_postgres_is_down_ingest_answers_503_and_recovers_without_a_restart(relays, fake_apns, postgres, database):
     """PostgreSQL restarted under the relay: every webhook answered 202 while it was up is delivered, those sent
     while it was down get 503 (never a false 202), and both processes carry on once it is back."""
@@ -308,34 +276,46 @@ def test_migrate_store_moves_a_sqlite_relay_to_postgres_and_its_webhook_urls_kee
 
 
 def test_a_deliverer_keeps_apns_answers_while_postgres_is_down_and_records_them_when_it_returns(
-        relays, relay_binary, postgres, database, tmp_path):
+        relays, fake_apns, postgres, database):
     """PostgreSQL goes away while a push is in flight: the deliverer keeps APNs' answer and records it once the
     database is back, so the push is not sent a second time when its lease would have expired."""
     name, url = database
-    port, record = free_port(), tmp_path / "pushes.record"
-    # The relay's own simulator, answering after 1.5 s: time to stop PostgreSQL with the push in flight.
-    simulator = subprocess.Popen([str(relay_binary), "apns-sim", "--cert", str(TLS / "server.pem"), "--key", str(TLS / "server.key"),
-                                  "--token-key", str(TLS / "apns-key.pub.pem"), "--listen", f"127.0.0.1:{port}",
-                                  "--latency", "1500", "--quiet", "--record", str(record)],
-                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    # The fake parks the push unanswered until PostgreSQL is down (before: the relay's simulator answered after 1.5 s
+    # and the test had to stop PostgreSQL inside that window by spawning pg_ctl). The request timeout is far above
+    # how long that stop takes, and the lease above the timeout, as the relay requires.
+    fake_apns.hold = True
+    ingest = relays("ingest", DATABASE_URL=url)
+    deliver = relays("deliver", DATABASE_URL=url, LEASE_TIMEOUT="90s", APNS_REQUEST_TIMEOUT="60s", DEVICE_BURST="off")
+    device, _ = register(ingest, 9000)
+    status, body, _ = request("POST", f"{ingest.base}/wh/{device}", alert(1, "M", 0, "down"))
+    assert status == 202, body
+    wait_until(lambda: fake_apns.held(), what="the push to be in flight")
+    assert postgres.query(name, "SELECT state FROM jobs") == [["running"]]
+    postgres.stop_server()
     try:
-        ingest = relays("ingest", DATABASE_URL=url)
-        deliver = relays("deliver", DATABASE_URL=url, APNS_URL=f"https://127.0.0.1:{port}", LEASE_TIMEOUT="10s", APNS_REQUEST_TIMEOUT="5s",
-                         DEVICE_BURST="off")
-        device, _ = register(ingest, 9000)
-        status, body, _ = request("POST", f"{ingest.base}/wh/{device}", alert(1, "M", 0, "down"))
-        assert status == 202, body
-        wait_until(lambda: postgres.query(name, "SELECT state FROM jobs") == [["running"]], what="the push to be in flight")
-        postgres.stop_server()
-        try:
-            log = pathlib.Path(deliver.log.name)
-            wait_until(lambda: b"kept until the database answers" in log.read_bytes(), timeout=20,
-                       what="the deliverer to keep APNs' answer")
-        finally:
-            postgres.start_server()
-        wait_until(lambda: postgres.query(name, "SELECT count(*) FROM jobs") == [["0"]], timeout=30,
-                   what="the kept answer to be recorded")
+        fake_apns.release()
+        log = pathlib.Path(deliver.log.name)
+        wait_until(lambda: b"kept until the database answers" in log.read_bytes(), timeout=20,
+                   what="the deliverer to keep APNs' answer")
     finally:
-        simulator.send_signal(signal.SIGTERM)  # flushes the record file
-        simulator.wait(timeout=10)
-    assert len(record.read_text().splitlines()) == 1, "the push went out once"
+        postgres.start_server()
+    wait_until(lambda: postgres.query(name, "SELECT count(*) FROM jobs") == [["0"]], timeout=30,
+               what="the kept answer to be recorded")
+    assert [r["status"] for r in fake_apns.requests if r["token"] == token(9000)] == [200], "the push went out once"
+
+
+def test_healthcheck_fails_while_the_database_is_down(relays, relay, postgres, database):
+    """The unhealthy relay itself, not a stand-in: PostgreSQL stopped under a running ingest makes /health 503 and
+    `healthcheck` exit 1, so a container orchestrator sees it; back to 0 once PostgreSQL returns."""
+    _, url = database
+    ingest = relays("ingest", DATABASE_URL=url)
+    check = {"PORT": ingest.env["PORT"], "HOST": "127.0.0.1", "DATABASE_URL": url}
+    assert relay("healthcheck", env=check).returncode == 0
+    postgres.stop_server()
+    try:
+        wait_until(lambda: request("GET", f"{ingest.base}/health")[0] == 503, what="/health to answer 503")
+        result = relay("healthcheck", env=check)
+        assert result.returncode == 1 and "/health answered 503" in result.stderr, result.stderr
+    finally:
+        postgres.start_server()
+    wait_until(lambda: relay("healthcheck", env=check).returncode == 0, timeout=30, what="healthy again")

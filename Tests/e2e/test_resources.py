@@ -76,7 +76,9 @@ def test_a_full_disk_answers_503_loses_nothing_acknowledged_and_recovers(relay_b
                 break
         assert statuses[-1] == 503, "the disk filled up"
         assert set(acknowledged) <= stored_ids(tmp_path / "relay.db"), "every acknowledged webhook is stored"
-        assert request("GET", f"{relay.base}/health")[0] in (200, 503)
+        # The database still answers (reads need no space): /health stays 200, so Docker or systemd do not restart a
+        # relay whose restart would free nothing, while each webhook it cannot store gets 503 (SPEC §2.3).
+        assert request("GET", f"{relay.base}/health")[:2] == (200, {"status": "ok"})
 
         resource.prlimit(relay.process.pid, resource.RLIMIT_FSIZE, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
 
@@ -94,14 +96,23 @@ def test_a_file_that_is_not_a_database_stops_startup_with_exit_2(relay_binary, t
 
 
 def test_slow_clients_cannot_pin_the_server_and_are_cut_off(relay_binary, tmp_path):
-    relay = start_ingest(relay_binary, tmp_path, HTTP_IDLE_TIMEOUT="1s")
+    """Slow clients take every connection HTTP_MAX_CONNECTIONS allows (before: 64 against a limit of 10,000, which
+    nothing reached); the server cuts them off at HTTP_IDLE_TIMEOUT and serves the client that waited behind them."""
+    limit = 16
+    # HTTP_REQUEST_TIMEOUT far above the test's deadlines: the idle timeout is what must cut these clients off.
+    relay = start_ingest(relay_binary, tmp_path, HTTP_IDLE_TIMEOUT="3s", HTTP_REQUEST_TIMEOUT="1h", HTTP_MAX_CONNECTIONS=str(limit))
+    slow = []
     try:
-        slow = []
-        for _ in range(64):
+        for _ in range(limit):
             sock = socket.create_connection(("127.0.0.1", relay.port), timeout=20)
             sock.sendall(b"POST /wh/x HTTP/1.1\r\nHost: x\r\n")  # and never more
             slow.append(sock)
-        assert request("GET", f"{relay.base}/health")[0] == 200, "others are still served"
+        # Every connection is taken (the gauge counts them as libmicrohttpd accepted them; the timeout is far above
+        # the milliseconds that takes, and it only bounds how long a failure takes).
+        wait_until(lambda: open_connections(relay) == limit, what=f"{limit} open connections")
+        # The next client waits behind them in the listen backlog, and is served once they are cut off.
+        waiting = socket.create_connection(("127.0.0.1", relay.port), timeout=20)
+        waiting.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
 
         def closed(sock):
             """The server ended the connection: an orderly close (b"", or the 408 libmicrohttpd may send first,
@@ -117,106 +128,22 @@ def test_slow_clients_cannot_pin_the_server_and_are_cut_off(relay_binary, tmp_pa
             except socket.timeout:
                 return False
         assert all(closed(sock) for sock in slow), "idle connections are closed by the server"
+        waiting.settimeout(20)
+        answer = b""
+        while chunk := waiting.recv(4096):
+            answer += chunk
+        waiting.close()
+        assert answer.startswith(b"HTTP/1.1 200"), answer[:200]
     finally:
         for sock in slow:
             sock.close()
         relay.stop()
 
 
-def test_oversized_headers_are_refused_counted_and_logged_and_the_server_stays_healthy(relay_binary, tmp_path):
-    """libmicrohttpd refuses them itself (with its own short text page, before any of our code runs): 431 for the
-    headers, 414 for a URL, which is where a GET webhook carries its whole alert (docs/tuning.md). Its error log is
-    the relay's only sight of them: each is counted by status and logged as a warning, without the URL."""
-    relay = start_ingest(relay_binary, tmp_path, HTTP_MAX_HEADER_BYTES="8192", LOG_FORMAT="json", LOG_LEVEL="debug")
-    try:
-        for head, status in ((b"GET /health HTTP/1.1\r\nHost: x\r\nX-Padding: " + b"a" * 20000, b"431"),
-                             (b"GET /wh/x?msg=" + b"secret" * 1500 + b" HTTP/1.1\r\nHost: x", b"414"),
-                             (b"GET /wh/x?msg=secret HTTP/1.1\r\nHost: x\r\nno colon", b"400")):
-            sock = socket.create_connection(("127.0.0.1", relay.port), timeout=5)
-            sock.sendall(head + b"\r\n\r\n")
-            answer = sock.recv(4096)
-            sock.close()
-            assert answer.split(b" ")[1] == status, answer[:80]
-        # A request cut off half way: libmicrohttpd logs it with a message of its own (kept at debug level).
-        sock = socket.create_connection(("127.0.0.1", relay.port), timeout=5)
-        sock.sendall(b"POST /wh/x?msg=secret HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{")
-        sock.close()
-        assert request("GET", f"{relay.base}/health")[0] == 200
-        _, metrics, _ = request("GET", f"http://{relay.env['METRICS_ADDR']}/metrics")
-        refused = sorted(line for line in metrics.decode().splitlines() if line.startswith("kumapush_http_refused_total{"))
-        assert refused == ['kumapush_http_refused_total{status="400"} 1', 'kumapush_http_refused_total{status="414"} 1',
-                           'kumapush_http_refused_total{status="431"} 1']
-        wait_until(lambda: "HTTP library message" in (tmp_path / "ingest.log").read_text(), what="the cut request logged")
-    finally:
-        relay.stop()
-    log = (tmp_path / "ingest.log").read_text()
-    warnings = [json.loads(line) for line in log.splitlines() if "refused before it was read" in line]
-    assert [(w["http.status"], w["reason"]) for w in warnings] == [
-        ("431", "request headers larger than HTTP_MAX_HEADER_BYTES allows"),
-        ("414", "URL longer than HTTP_MAX_HEADER_BYTES allows"),
-        ("400", "malformed request")], warnings
-    assert "secret" not in log, "neither a refusal's nor another library message's URL is logged"
-
-
-def proc_status(pid):
-    fds = len(os.listdir(f"/proc/{pid}/fd"))
-    rss = int([l for l in open(f"/proc/{pid}/status") if l.startswith("VmRSS")][0].split()[1]) // 1024
-    return fds, rss
-
-
-def test_file_descriptors_and_memory_stay_flat_over_100000_requests(relay_binary, tmp_path):
-    # One device takes all 100,000: the per-device cap must not fold them (this test counts stored jobs).
-    relay = start_ingest(relay_binary, tmp_path, DEVICE_QUEUE_MAX="200000")
-    try:
-        device = register(relay)
-        payload = (f"POST /wh/{device} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                   f"Content-Length: {len(ALERT)}\r\n\r\n").encode() + ALERT
-        samples = {}
-
-        errors = []
-
-        def client(count):
-            try:
-                send_all(count)
-            except Exception as error:  # noqa: BLE001 - any failure in a client thread fails the test below
-                errors.append(error)
-
-        def receive(sock):
-            chunk = sock.recv(65536)
-            if not chunk:
-                raise ConnectionError("the server closed the connection mid-answer")
-            return chunk
-
-        def send_all(count):
-            sock = socket.create_connection(("127.0.0.1", relay.port), timeout=30)
-            buffer = b""
-            for _ in range(count):
-                sock.sendall(payload)
-                while b"\r\n\r\n" not in buffer:
-                    buffer += receive(sock)
-                head, _, buffer = buffer.partition(b"\r\n\r\n")
-                length = int([l for l in head.split(b"\r\n") if l.lower().startswith(b"content-length")][0].split(b":")[1])
-                while len(buffer) < length:
-                    buffer += receive(sock)
-                assert head.startswith(b"HTTP/1.1 202"), head
-                buffer = buffer[length:]
-            sock.close()
-
-        def round_of(total):
-            threads = [threading.Thread(target=client, args=(total // 8,)) for _ in range(8)]
-            for thread in threads:
-                thread.start()
-            for thread in threads:
-                thread.join()
-
-        round_of(20_000)
-        samples["after 20k"] = proc_status(relay.process.pid)
-        round_of(80_000)
-        samples["after 100k"] = proc_status(relay.process.pid)
-        assert not errors, errors[:3]
-        (fds_a, rss_a), (fds_b, rss_b) = samples["after 20k"], samples["after 100k"]
-        assert fds_b <= fds_a + 2, samples
-        assert rss_b <= rss_a + 16, samples  # the SQLite page cache may still fill; no per-request growth
-        assert len(stored_ids(tmp_path / "relay.db")) == 100_000
-    finally:
-        relay.stop()
+def open_connections(relay):
+    """kumapush_http_connections_open from the ingest's /metrics."""
+    _, text, _ = request("GET", f"http://{relay.env['METRICS_ADDR']}/metrics")
+    for line in (text or b"").decode().splitlines():
+        if line.startswith("kumapush_http_connections_open "):
+            return int(float(line.split()[1]))
+    return None
