@@ -32,8 +32,12 @@ venv: deps
 build: deps-run
 	swift build
 
+# The release binary users run, with the Swift runtime linked in as `make deb` builds it: one set of flags for
+# every release build, so `make test`'s e2e tier and its package test share one build instead of rebuilding.
+RELEASE_FLAGS := -c release --static-swift-stdlib
+
 release: deps-run
-	swift build -c release
+	swift build $(RELEASE_FLAGS)
 
 # The binary with the Swift runtime linked statically, packaged for hosts without a toolchain (SPEC §6a,
 # docs/operations.md "Install"): dist/kumapush-relay_<version>_<arch>.deb, or the same tree as a .tar.gz.
@@ -59,12 +63,12 @@ E2E_BINARY := $(CURDIR)/.build/release/kumapush-relay
 test: venv lint
 	swift build --build-tests
 	swift test
-	swift build -c release
+	swift build $(RELEASE_FLAGS)
 	KUMAPUSH_RELAY_BINARY=$(E2E_BINARY) $(PYTEST) -v Tests/e2e
 	@scripts/test-asan.sh
 
 test-e2e: venv
-	swift build -c release
+	swift build $(RELEASE_FLAGS)
 	KUMAPUSH_RELAY_BINARY=$(E2E_BINARY) $(PYTEST) -v Tests/e2e
 
 # The relay built with AddressSanitizer (.build-asan) through the transport-fault, delivery and resource e2e tests;
