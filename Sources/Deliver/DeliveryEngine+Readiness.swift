@@ -22,5 +22,7 @@ extension DeliveryEngine {
         let reason: String? =
             if case .paused(let reason, _) = loopState.breaker.state { reason } else { nil }
         publishedPause.withLock { $0 = reason }
+        let open: Bool = if case .open = loopState.breaker.state { true } else { false }
+        publishedOutage.store(open, ordering: .relaxed)
     }
 }

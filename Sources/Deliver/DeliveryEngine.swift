@@ -112,6 +112,8 @@ public final class DeliveryEngine: Sendable {
     /// The configuration fault delivery is paused for, as of the loop's last turn (`/readyz`; the breaker itself is
     /// the loop's alone).
     let publishedPause = Mutex<String?>(nil)
+    /// Whether the outage breaker was open (APNs failing for everyone) as of the loop's last turn (metrics).
+    let publishedOutage = Atomic<Bool>(false)
     /// Pushes claimed and built that wait for a stream of their pool, as of the loop's last turn.
     let resendsWaiting = Atomic<Int>(0)
 
@@ -131,6 +133,7 @@ public final class DeliveryEngine: Sendable {
         loopState = ThreadConfined(
             DeliveryLoopState(breaker: OutageBreaker(probeTimeout: configuration.probeTimeout)), name: "delivery loop state")
         DeliveryMetrics.describe(metrics, pool: pool, tokens: tokens)
+        DeliveryMetrics.describeState(metrics, engine: self)
     }
 
     public func start() {

@@ -34,4 +34,24 @@ enum DeliveryMetrics {
             ]
         }
     }
+
+    /// The deliverer's state as a dashboard and an alert rule read it (SPEC §2.3): the outage breaker and a
+    /// configuration pause with APNs' reason, as the loop last published them (`publishReadiness`, once a second).
+    static func describeState(_ metrics: MetricsRegistry, engine: DeliveryEngine) {
+        metrics.describe(
+            "kumapush_outage_breaker", .gauge,
+            "1 for the outage breaker's state: closed (sending), open (APNs failing for everyone: probing), paused.")
+        metrics.describe(
+            "kumapush_delivery_paused", .gauge, "1 while a configuration fault (the reason, APNs') pauses delivery; 0 otherwise.")
+        metrics.collect { [weak engine] in
+            guard let engine else { return [] }
+            let pause = engine.publishedPause.withLock { $0 }
+            let state = pause != nil ? "paused" : engine.publishedOutage.load(ordering: .relaxed) ? "open" : "closed"
+            var samples = ["closed", "open", "paused"].map {
+                (name: "kumapush_outage_breaker", labels: [("state", $0)], value: $0 == state ? 1.0 : 0.0)
+            }
+            samples.append((name: "kumapush_delivery_paused", labels: [("reason", pause ?? "")], value: pause == nil ? 0 : 1))
+            return samples
+        }
+    }
 }
