@@ -42,6 +42,18 @@ extension DeliveryEngine {
         }
     }
 
+    /// A store call of the loop whose failure the loop otherwise shrugs off (the next turn calls again), noted for
+    /// the detector: on a database host that vanished silently such a call holds the loop for seconds before it
+    /// fails, and a stall seen right after it is the database's.
+    func noteDatabaseFailure<T>(of call: () throws -> T) -> T? {
+        do {
+            return try call()
+        } catch {
+            loopState.lastDatabaseFailureAt = .now
+            return nil
+        }
+    }
+
     /// The liveness rule, checked once a second. Cheap: the database is asked only after STALL_TIMEOUT of silence.
     /// After a report, a full STALL_TIMEOUT passes (for the reset to work) before it counts as another stall.
     func checkLiveness(now: Int64) {

@@ -198,7 +198,7 @@ public final class DeliveryEngine: Sendable {
                     other?.closeIfIdle()
                     state.claimDue = true
                 }
-                let change = (try? store.changeCounter()) ?? lastChange
+                let change = noteDatabaseFailure { try store.changeCounter() } ?? lastChange
                 if change != lastChange || arrived.wakeRequested || !arrived.answers.isEmpty { state.lastActivity = .now }
                 if change != lastChange || arrived.wakeRequested {
                     lastChange = change
@@ -439,12 +439,12 @@ public final class DeliveryEngine: Sendable {
     }
 
     private func housekeeping(now: Int64, purge: Bool) {
-        if let rescued = try? store.rescueExpiredLeases(now: now), rescued > 0 {
+        if let rescued = noteDatabaseFailure(of: { try store.rescueExpiredLeases(now: now) }), rescued > 0 {
             logger.warning("rescued jobs from expired leases", ["count": String(rescued)])
         }
         if now - loopState.deadLettersCheckedAt >= 10_000 {
             loopState.deadLettersCheckedAt = now
-            if let purged = try? store.purgeDeadLetters(keeping: configuration.deadLetterMax), purged > 0 {
+            if let purged = noteDatabaseFailure(of: { try store.purgeDeadLetters(keeping: configuration.deadLetterMax) }), purged > 0 {
                 metrics.increment("kumapush_dead_letters_purged_total", [("cause", "budget")], by: Double(purged))
                 logger.warning("dead letters over DEAD_LETTER_MAX: oldest purged", ["count": String(purged)])
             }

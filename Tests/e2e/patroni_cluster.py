@@ -14,7 +14,6 @@ import signal
 import subprocess
 import tempfile
 import time
-import urllib.error
 import urllib.request
 
 from postgres_server import _bin_directory
@@ -205,9 +204,10 @@ class PatroniCluster:
     def wait_healthy(self, timeout=120):
         """A running leader and a streaming synchronous standby: the state each drill step starts from."""
         def healthy(members):
-            roles = sorted((m.get("role"), m.get("state")) for m in members)
-            return roles == [("leader", "running"), ("sync_standby", "streaming" if _streaming_state(members)
-                                                      else "running")]
+            states = {m.get("role"): m.get("state") for m in members}
+            # Patroni 3.0 reports a healthy replica as "running"; later versions say "streaming".
+            return len(members) == 2 and states.get("leader") == "running" and \
+                states.get("sync_standby") in ("running", "streaming")
         self.wait_for(healthy, timeout=timeout, what="a leader and a synchronous standby")
         return self.leader()
 
@@ -216,9 +216,10 @@ class PatroniCluster:
 
     def wait_for_new_leader(self, old, timeout=120):
         """Polls until a node other than `old` leads and runs; returns (it, the monotonic time it was seen)."""
-        node = self.wait_for(lambda members: (lambda leader: leader if leader is not None and leader is not old
-                                              else None)(self.leader_of(members)), timeout=timeout,
-                             what="a new leader", interval=0.05)
+        def new_leader(members):
+            leader = self.leader_of(members)
+            return leader if leader is not None and leader is not old else None
+        node = self.wait_for(new_leader, timeout=timeout, what="a new leader")
         return node, time.monotonic()
 
     def switchover(self, to):
@@ -252,7 +253,3 @@ class PatroniCluster:
         else:
             shutil.rmtree(self.directory, ignore_errors=True)
 
-
-def _streaming_state(members):
-    # Patroni 3.0 reports a replica's state as "running"; later versions say "streaming". Either is healthy.
-    return any(m.get("state") == "streaming" for m in members)

@@ -31,7 +31,8 @@ SEED = 40_000
 CRASH_BOUND, SILENT_BOUND = 30.0, 15.0
 
 needs = [tool for tool in ("etcd", "patroni", "patronictl", "iptables") if shutil.which(tool) is None]
-pytestmark = pytest.mark.skipif(bool(needs), reason=f"missing {needs}: run scripts/install-deps.sh")
+pytestmark = [pytest.mark.skipif(bool(needs), reason=f"missing {needs}: run scripts/install-deps.sh"),
+              pytest.mark.skipif(os.getuid() != 0, reason="dropping a host's packets (iptables) needs root")]
 
 Answer = collections.namedtuple("Answer", "device seq sent answered status id")
 
@@ -176,7 +177,7 @@ def test_failover_drill_loses_no_acknowledged_webhook_and_answers_within_the_bou
     assert [p.process.poll() for p in processes] == [None] * len(processes), "a relay process exited"
     assert {str(a.status) for a in answers} <= {"202", "503"}, collections.Counter(str(a.status) for a in answers)
     for step, bound in (("crash", CRASH_BOUND), ("switchover", CRASH_BOUND), ("silent", SILENT_BOUND)):
-        assert measured[step]["recovered"] is None or measured[step]["accepting_again_after_new_leader"] <= bound, \
+        assert measured[step]["recovered"] is not None and measured[step]["accepting_again_after_new_leader"] <= bound, \
             (step, measured[step])
     assert measured["silent"]["longest_wait"] <= SILENT_BOUND, measured["silent"]
 
@@ -190,6 +191,7 @@ def test_failover_drill_loses_no_acknowledged_webhook_and_answers_within_the_bou
     def delivered():
         return {p["headers"]["apns-id"] for p in fake_apns.pushes(status=200)}
     wait_until(lambda: accepted <= delivered(), timeout=180, what="every acknowledged webhook to be delivered")
+    print(f"\nDRILL totals: {dict(collections.Counter(str(a.status) for a in answers))}, every 202 delivered", flush=True)
     for index in range(DEVICES):
         with fake_apns.lock:
             records = [dict(r) for r in fake_apns.requests if r["token"] == token(SEED + index)]
