@@ -101,3 +101,18 @@ def test_only_the_proxy_address_is_trusted_for_forwarded_addresses(file):
         gateways = {ipaddress.ip_network(config["gateway"]) for net in attached
                     for config in networks[net]["ipam"]["config"]}
         assert set(trusted) <= gateways, (file, name, trusted, gateways)
+
+
+@pytest.mark.parametrize("file", COMPOSE_FILES)
+def test_every_relay_service_has_a_health_check_that_fits_its_process(file):
+    """The image's HEALTHCHECK asks ingest's readiness (serve, ingest); a deliverer serves none there, so its
+    service asks delivery's readiness (`healthcheck --delivery`) instead of going without a health check."""
+    for name, service in relay_services(file).items():
+        command = service.get("command", ["serve"])
+        check = service.get("healthcheck", {})
+        assert not check.get("disable"), f"{file}: {name} has its health check disabled"
+        if command[0] == "deliver":
+            assert check.get("test") == ["CMD", "kumapush-relay", "healthcheck", "--delivery"], (file, name, check)
+        else:
+            assert command[0] in ("serve", "ingest") and "test" not in check, (file, name, "uses the image's")
+    assert 'CMD ["kumapush-relay", "healthcheck"]' in (DEPLOY / "Dockerfile").read_text()

@@ -40,12 +40,35 @@ def exec_start(name, instance="1"):
     return command, environment
 
 
+def flags(command):
+    """`--name=value` flags of a command line, by name."""
+    return dict(argument[2:].split("=", 1) for argument in command if argument.startswith("--") and "=" in argument)
+
+
 def test_each_deliverer_listens_for_metrics_on_the_port_it_is_named_after():
     """Several deliverers on one host need a metrics port each, none of them ingest's (9464, the default): the
     instance name is the port. (It was `946%i`: instance 4 took ingest's port, 10 and up were no port at all.)"""
-    ports = [exec_start("kumapush-deliver@.service", instance=str(port))[1]["METRICS_ADDR"] for port in (9465, 9466, 9470)]
+    ports = [flags(exec_start("kumapush-deliver@.service", instance=str(port))[0])["metrics-addr"] for port in (9465, 9466, 9470)]
     assert ports == ["127.0.0.1:9465", "127.0.0.1:9466", "127.0.0.1:9470"]
-    assert "METRICS_ADDR" not in exec_start("kumapush-ingest.service")[1], "ingest keeps the default 9464"
+    assert "metrics-addr" not in flags(exec_start("kumapush-ingest.service")[0]), "ingest keeps the default 9464"
+
+
+@pytest.mark.parametrize("name", ("kumapush-relay.service", "kumapush-ingest.service", "kumapush-deliver@.service"))
+def test_the_env_file_cannot_move_what_a_unit_fixes_per_instance(relay_binary, tmp_path, name):
+    """systemd's EnvironmentFile= wins over Environment=, so what a unit fixes per instance is a flag: with the env
+    file saying otherwise, the process still uses the unit's database path and metrics port."""
+    command, environment = exec_start(name, instance="9471")
+    assert "DATABASE_PATH" not in environment and "METRICS_ADDR" not in environment
+    assert flags(command)["database-path"] == "/var/lib/kumapush/kumapush.db"
+    env_file = tmp_path / "kumapush.env"
+    env_file.write_text(f"DATABASE_PATH={tmp_path / 'elsewhere.db'}\nMETRICS_ADDR=127.0.0.1:1\n")
+    moved = {key: str(tmp_path / "unit.db") if key == "database-path" else value for key, value in flags(command).items()
+             if key in ("database-path", "metrics-addr")}
+    args = [f"--{key}={value}" for key, value in moved.items()]
+    result = subprocess.run([str(relay_binary), "migrate", "--env-file", str(env_file), *args],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "unit.db").exists() and not (tmp_path / "elsewhere.db").exists()
 
 
 def test_the_split_setup_from_the_unit_files_carries_an_alert(relay_binary, tmp_path, fake_apns):
@@ -60,7 +83,10 @@ def test_the_split_setup_from_the_unit_files_carries_an_alert(relay_binary, tmp_
             env.update({k: v for k, v in unit_env.items() if k != "DATABASE_PATH"})
             if unit.startswith("kumapush-deliver"):
                 env["METRICS_ADDR"] = f"127.0.0.1:{free_port()}"  # the unit's port may be taken on a shared machine
-            relay = Relay(relay_binary, command[1], env, tmp_path / f"{unit}.log")
+            args = [f"--{key}={value}" for key, value in flags(command).items() if key not in ("database-path", "apns-auth-key-path")]
+            if unit.startswith("kumapush-deliver"):
+                args = [arg for arg in args if not arg.startswith("--metrics-addr")]
+            relay = Relay(relay_binary, command[1], env, tmp_path / f"{unit}.log", args=args)
             processes.append(relay)
         ingest = processes[0].wait_healthy()
         status, device, _ = request("POST", f"{ingest.base}/devices", {"device_token": "ef" * 32})
@@ -188,3 +214,11 @@ def test_the_proxy_examples_log_no_webhook_path_or_query_string():
     access_logs = re.findall(r"^\s*access_log\s+(\S+)(?:\s+(\S+))?\s*;", nginx, re.M)
     assert access_logs and all(path == "off" or name in names for path, name in access_logs)
     assert re.search(r"^\s*error_log\s+\S+\s+crit\s*;", nginx, re.M)
+
+
+def test_host_wildcard_ipv6_listens_on_ipv4_too(relays):
+    """HOST=:: is the IPv6 wildcard, and operators expect it to take IPv4 as well (dual stack): a reverse proxy on
+    127.0.0.1 must reach it. Before, it listened on IPv6 only and the proxy got "connection refused"."""
+    relay = relays("ingest", HOST="::")  # waits for /health on 127.0.0.1
+    assert request("GET", f"http://127.0.0.1:{relay.port}/health")[0] == 200
+    assert request("GET", f"http://[::1]:{relay.port}/health")[0] == 200

@@ -112,7 +112,13 @@ public final class HTTPServer: Sendable {
         var flags =
             UInt32(MHD_USE_EPOLL_INTERNAL_THREAD.rawValue) | UInt32(MHD_ALLOW_SUSPEND_RESUME.rawValue)
             | UInt32(MHD_USE_TURBO.rawValue) | UInt32(MHD_USE_ERROR_LOG.rawValue)
-        if !address.isIPv4 { flags |= UInt32(MHD_USE_IPv6.rawValue) }
+        // `::` listens on IPv4 too (IPV6_V6ONLY off), as operators expect of a wildcard: a proxy on 127.0.0.1 must
+        // reach a relay configured with HOST=::. IPv4 peers then arrive mapped (::ffff:a.b.c.d) and are folded back
+        // to IPv4 (SocketAddress). A specific IPv6 address stays IPv6 only.
+        if !address.isIPv4 {
+            let wildcard = address.bytes.allSatisfy { $0 == 0 }
+            flags |= wildcard ? UInt32(MHD_USE_DUAL_STACK.rawValue) : UInt32(MHD_USE_IPv6.rawValue)
+        }
         let listening = configuration.listeningSocket
         if listening != nil { flags |= UInt32(MHD_USE_NO_LISTEN_SOCKET.rawValue) | UInt32(MHD_USE_ITC.rawValue) }
         // `self` is handed to C unretained: the daemon is stopped in `stop()`/`deinit` before `self` goes away, and
