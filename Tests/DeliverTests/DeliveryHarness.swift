@@ -115,14 +115,17 @@ final class DeliveryHarness {
     }
 
     /// Enqueues a monitor-down alert whose message is `label`.
-    func enqueue(_ deviceID: String, _ labels: [String], test: Bool = false, ttl: Duration = .seconds(3600)) throws {
+    /// `acceptedAgo`: the jobs are stored as if their webhook came that long ago (LATE_NOTICE).
+    func enqueue(
+        _ deviceID: String, _ labels: [String], test: Bool = false, ttl: Duration = .seconds(3600), acceptedAgo: Duration = .zero
+    ) throws {
         let jobs = labels.map { label in
             let event = test ? AlertEvent.test(label) : AlertEvent(kind: .monitor, status: .down, monitorID: 1, monitorName: "DB", message: label)
             return NewJob(
                 deviceID: deviceID, publicID: UUID().uuidString.lowercased(), payload: event.jobPayload,
                 reportsOutcome: test)
         }
-        _ = try store.enqueue(jobs, now: clock.nowMillis(), ttl: ttl)
+        _ = try store.enqueue(jobs, now: clock.nowMillis() - acceptedAgo.wholeMilliseconds, ttl: ttl)
         engine.wake()
     }
 
