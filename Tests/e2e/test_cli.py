@@ -105,9 +105,9 @@ def test_replay_rejects_a_bad_since(relay):
     assert "--since" in result.stderr
 
 
-def test_healthcheck_exits_0_only_while_health_answers_200(relay, relay_binary, tmp_path):
-    """Docker's HEALTHCHECK and systemd run `kumapush-relay healthcheck`: 0 while /health answers 200, non-zero when it
-    answers anything else or nothing listens (before, no test ran the command at all)."""
+def test_healthcheck_exits_0_only_while_readiness_answers_200(relay, relay_binary, tmp_path):
+    """Docker's HEALTHCHECK and systemd run `kumapush-relay healthcheck`: 0 while /readyz answers 200, non-zero when
+    it answers anything else or nothing listens (before, no test ran the command at all)."""
     import http.server
     import threading
 
@@ -125,7 +125,7 @@ def test_healthcheck_exits_0_only_while_health_answers_200(relay, relay_binary, 
 
     class Unhealthy(http.server.BaseHTTPRequestHandler):
         def do_GET(self):  # noqa: N802 - the name http.server calls
-            self.send_response(503 if self.path == "/health" else 404)
+            self.send_response(503 if self.path in ("/readyz", "/health") else 404)
             self.send_header("Content-Length", "0")
             self.end_headers()
 
@@ -138,7 +138,7 @@ def test_healthcheck_exits_0_only_while_health_answers_200(relay, relay_binary, 
     thread.start()
     try:
         sick = relay("healthcheck", env={"PORT": str(port), "HOST": "127.0.0.1"})
-        assert sick.returncode == 1 and "/health answered 503" in sick.stderr, sick.stderr
+        assert sick.returncode == 1 and "/readyz answered 503" in sick.stderr, sick.stderr
     finally:
         server.shutdown()
         thread.join(10)
