@@ -305,7 +305,7 @@ def test_a_deliverer_keeps_apns_answers_while_postgres_is_down_and_records_them_
 
 
 def test_healthcheck_fails_while_the_database_is_down(relays, relay, postgres, database):
-    """The unhealthy relay itself, not a stand-in: PostgreSQL stopped under a running ingest makes /health 503 and
+    """The unhealthy relay itself, not a stand-in: PostgreSQL stopped under a running ingest makes /health and /readyz 503 and
     `healthcheck` exit 1, so a container orchestrator sees it; back to 0 once PostgreSQL returns."""
     _, url = database
     ingest = relays("ingest", DATABASE_URL=url)
@@ -315,7 +315,7 @@ def test_healthcheck_fails_while_the_database_is_down(relays, relay, postgres, d
     try:
         wait_until(lambda: request("GET", f"{ingest.base}/health")[0] == 503, what="/health to answer 503")
         result = relay("healthcheck", env=check)
-        assert result.returncode == 1 and "/health answered 503" in result.stderr, result.stderr
+        assert result.returncode == 1 and "/readyz answered 503" in result.stderr, result.stderr
     finally:
         postgres.start_server()
     wait_until(lambda: relay("healthcheck", env=check).returncode == 0, timeout=30, what="healthy again")
