@@ -31,7 +31,7 @@ let package = Package(
         .target(name: "Ingest", dependencies: ["Common", "Queue", "Threading", "CMicroHTTPD"], swiftSettings: strictSettings),
         // Plumbing shared by the APNs client and the simulator: event loop, TLS over memory BIOs, HTTP/2 sessions.
         .target(name: "HTTP2", dependencies: ["Threading", "CNGHTTP2", "COpenSSL", "CLinux"], swiftSettings: strictSettings),
-        .target(name: "Deliver", dependencies: ["Common", "Queue", "HTTP2", "Threading", "COpenSSL"], swiftSettings: strictSettings),
+        .target(name: "Deliver", dependencies: ["Common", "Queue", "HTTP2", "Threading"], swiftSettings: strictSettings),
         // systemd's daemon interface: socket activation, READY/STOPPING/WATCHDOG notifications.
         .target(name: "Systemd", dependencies: ["Threading", "CSystemd"], swiftSettings: strictSettings),
         // The APNs simulator behind `kumapush-relay apns-sim`, also used in-process by the delivery tests.

@@ -7,16 +7,45 @@ final class SQLiteStatement {
     private let handle: OpaquePointer
     private let connection: OpaquePointer
 
+    /// The number of values each run must bind (`sqlite3_bind_parameter_count`: the largest `?N`).
+    let parameterCount: Int
+
     init(connection: OpaquePointer, sql: String) throws {
         var statement: OpaquePointer?
+        var rest: UnsafePointer<CChar>?
         // SQLITE_PREPARE_PERSISTENT: these statements are cached and reused for the life of the connection.
-        let code = sqlite3_prepare_v3(connection, sql, -1, UInt32(SQLITE_PREPARE_PERSISTENT), &statement, nil)
+        let code = sql.withCString { text in
+            let code = sqlite3_prepare_v3(connection, text, -1, UInt32(SQLITE_PREPARE_PERSISTENT), &statement, &rest)
+            // GRDB's first check: SQL after the first statement would be silently ignored (prepare compiles one).
+            if code == SQLITE_OK, let rest, Self.holdsSQL(String(cString: rest)) { return SQLITE_MISUSE }
+            return code
+        }
         guard code == SQLITE_OK, let statement else {
-            throw SQLiteError(code: sqlite3_extended_errcode(connection), message: String(cString: sqlite3_errmsg(connection)), sql: sql)
+            if code == SQLITE_MISUSE, let statement { sqlite3_finalize(statement) }
+            let message = code == SQLITE_MISUSE ? "more than one statement: the rest would be ignored" : String(cString: sqlite3_errmsg(connection))
+            throw SQLiteError(code: code == SQLITE_MISUSE ? code : sqlite3_extended_errcode(connection), message: message, sql: sql)
         }
         self.sql = sql
         self.handle = statement
         self.connection = connection
+        self.parameterCount = Int(sqlite3_bind_parameter_count(statement))
+    }
+
+    /// Whether `text` (what follows the first statement) holds anything but white space, `;` and comments.
+    static func holdsSQL(_ text: String) -> Bool {
+        var rest = Substring(text)
+        while let first = rest.first {
+            if first.isWhitespace || first == ";" {
+                rest = rest.dropFirst()
+            } else if rest.hasPrefix("--") {
+                rest = rest.drop { $0 != "\n" }
+            } else if rest.hasPrefix("/*"), let end = rest.range(of: "*/") {
+                rest = rest[end.upperBound...]
+            } else {
+                return true
+            }
+        }
+        return false
     }
 
     deinit { sqlite3_finalize(handle) }
@@ -40,6 +69,11 @@ final class SQLiteStatement {
     }
 
     private func bind(_ values: [SQLiteValue]) throws {
+        // GRDB's second check: a value too few binds NULL without a word, one too many is an error only sometimes.
+        guard values.count == parameterCount else {
+            throw SQLiteError(
+                code: SQLITE_MISUSE, message: "\(values.count) values for \(parameterCount) parameters", sql: sql)
+        }
         sqlite3_clear_bindings(handle)
         for (offset, value) in values.enumerated() {
             let index = Int32(offset + 1)

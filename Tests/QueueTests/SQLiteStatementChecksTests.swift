@@ -1,0 +1,33 @@
+import TestSupport
+import Testing
+
+@testable import Queue
+
+/// GRDB's two checks on every prepared statement (issue 38): SQL after the first statement is refused, not silently
+/// ignored, and each run binds exactly as many values as the statement has parameters (too few would bind NULL
+/// without a word).
+@Suite struct SQLiteStatementChecksTests {
+    func connection() throws -> (SQLiteConnection, TemporaryDirectory) {
+        let directory = TemporaryDirectory()
+        return (try SQLiteConnection(path: directory.path("checks.db"), options: .init()), directory)
+    }
+
+    @Test func sqlAfterTheFirstStatementIsRefused() throws {
+        let (db, directory) = try connection()
+        _ = directory
+        #expect(throws: SQLiteError.self) { try db.statement("SELECT 1; SELECT 2") }
+        #expect(throws: SQLiteError.self) { try db.statement("SELECT 1; DELETE FROM sqlite_master") }
+        // Trailing white space, semicolons and comments are no second statement.
+        #expect(try db.statement("SELECT 1; -- the end\n  /* really */ ;").rows { $0.int(0) } == [1])
+    }
+
+    @Test func eachRunBindsExactlyTheStatementsParameters() throws {
+        let (db, directory) = try connection()
+        _ = directory
+        let statement = try db.statement("SELECT ?1 + ?3")
+        #expect(statement.parameterCount == 3)
+        #expect(throws: SQLiteError.self) { try statement.rows([.integer(1), .integer(2)]) { $0.int(0) } }
+        #expect(throws: SQLiteError.self) { try statement.rows([.integer(1), .integer(2), .integer(3), .integer(4)]) { $0.int(0) } }
+        #expect(try statement.rows([.integer(1), .integer(2), .integer(3)]) { $0.int(0) } == [4])
+    }
+}
