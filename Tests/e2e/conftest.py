@@ -96,3 +96,17 @@ def store_settings(request, tmp_path):
         return {"DATABASE_PATH": str(tmp_path / "relay.db")}
     server = request.getfixturevalue("shared_postgres")
     return {"DATABASE_URL": server.url(server.create_database())}
+
+
+@pytest.fixture
+def postgres(shared_postgres):
+    """The session's PostgreSQL server. A module whose tests stop or restart their server (test_postgres.py)
+    defines a `postgres` of its own, which takes precedence there."""
+    return shared_postgres
+
+
+@pytest.fixture
+def database(postgres):
+    """A fresh database on the `postgres` server: (its name, its DATABASE_URL)."""
+    name = postgres.create_database()
+    return name, postgres.url(name)

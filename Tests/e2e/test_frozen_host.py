@@ -15,9 +15,7 @@ import subprocess
 import threading
 import time
 
-import pytest
 
-from postgres_server import PostgresServer
 from relayproc import request, wait_until
 from test_delivery import alert, assert_accepted_in_order, register
 
@@ -31,19 +29,6 @@ LOCK_TIMEOUT = 5.0
 # apart.
 RECOVERY_DEADLINE = IDLE_IN_TRANSACTION_TIMEOUT + LOCK_TIMEOUT + 15.0
 DEVICES = 8
-
-
-@pytest.fixture(scope="module")
-def postgres():
-    server = PostgresServer().start()
-    yield server
-    server.stop()
-
-
-@pytest.fixture
-def database(postgres):
-    name = postgres.create_database()
-    return name, postgres.url(name)
 
 
 class RowHolder:

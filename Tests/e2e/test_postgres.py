@@ -19,13 +19,6 @@ def postgres():
     server.stop()
 
 
-@pytest.fixture
-def database(postgres):
-    """A fresh database: (its name, its DATABASE_URL)."""
-    name = postgres.create_database()
-    return name, postgres.url(name)
-
-
 def test_stats_and_a_wrong_url_name_the_variable_never_the_password(relay, database):
     _, url = database
     result = relay("stats", "--json", env={"DATABASE_URL": url})
@@ -36,7 +29,6 @@ def test_stats_and_a_wrong_url_name_the_variable_never_the_password(relay, datab
     result = relay("stats", env={"DATABASE_URL": unreachable})
     assert result.returncode == 1
     assert "DATABASE_URL" in result.stderr and "hunter2" not in result.stderr
-
 
 
 def test_serve_on_postgres_delivers_and_replay_and_stats_work(relays, relay, fake_apns, database):
@@ -91,7 +83,6 @@ def test_ingest_and_two_deliverers_on_postgres_deliver_every_acknowledged_webhoo
     for index in range(200):
         assert_accepted_in_order(fake_apns, 5000 + index, [str(n) for n in range(20)], f"device {index}")
     assert postgres.query(name, "SELECT count(*) FROM jobs WHERE state <> 'discarded'") == [["0"]]
-
 
 
 DEVICES, ALERTS = 2000, 10  # issue #15: 20,000 webhooks over 2,000 devices
