@@ -24,17 +24,23 @@ public final class HTTP2Server: Sendable {
     public let port: UInt16
     private let connections = Mutex<[ObjectIdentifier: UncheckedBox<ServerCore>]>([:])
     private let nextLoop = Atomic<Int>(0)
+    /// SETTINGS_MAX_CONCURRENT_STREAMS a connection is raised to (`setMaxConcurrentStreams`,
+    /// `HTTP2ServerResponder.setConnectionStreamLimit`).
     let streamLimit: Atomic<UInt32>
+    /// What a new connection announces first: `streamLimit` unless the server starts connections lower, as APNs
+    /// starts a token-authenticated connection at one stream.
+    private let initialStreamLimit: UInt32?
 
     public init(
         host: String, port: UInt16, tls: TLSContext, loops: [EventLoop], maxConcurrentStreams: UInt32 = 1000,
-        handler: @escaping Handler
+        initialMaxConcurrentStreams: UInt32? = nil, handler: @escaping Handler
     ) throws {
         precondition(!loops.isEmpty)
         self.tls = tls
         self.loops = loops
         self.handler = handler
         streamLimit = Atomic(maxConcurrentStreams)
+        initialStreamLimit = initialMaxConcurrentStreams
         let (fd, bound) = try Socket.listen(host: host, port: port)
         listener = fd
         self.port = bound
@@ -61,12 +67,11 @@ public final class HTTP2Server: Sendable {
     /// Announces a new SETTINGS_MAX_CONCURRENT_STREAMS to every connection (and to new ones).
     public func setMaxConcurrentStreams(_ limit: UInt32) {
         streamLimit.store(limit, ordering: .relaxed)
-        forEachConnection { core in
-            core.session?.submitSettings(maxConcurrentStreams: limit)
-            core.wantFlush()
-            core.settle()
-        }
+        forEachConnection { $0.advertise(limit) }
     }
+
+    /// The limit a new connection starts at (never above the server's limit: one set to 0 grants nothing).
+    var firstStreamLimit: UInt32 { min(initialStreamLimit ?? .max, streamLimit.load(ordering: .relaxed)) }
 
     /// Sends GOAWAY (with `debugData`, as APNs sends a JSON reason) on every connection, then closes them once
     /// their streams are answered.
@@ -155,6 +160,16 @@ public struct HTTP2ServerResponder: Sendable {
         onLoop { $0.goAway(debugData: Array(debugData.utf8), lastStreamID: refusingThisStream ? stream - 2 : nil) }
     }
 
+    /// Announces a new SETTINGS_MAX_CONCURRENT_STREAMS on this request's connection only: one stream when
+    /// `reduced`, else the server's limit. APNs drops a connection to one stream after it rejects a notification
+    /// and raises it again after one it accepts (reference/apns.md §1.6).
+    public func setConnectionStreamLimit(reduced: Bool) {
+        onLoop { core in
+            guard let full = core.server?.streamLimit.load(ordering: .relaxed) else { return }
+            core.advertise(reduced ? min(1, full) : full)
+        }
+    }
+
     /// Drops this request's connection at once.
     public func dropConnection() {
         onLoop { $0.fail("dropped on purpose") }
@@ -171,7 +186,9 @@ struct WeakServerCore {
 final class ServerCore: HTTP2Transport, HTTP2SessionDelegate, @unchecked Sendable {
     // @unchecked Sendable: confined to `loop` — every access from elsewhere goes through `loop.execute` — and
     // marked Sendable only so those closures may carry it there.
-    private weak var server: HTTP2Server?
+    private(set) weak var server: HTTP2Server?
+    /// The SETTINGS_MAX_CONCURRENT_STREAMS this side last announced.
+    private var advertisedLimit: UInt32 = 0
     private var requests: [Int32: HTTP2Server.Request] = [:]
     private var answered: Set<Int32> = []
     private var goingAway = false
@@ -184,7 +201,17 @@ final class ServerCore: HTTP2Transport, HTTP2SessionDelegate, @unchecked Sendabl
 
     override func handshakeCompleted() throws {
         guard tls.negotiatedProtocol == "h2" else { throw TLSError(message: "client did not negotiate h2") }
-        session = try HTTP2Session(role: .server, delegate: self, maxConcurrentStreams: server?.streamLimit.load(ordering: .relaxed) ?? 100)
+        advertisedLimit = server?.firstStreamLimit ?? 100
+        session = try HTTP2Session(role: .server, delegate: self, maxConcurrentStreams: advertisedLimit)
+    }
+
+    /// A loop task: announce `limit` streams, unless it is what this connection announced last.
+    func advertise(_ limit: UInt32) {
+        guard let session, limit != advertisedLimit else { return }
+        advertisedLimit = limit
+        session.submitSettings(maxConcurrentStreams: limit)
+        wantFlush()
+        settle()
     }
 
     override func transportClosed(reason: String) {

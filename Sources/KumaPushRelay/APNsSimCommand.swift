@@ -15,7 +15,8 @@ enum APNsSimCommand: Command {
           --listen         address to listen on (default 127.0.0.1:8443)
           --topic          the only apns-topic accepted (default: any)
           --latency MS     delay every answer (simulated APNs round trip)
-          --streams N      SETTINGS_MAX_CONCURRENT_STREAMS per connection (default 1000)
+          --streams N      SETTINGS_MAX_CONCURRENT_STREAMS once a push was accepted (default 1000); as APNs does,
+                           a connection starts at one stream and a rejected push drops it back to one
           --threads N      event-loop threads (default 1)
           --quiet          do not print each push
           --record FILE    append "<apns-id> <status> <microseconds since 1970>" per push (benchmarks)

@@ -25,8 +25,12 @@ public final class APNsSimulator: Sendable {
         /// move time, so a token issued "20 minutes later" by that clock is not refused as issued in the future.
         public var clock: any WallClock = SystemClock()
         public var threads = 1
-        /// Streams per connection; APNs raises token connections from 1 after the first valid token.
+        /// Streams per connection once a push was accepted on it.
         public var maxConcurrentStreams: UInt32 = 1000
+        /// As APNs does (reference/apns.md §1.6): a connection starts at one stream, is raised to
+        /// `maxConcurrentStreams` by an accepted push and dropped back to one by a rejected one. A client that
+        /// keeps sending on its old limit has streams refused. Off only where a test needs a fixed limit.
+        public var streamLimitFollowsAnswers = true
 
         public init(certificateFile: String, privateKeyFile: String, tokenKeyFile: String) {
             self.certificateFile = certificateFile
@@ -76,7 +80,8 @@ public final class APNsSimulator: Sendable {
         let tls = try TLSContext.server(certificateChainFile: configuration.certificateFile, privateKeyFile: configuration.privateKeyFile)
         let started = try HTTP2Server(
             host: configuration.host, port: configuration.port, tls: tls, loops: loops,
-            maxConcurrentStreams: configuration.maxConcurrentStreams
+            maxConcurrentStreams: configuration.maxConcurrentStreams,
+            initialMaxConcurrentStreams: configuration.streamLimitFollowsAnswers ? 1 : nil
         ) { [weak self] request, responder in
             self?.handle(request, responder)
         }
@@ -135,6 +140,7 @@ public final class APNsSimulator: Sendable {
         case nil: break
         }
         let (status, reason) = verdict(for: request)
+        if configuration.streamLimitFollowsAnswers { responder.setConnectionStreamLimit(reduced: status != 200) }
         let token = request.path.hasPrefix("/3/device/") ? String(request.path.dropFirst("/3/device/".count)) : ""
         let apnsID = request.headers["apns-id"] ?? UUID().uuidString.lowercased()
         let received = Received(token: token, apnsID: apnsID, status: status, reason: reason, payload: request.body, headers: request.headers)

@@ -197,7 +197,7 @@ import Testing
         let (pool, simulator, _) = try pool(stableAfter: .seconds(1))
         defer { simulator.stop() }
         simulator.faults.withLock { $0.latencyMillis = 60_000 }
-        #expect(waitUntil { pool.freeStreams > 1 }, "the server's SETTINGS arrived")
+        #expect(waitUntil { pool.readyConnections == 1 && pool.freeStreams >= 1 }, "the connection is up")
         let old = try #require(pool.pick())
         let answer = Mutex<Result<HTTP2Response, HTTP2Failure>?>(nil)
         old.send(HTTP2Request(path: "/3/device/\(String(repeating: "ab", count: 32))")) { result in answer.withLock { $0 = result } }
