@@ -23,4 +23,5 @@ def bench_queue(results):
     queue["prefill_rps"] = output["prefill_rps"]
     results["queue"] = queue
     step(f"  enqueue {output['enqueue_rps']}/s (raw {output['raw_insert_rps']}/s); claim {output['claim_rate_10k']}/s at 10k, "
-         f"{output['claim_rate_1m']}/s at 1M; {output['claim_cpu_us_10k']} µs of CPU per job claimed and completed at 10k")
+         f"{output['claim_rate_1m']}/s at 1M; {output['claim_cpu_us_10k']} µs of CPU per job claimed and completed at 10k "
+         f"(bare statements: {output['floor_bare_cpu_us']} µs, {output['floor_bare_cpu_us_no_secure_delete']} µs without secure_delete)")

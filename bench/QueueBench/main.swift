@@ -10,6 +10,9 @@ import Queue
 //   claim_rate_1m       the same with 1,000,000 jobs queued
 //   claim_cpu_us_10k    CPU time of this process (every thread: the store's checkpointer too) per job claimed and
 //                       completed with 10,000 queued, in µs: what the durable queue alone costs a delivered push
+//   floor_bare_cpu_us   the same jobs' row changes as bare prepared statements (BareFloor), CPU µs per job: the
+//                       floor's own ceiling
+//   floor_bare_cpu_us_no_secure_delete   the same with secure_delete off: what zeroing deleted rows costs
 // Both claim runs have the same shape — 1,000 devices, each with jobs waiting behind its head, so every
 // completion promotes the next job — and differ only in how much is queued: 10 or 1,000 jobs per device.
 // `--runs N` (default 1) repeats each figure N times; the 1M database is filled once and each run claims 10,000
@@ -239,8 +242,25 @@ do {
     var claim10k: [Double] = []
     var claimCPU10k: [Double] = []
     var claim1m: [Double] = []
+    var bare: [Double] = []
+    var bareNoSecureDelete: [Double] = []
+    /// A fresh database with 10,000 jobs queued (10 per device), folded into the file, the store closed.
+    func bareFloor(secureDelete: Bool) throws -> Double {
+        let path: String
+        do {
+            let (store, ids, storePath) = try freshStore("bare-10k")
+            _ = try enqueue(store, ids, perDevice: 10)
+            try store.checkpoint()
+            path = storePath
+        }
+        defer { removeStore(path) }
+        return try BareFloor(path: path, secureDelete: secureDelete).run(count: 10_000)
+    }
     for run in 1...runs {
         log("claim + complete with 10,000 queued, then with \(million) queued (run \(run) of \(runs))")
+        log("  bare statements with 10,000 queued, secure_delete on and off")
+        bare.append(try bareFloor(secureDelete: true))
+        bareNoSecureDelete.append(try bareFloor(secureDelete: false))
         _ = try enqueue(small, smallIDs, perDevice: 10)
         try small.checkpoint()
         log("  claim + complete with 10,000 queued")
@@ -254,6 +274,7 @@ do {
     print(
         "{\"raw_insert_rps\":\(list(raw)),\"enqueue_rps\":\(list(enqueueRates)),\"claim_rate_10k\":\(list(claim10k)),"
             + "\"claim_rate_1m\":\(list(claim1m)),\"claim_cpu_us_10k\":\(decimals(claimCPU10k)),"
+            + "\"floor_bare_cpu_us\":\(decimals(bare)),\"floor_bare_cpu_us_no_secure_delete\":\(decimals(bareNoSecureDelete)),"
             + "\"prefill_rps\":\(Int(prefill)),\"queued_large\":\(million)}")
 } catch {
     log("failed: \(error)")
