@@ -13,6 +13,7 @@ from phase_delivery import drain
 from phase_ingest import ingest_once
 from phase_queue import queue_runs
 from phase_serve import LATENCY_RATE, LATENCY_SECONDS, latencies_ms, loadgen, read_record
+from stages import stage_figures
 
 SCALING_JOBS = 50_000
 SCALING_PROCESSES = (1, 2, 4)
@@ -119,6 +120,7 @@ def scaling_figures(databases, server, folder):
 def latency_figures(databases, folder):
     step(f"  latency on PostgreSQL: {LATENCY_RATE:,} webhooks/s for {LATENCY_SECONDS} s into ingest + deliver × {RUNS}")
     runs = []
+    stage_runs = []
     for number in range(1, RUNS + 1):
         run_folder = folder / f"latency{number}"
         run_folder.mkdir()
@@ -127,21 +129,33 @@ def latency_figures(databases, folder):
         record = run_folder / "latency.record"
         sim, sim_port = start_sim(record=record)
         port = free_port()
-        ingest = start([RELAY, "ingest"], relay_env(store, PORT=port, METRICS_ADDR="off"), run_folder / "ingest.log")
+        # Metrics listeners, scraped once after the load (the stage breakdown), never during it.
+        metrics_ports = {"ingest": free_port(), "deliver": free_port()}
+        ingest = start([RELAY, "ingest"], relay_env(store, PORT=port, METRICS_ADDR=f"127.0.0.1:{metrics_ports['ingest']}"),
+                       run_folder / "ingest.log")
         wait_until(lambda: healthy(port), what="ingest")
-        deliver = start([RELAY, "deliver"], relay_env(store, METRICS_ADDR="off", DEVICE_BURST="off", RETRY_BASE="200ms",
-                                                      **apns_env(sim_port)), run_folder / "deliver.log")
+        deliver = start([RELAY, "deliver"], relay_env(store, METRICS_ADDR=f"127.0.0.1:{metrics_ports['deliver']}",
+                                                      DEVICE_BURST="off", RETRY_BASE="200ms", **apns_env(sim_port)),
+                        run_folder / "deliver.log")
         devices = devices_file(port, 200, run_folder)
         out = run_folder / "latency.out"
         offered = loadgen(port, LATENCY_RATE, LATENCY_SECONDS, devices, out)
         wait_until(lambda: queue_empty(store), what="the last pushes")
+        stages = stage_figures(metrics_ports)
         for process in (deliver, ingest, sim):
             stop(process)
         databases.drop(name)
         values = latencies_ms(out, read_record(record))
         runs.append({"p50": percentile(values, 0.5), "p99": percentile(values, 0.99), "samples": len(values), "offered_rps": offered})
+        stage_runs.append(stages)
         step(f"    run {number}: p50 {runs[-1]['p50']} ms, p99 {runs[-1]['p99']} ms over {len(values)} pushes")
-    return summarize(runs)
+        for stage, figures in stages.items():
+            step(f"      {stage}: p50 {figures['p50_ms']} ms, p99 {figures['p99_ms']} ms ({figures['count']})")
+    latency = summarize(runs)
+    # Each stage's p99 per run, median over the runs (from histogram buckets: a bucket's resolution, not a sample's).
+    latency["stages_p99_ms"] = {stage: sorted(run[stage]["p99_ms"] for run in stage_runs if stage in run)[len(stage_runs) // 2]
+                                for stage in stage_runs[0]}
+    return latency
 
 
 def bench_postgres(results):

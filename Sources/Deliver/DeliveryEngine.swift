@@ -256,7 +256,9 @@ public final class DeliveryEngine: Sendable {
         state.claimDue = false
         var jobs: [ClaimedJob]
         do {
+            let started = ContinuousClock.now
             jobs = try store.claim(worker: configuration.worker, limit: limit, now: now, lease: configuration.lease)
+            metrics.observe("kumapush_delivery_store_seconds", [("operation", "claim")], value: (ContinuousClock.now - started).seconds)
             // A probe with nothing due takes the retry that comes soonest: the backlog's retries may be backed off
             // for minutes, and APNs' recovery should not wait for them (the backlog goes out once a probe is answered).
             if allowance == .probe, jobs.isEmpty, try store.makeNextRetryDue(now: now) {
@@ -266,6 +268,9 @@ public final class DeliveryEngine: Sendable {
             logger.error("claim failed", ["error": error.description])
             state.lastDatabaseFailureAt = .now
             return
+        }
+        for job in jobs where job.attempt == 1 {
+            metrics.observe("kumapush_claim_wait_seconds", value: Double(max(0, now - job.createdAt)) / 1000)
         }
         if jobs.count == limit { state.claimDue = true }
         if allowance == .probe { state.probeFoundNothing = jobs.isEmpty }
@@ -414,7 +419,9 @@ public final class DeliveryEngine: Sendable {
         let state = loopState
         let batch = state.unrecorded + outcomes
         do {
+            let started = ContinuousClock.now
             _ = try store.finish(batch, worker: configuration.worker, now: clock.nowMillis())
+            metrics.observe("kumapush_delivery_store_seconds", [("operation", "finish")], value: (ContinuousClock.now - started).seconds)
             metrics.observe("kumapush_delivery_batch_size", value: Double(batch.count))
             if !state.unrecorded.isEmpty {
                 logger.info("recorded delivery results kept while the database was unreachable", ["count": String(state.unrecorded.count)])

@@ -7,6 +7,14 @@ enum DeliveryMetrics {
         metrics.describe("kumapush_devices_removed_total", .counter, "Devices removed because APNs reported their token gone.")
         metrics.describe("kumapush_webhook_to_apns_seconds", .histogram, "From webhook accepted to APNs request sent.", buckets: latencyBuckets)
         metrics.describe("kumapush_apns_request_seconds", .histogram, "APNs request round trip.", buckets: latencyBuckets)
+        // The stages of kumapush_webhook_to_apns_seconds on this side: how long a new job waited to be claimed (the
+        // wake-up and the claim), and the store's own time per claim and per completion batch.
+        metrics.describe(
+            "kumapush_claim_wait_seconds", .histogram, "From webhook accepted to its job's first claim by a deliverer.",
+            buckets: latencyBuckets)
+        metrics.describe(
+            "kumapush_delivery_store_seconds", .histogram, "Time the store takes for one claim or one completion batch.",
+            buckets: latencyBuckets)
         metrics.describe("kumapush_apns_connections", .gauge, "Open HTTP/2 connections to APNs.")
         metrics.describe(
             "kumapush_delivery_batch_size", .histogram, "Push outcomes recorded per store transaction.",

@@ -72,6 +72,9 @@ public final class QueueWriter: Sendable {
         metrics.describe(
             "kumapush_enqueue_batch_size", .histogram, "Jobs committed per group commit.",
             buckets: [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000])
+        metrics.describe(
+            "kumapush_enqueue_commit_seconds", .histogram, "Time one group commit takes: the store's enqueue transaction.",
+            buckets: latencyBuckets)
         refreshDepth()
         for (wakeUp, heartbeat) in zip(wakeUps, heartbeats) {
             running.enter()
@@ -180,7 +183,9 @@ public final class QueueWriter: Sendable {
     private func commit(_ batch: [Pending]) {
         metrics.observe("kumapush_enqueue_batch_size", value: Double(batch.count))
         do {
+            let started = ContinuousClock.now
             let results = try store.enqueue(batch.map(\.job), now: clock.nowMillis(), ttl: ttl, deviceCap: deviceCap)
+            metrics.observe("kumapush_enqueue_commit_seconds", value: (ContinuousClock.now - started).seconds)
             let queued = results.filter(\.storedAJob).count
             state.withLock { $0.depth += queued }
             if queued > 0 { onCommit() }

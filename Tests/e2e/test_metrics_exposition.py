@@ -91,6 +91,22 @@ def test_latency_buckets_reach_an_hour(relays, fake_apns):
         text = scrape(relay)
         return text if "\nkumapush_apns_request_seconds_count " in text else None
     text = wait_until(timed, what="the APNs request timed")
-    for family in ("kumapush_webhook_to_apns_seconds", "kumapush_apns_request_seconds", "kumapush_http_request_duration_seconds"):
+    for family in ("kumapush_webhook_to_apns_seconds", "kumapush_apns_request_seconds", "kumapush_http_request_duration_seconds",
+                   "kumapush_enqueue_commit_seconds", "kumapush_claim_wait_seconds", "kumapush_delivery_store_seconds"):
         bounds = [float(bound) for bound in re.findall(rf'^{family}_bucket\{{.*le="([0-9.e+-]+)"\}}', text, re.M)]
         assert bounds and max(bounds) == 3600, (family, bounds)
+
+
+def test_each_stage_of_a_push_is_timed(relays, fake_apns):
+    """The stages of webhook → APNs an operator (and `make bench`'s PostgreSQL latency breakdown) reads: the group
+    commit, the wait to be claimed, and the store's time per claim and per completion batch, one observation each
+    for one alert."""
+    relay = relays("serve")
+    deliver_one_alert(relay, fake_apns, "d3" * 32)
+    def finished():
+        values = samples(scrape(relay))
+        return values if values.get(("kumapush_delivery_store_seconds_count", '{operation="finish"}'), 0) >= 1 else None
+    values = wait_until(finished, what="the completion batch timed")
+    assert values[("kumapush_enqueue_commit_seconds_count", "")] >= 1
+    assert values[("kumapush_claim_wait_seconds_count", "")] == 1
+    assert values[("kumapush_delivery_store_seconds_count", '{operation="claim"}')] >= 1
