@@ -367,7 +367,7 @@ struct HTTP2ClientConnectionState<Request, Reply> {
         guard armed.remove(timer) != nil, lifecycle != .closed else { return [] }
         switch timer {
         case .connect:
-            guard lifecycle == .connecting || lifecycle == .handshaking else { return [] }
+            // Armed means not up yet: `sessionUp` cancels it, whatever came first.
             return [.closeNow(reason: "connect timed out after \(connectTimeout)")]
         case .deadline:
             return deadlinePassed(now: now)
