@@ -346,4 +346,24 @@ import Testing
         submitAll(&state, now: t0 + .seconds(150))
         #expect(!state.timerFired(.ping, now: t0 + .seconds(180)).contains(.sendPing), "a request went 30 s ago")
     }
+
+    // MARK: Re-entrancy
+
+    /// What nghttp2's callbacks report (SETTINGS, GOAWAY, a stream's end or close, a PING ACK) must never ask to
+    /// write out: writing is a library call, and nghttp2 forbids it from inside its own callbacks (the session traps).
+    @Test func eventsFromInsideNghttp2NeverAskToWriteOut() {
+        var state = ready(limit: 4)
+        for name in ["a", "b", "c", "d", "e", "f"] { _ = state.requestQueued(name, reply: name, now: t0) }
+        submitAll(&state, now: t0)  // 1, 3, 5, 7; e and f wait
+        _ = state.timerFired(.ping, now: t0 + .seconds(60))
+        var fromCallbacks: [Action] = []
+        fromCallbacks += state.settingsReceived(streamLimit: 2)
+        fromCallbacks += state.streamEnded(1, now: t0)
+        fromCallbacks += state.streamClosed(3, errorCode: 8)
+        fromCallbacks += state.pingAcknowledged(now: t0)
+        fromCallbacks += state.goAwayReceived(lastStreamID: 5, reason: "a")
+        fromCallbacks += state.goAwayReceived(lastStreamID: 0, reason: "b")
+        #expect(fromCallbacks.count > 6, "each event did something: \(fromCallbacks)")
+        #expect(!fromCallbacks.contains(.writeOut))
+    }
 }
