@@ -70,12 +70,16 @@ class HTTP2Transport {
         }
         if !connecting {
             state = .handshaking
+            socketConnected()
             advanceHandshake()
         }
         settle()
     }
 
     // MARK: Hooks for subclasses
+
+    /// The TCP connect finished; the TLS handshake begins.
+    func socketConnected() {}
 
     /// TLS is up; create the HTTP/2 session here. Throwing closes the connection with that reason.
     func handshakeCompleted() throws {}
@@ -110,6 +114,7 @@ class HTTP2Transport {
             let error = Socket.pendingError(fd)
             guard error == 0 else { return fail("connect: \(String(cString: strerror(error)))") }
             state = .handshaking
+            socketConnected()
             advanceHandshake()
         }
         if !isClosed, events & (EPOLLIN.rawValue | EPOLLHUP.rawValue | EPOLLERR.rawValue | EPOLLRDHUP.rawValue) != 0 {
