@@ -192,6 +192,8 @@ final class ServerCore: HTTP2Transport, HTTP2SessionDelegate, @unchecked Sendabl
     private var requests: [Int32: HTTP2Server.Request] = [:]
     private var answered: Set<Int32> = []
     private var goingAway = false
+    /// A GOAWAY asked before the session existed (its debug data), sent once it does.
+    private var goAwayAtHandshake: [UInt8]?
     static let maxRequestBody = 64 * 1024
 
     init(server: HTTP2Server, loop: EventLoop, fd: Int32, tls: TLSConnection) {
@@ -202,7 +204,12 @@ final class ServerCore: HTTP2Transport, HTTP2SessionDelegate, @unchecked Sendabl
     override func handshakeCompleted() throws {
         guard tls.negotiatedProtocol == "h2" else { throw TLSError(message: "client did not negotiate h2") }
         advertisedLimit = server?.firstStreamLimit ?? 100
-        session = try HTTP2Session(role: .server, delegate: self, maxConcurrentStreams: advertisedLimit)
+        let session = try HTTP2Session(role: .server, delegate: self, maxConcurrentStreams: advertisedLimit)
+        self.session = session
+        if let debugData = goAwayAtHandshake {
+            goAwayAtHandshake = nil
+            session.submitGoAway(errorCode: 0, debugData: debugData, lastStreamID: nil)
+        }
     }
 
     /// A loop task: announce `limit` streams, unless it is what this connection announced last.
@@ -230,11 +237,17 @@ final class ServerCore: HTTP2Transport, HTTP2SessionDelegate, @unchecked Sendabl
         settleAtEndOfTurn()
     }
 
-    /// A loop task: GOAWAY now, close once the streams at or below its last stream id are answered.
+    /// A loop task: GOAWAY now, close once the streams at or below its last stream id are answered. Asked while the
+    /// TLS handshake is still under way, there is no HTTP/2 session to send it on: it is kept and sent right after
+    /// the session's SETTINGS (`handshakeCompleted`). It was dropped, and the connection came up and stayed.
     func goAway(debugData: [UInt8], lastStreamID: Int32? = nil) {
-        guard isOpen, !goingAway else { return }
+        guard !isClosed, !goingAway else { return }
         goingAway = true
-        session?.submitGoAway(errorCode: 0, debugData: debugData, lastStreamID: lastStreamID)
+        guard isOpen, let session else {
+            goAwayAtHandshake = debugData
+            return
+        }
+        session.submitGoAway(errorCode: 0, debugData: debugData, lastStreamID: lastStreamID)
         if let lastStreamID { requests = requests.filter { $0.key <= lastStreamID } }
         wantFlush()
         settle()

@@ -106,8 +106,9 @@ import Testing
             simulator.stop()
         }
         for expected in 1...2 {
+            // Right after the client is up, possibly before the server has read its Finished: the server keeps a
+            // GOAWAY asked before its HTTP/2 session exists (HTTP2ConnectionTests), so no wait for the server's side.
             #expect(waitUntil { pool.readyConnections == 1 })
-            #expect(serverAnswers(pool), "the server's side of connection \(expected) is up")
             let mark = seen.count
             simulator.goAwayAll()
             // Read from what each event left, not polled: the closed connection's replacement (after the backoff)
@@ -119,17 +120,6 @@ import Testing
         }
         #expect(waitUntil { pool.readyConnections == 1 }, "replaced after the backoff")
         #expect(pool.consecutiveFailures == 2)
-    }
-
-    /// True once a request on the pool's connection was answered. The client is ready when its own TLS handshake is
-    /// done, which under TLS 1.3 is before the server has read the client's Finished: a GOAWAY asked of the server
-    /// in between finds no HTTP/2 session and is never sent (the flake of issue 37, `consecutiveFailures` 1 after
-    /// the second GOAWAY). An answer on the connection is the event that says the server's side is up.
-    func serverAnswers(_ pool: APNsConnectionPool) -> Bool {
-        guard let connection = pool.pick() else { return false }
-        let answered = Mutex(false)
-        connection.send(HTTP2Request(path: "/3/device/\(String(repeating: "ab", count: 32))")) { _ in answered.withLock { $0 = true } }
-        return waitUntil { answered.withLock { $0 } }
     }
 
     /// The other environment's pool closes once idle for `idleTimeout`, and opens again on the next use.

@@ -158,6 +158,22 @@ import Testing
         #expect(send(connection, HTTP2Request(path: "/y")) == .failure(.refused))
     }
 
+    /// A GOAWAY asked of the server while a connection's TLS handshake is still under way (a server shutting down
+    /// as a client connects) is kept and sent once the HTTP/2 session is up. It was dropped: the connection came
+    /// up and stayed, the flake of issue 37 (`goAwaysRightAfterComingUpAreFailuresInARowToo`).
+    @Test func aGoAwayAskedDuringTheHandshakeIsSentOnceTheSessionIsUp() throws {
+        let server = try server { _, responder in responder.respond(status: 200) }
+        defer { server.stop() }
+        let relay = try HeldTCPRelay(to: server.port)
+        defer { relay.stop() }
+        let connection = try client(relay.port)
+        #expect(waitUntil { server.connectionCount == 1 }, "the server holds the connection before its handshake")
+        server.goAwayAll(debugData: "{\"reason\":\"Shutdown\"}")
+        relay.release()
+        #expect(waitUntil { connection.currentStatus.isGoingAway || connection.currentStatus.isClosed })
+        #expect(connection.currentStatus.isGoingAway, "closed after a GOAWAY, not merely dropped")
+    }
+
     @Test func aDroppedConnectionFailsItsStreamsAsConnectionLost() throws {
         let server = try server { _, responder in responder.dropConnection() }
         defer { server.stop() }
