@@ -79,8 +79,7 @@ extension SQLiteStore {
     }
 
     public func deleteDevice(id: String, now: Int64) throws(StoreError) -> Bool {
-        // The device's jobs, live and dead, go with it (SQLiteStore+DeviceJobs.swift).
-        try write { db in try Self.deleteDevice(id, reporting: (.failed, "DeviceDeleted", now), db) }
+        try write { db in try DeviceDeletion.deletedByApp(at: now).apply(to: id, in: SQLiteDeviceDeletion(db: db)) }
     }
 
     public func importDevice(_ device: Device) throws(StoreError) -> Bool {

@@ -42,12 +42,6 @@ extension SQLiteStore: SupportQueries {
     }
 
     public func eraseDevice(id: String, reason: String, now: Int64) throws(StoreError) -> Bool {
-        try write { db in
-            guard try Self.deleteDevice(id, reporting: (.failed, "DeviceDeleted", now), db) else { return false }
-            try db.statement(
-                "INSERT INTO tombstones (device_id, reason, removed_at) VALUES (?, ?, ?) ON CONFLICT (device_id) DO UPDATE SET reason = excluded.reason, removed_at = excluded.removed_at"
-            ).run([.text(id), .text(reason), .integer(now)])
-            return true
-        }
+        try write { db in try DeviceDeletion.erased(reason: reason, at: now).apply(to: id, in: SQLiteDeviceDeletion(db: db)) }
     }
 }

@@ -86,22 +86,22 @@ extension PostgresStore {
     }
 
     public func deleteDevice(id: String, now: Int64) throws(StoreError) -> Bool {
-        try write { db in
-            // The device first, as enqueue, finish and replay lock it: no deadlock with a deliverer recording its
-            // Test job's answer, and no job enqueued between the outcomes and the delete.
-            let locked = try db.rows("SELECT 1 FROM devices WHERE id = $1::text FOR UPDATE", [.text(id)]) { $0.int(0) }
-            guard !locked.isEmpty else {
-                return false
-            }
-            Self.reportWaitingTests(ofDevice: id, .failed, "DeviceDeleted", now: now, db)
-            // Foreign keys cascade: the device's jobs, pending and dead, go with it.
-            return try db.run("DELETE FROM devices WHERE id = $1::text", [.text(id)]) > 0
-        }
+        try write { db in try DeviceDeletion.deletedByApp(at: now).apply(to: id, in: PostgresDeviceDeletion(db: db)) }
     }
 
-    /// Records `kind`/`reason` for the device's live jobs a Test request waits for, before the device and its jobs
-    /// go: the request is answered now rather than told "queued" at `TEST_WAIT` for a push that no longer exists.
-    /// One already recorded (the head APNs just answered) keeps its own.
+    /// Deletes the device and every job it has, live or dead, telling a Test request waiting on one of its live jobs
+    /// `outcome`, and keeping a tombstone with `tombstone` if one is given: `DeviceDeletion`'s steps, applied by
+    /// `PostgresDeviceDeletion` inside the caller's transaction. False when there was no such device.
+    static func deleteDevice(
+        _ device: String, reporting outcome: (kind: ReportedOutcome.Kind, reason: String, now: Int64), tombstone: String? = nil,
+        _ db: PGConnection
+    ) throws -> Bool {
+        try DeviceDeletion(report: ReportedOutcome(kind: outcome.kind, reason: outcome.reason), tombstone: tombstone, at: outcome.now)
+            .apply(to: device, in: PostgresDeviceDeletion(db: db))
+    }
+
+    /// Records `kind`/`reason` for the device's live jobs a Test request waits for, through `jobs_waiting_tests`
+    /// (sent with the transaction's next round trip). One already recorded (the head APNs just answered) keeps its own.
     static func reportWaitingTests(
         ofDevice device: String, _ kind: ReportedOutcome.Kind, _ reason: String, now: Int64, _ db: PGConnection
     ) {
@@ -152,5 +152,33 @@ extension PostgresStore {
             try db.run("DELETE FROM monitor_states WHERE updated_at < $1::bigint", [.integer(before)])
             return try db.run("DELETE FROM tombstones WHERE removed_at < $1::bigint", [.integer(before)])
         }
+    }
+}
+
+/// `DeviceDeletion`'s steps on PostgreSQL, inside the caller's transaction.
+struct PostgresDeviceDeletion: DeviceDeletionDialect {
+    let db: PGConnection
+
+    /// The device first, as enqueue, finish and replay lock it: no deadlock with a deliverer recording its Test job's
+    /// answer, and no job enqueued between the outcomes and the delete.
+    func lockDevice(_ device: String) throws -> Bool {
+        try !db.rows("SELECT 1 FROM devices WHERE id = $1::text FOR UPDATE", [.text(device)]) { _ in true }.isEmpty
+    }
+
+    func reportWaitingTests(of device: String, _ outcome: ReportedOutcome, at: Int64) {
+        PostgresStore.reportWaitingTests(ofDevice: device, outcome.kind, outcome.reason, now: at, db)
+    }
+
+    func recordTombstone(of device: String, reason: String, at: Int64) {
+        db.runDeferred(
+            """
+            INSERT INTO tombstones (device_id, reason, removed_at) VALUES ($1::text, $2::text, $3::bigint)
+            ON CONFLICT (device_id) DO UPDATE SET reason = excluded.reason, removed_at = excluded.removed_at
+            """, [.text(device), .text(reason), .integer(at)])
+    }
+
+    /// The foreign keys cascade: the device's jobs, live and dead, and its monitor states go with it.
+    func deleteDeviceAndJobs(_ device: String) throws -> Bool {
+        try db.run("DELETE FROM devices WHERE id = $1::text", [.text(device)]) > 0
     }
 }

@@ -46,19 +46,6 @@ extension PostgresStore: SupportQueries {
     }
 
     public func eraseDevice(id: String, reason: String, now: Int64) throws(StoreError) -> Bool {
-        try write { db in
-            // The device first, as enqueue, finish and replay lock it (see deleteDevice).
-            guard !(try db.rows("SELECT 1 FROM devices WHERE id = $1::text FOR UPDATE", [.text(id)]) { $0.int(0) }).isEmpty else {
-                return false
-            }
-            Self.reportWaitingTests(ofDevice: id, .failed, "DeviceDeleted", now: now, db)
-            try db.run(
-                """
-                INSERT INTO tombstones (device_id, reason, removed_at) VALUES ($1::text, $2::text, $3::bigint)
-                ON CONFLICT (device_id) DO UPDATE SET reason = excluded.reason, removed_at = excluded.removed_at
-                """, [.text(id), .text(reason), .integer(now)])
-            // Foreign keys cascade: the device's jobs, live and dead, and its monitor states go with it.
-            return try db.run("DELETE FROM devices WHERE id = $1::text", [.text(id)]) > 0
-        }
+        try write { db in try DeviceDeletion.erased(reason: reason, at: now).apply(to: id, in: PostgresDeviceDeletion(db: db)) }
     }
 }
