@@ -93,15 +93,12 @@ extension SQLiteStore {
     /// Deletes the device's dead letters.
     static let deleteDeadLetters = "DELETE FROM jobs WHERE device_id = ?1 AND state = 'discarded'"
 
-    /// Deletes the device and every job it has, live or dead, telling a Test request waiting on one of its live jobs
-    /// `outcome`, and keeping a tombstone with `tombstone` if one is given: `DeviceDeletion`'s steps, applied by
-    /// `SQLiteDeviceDeletion`. False when there was no such device.
+    /// `finish`'s way to delete a device in its transaction (APNs unregistered the token): `DeviceDeletion`'s
+    /// steps, applied by `SQLiteDeviceDeletion`. False when there was no such device.
     static func deleteDevice(
-        _ device: String, reporting outcome: (kind: ReportedOutcome.Kind, reason: String, now: Int64), tombstone: String? = nil,
-        _ db: SQLiteConnection
+        _ device: String, reporting outcome: DeviceDeletion.Outcome, tombstone: String? = nil, _ db: SQLiteConnection
     ) throws -> Bool {
-        try DeviceDeletion(report: ReportedOutcome(kind: outcome.kind, reason: outcome.reason), tombstone: tombstone, at: outcome.now)
-            .apply(to: device, in: SQLiteDeviceDeletion(db: db))
+        try DeviceDeletion(reporting: outcome, tombstone: tombstone).apply(to: device, in: SQLiteDeviceDeletion(db: db))
     }
 }
 

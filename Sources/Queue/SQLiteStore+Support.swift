@@ -5,8 +5,8 @@ extension SQLiteStore: SupportQueries {
         try read { db in
             guard
                 let (device, environment, live) = try db.statement(
-                    "SELECT \(Self.deviceColumns), apns_environment, live_jobs FROM devices WHERE id = ?"
-                ).rows([.text(id)], { (Self.device($0), $0.isNull(7) ? nil : $0.text(7), $0.int(8)) }).first
+                    "SELECT \(Device.columns), apns_environment, live_jobs FROM devices WHERE id = ?"
+                ).rows([.text(id)], { (Device(row: $0), $0.isNull(7) ? nil : $0.text(7), $0.int(8)) }).first
             else { return nil }
             // The head is the device's oldest live job (jobs_one_head_per_device); dead letters by their own index.
             let oldest = try db.statement("SELECT created_at FROM jobs h WHERE h.device_id = ? AND \(Self.isHead("h"))")

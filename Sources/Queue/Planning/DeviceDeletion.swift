@@ -17,6 +17,13 @@ public struct DeviceDeletion: Sendable, Equatable {
         self.at = at
     }
 
+    /// What a waiting Test request is told, and when: how `finish` names a deletion (`removeDevice`).
+    public typealias Outcome = (kind: ReportedOutcome.Kind, reason: String, now: Int64)
+
+    public init(reporting outcome: Outcome, tombstone: String? = nil) {
+        self.init(report: ReportedOutcome(kind: outcome.kind, reason: outcome.reason), tombstone: tombstone, at: outcome.now)
+    }
+
     /// The app deleted its device: no tombstone, as the app said it is gone.
     public static func deletedByApp(at: Int64) -> DeviceDeletion {
         DeviceDeletion(report: ReportedOutcome(kind: .failed, reason: "DeviceDeleted"), at: at)

@@ -1,47 +1,29 @@
 import Common
 
 extension PostgresStore {
-    static let deviceColumns =
-        "id, device_token, auth_token_hash, date_added, last_successful_notification, last_delivery_error, down_notification_level"
-
-    static func device(_ row: PGRow) -> Device {
-        Device(
-            id: row.text(0), token: row.text(1), authTokenHash: row.text(2), dateAdded: row.int64(3),
-            lastSuccessfulNotification: row.optionalInt64(4), lastDeliveryError: row.text(5),
-            downNotificationLevel: Device.DownNotificationLevel(rawValue: row.text(6)) ?? .normal)
-    }
-
-    public func registerDevice(
-        token: String, authTokenHash: String, now: Int64,
-        newID: () throws -> String
-    ) throws(StoreError) -> Registration {
-        // A fresh id collides with an existing one with probability ~n/2^84; retry a few times all the same.
-        for _ in 0..<5 {
-            let candidate: String
-            do { candidate = try newID() } catch { throw StoreError(.failed, "cannot generate a device id: \(error)") }
-            let registration: Registration? = try write { db in
+    public func registerDevice(token: String, authTokenHash: String, now: Int64, newID: () throws -> String) throws(StoreError) -> Registration {
+        try DeviceRegistration.register(newID: newID) { candidate throws(StoreError) in
+            try write { db -> Device? in
                 do {
                     let rows = try db.rows(
                         """
                         INSERT INTO devices (id, device_token, auth_token_hash, date_added) VALUES ($1::text, $2::text, $3::text, $4::bigint)
                         ON CONFLICT (device_token) DO UPDATE SET auth_token_hash = excluded.auth_token_hash, apns_environment = NULL
-                        RETURNING \(Self.deviceColumns)
-                        """, [.text(candidate), .text(token), .text(authTokenHash), .integer(now)], Self.device)
+                        RETURNING \(Device.columns)
+                        """, [.text(candidate), .text(token), .text(authTokenHash), .integer(now)], Device.init(row:))
                     guard let device = rows.first else { throw StoreError(.failed, "register returned no row") }
-                    return Registration(device: device, created: device.id == candidate)
+                    return device
                 } catch let error as PGError where error.isUniqueViolation && error.constraint == "devices_pkey" {
-                    // The transaction is aborted (its COMMIT becomes a rollback); the loop tries another id.
+                    // The transaction is aborted (its COMMIT becomes a rollback); another id is tried.
                     return nil
                 }
             }
-            if let registration { return registration }
         }
-        throw StoreError(.failed, "cannot register: five fresh device ids were all taken")
     }
 
     public func device(id: String) throws(StoreError) -> Device? {
         try read { db in
-            try db.rows("SELECT \(Self.deviceColumns) FROM devices WHERE id = $1::text", [.text(id)], Self.device).first
+            try db.rows("SELECT \(Device.columns) FROM devices WHERE id = $1::text", [.text(id)], Device.init(row:)).first
         }
     }
 
@@ -62,8 +44,8 @@ extension PostgresStore {
                             device_token = coalesce($1::text, device_token),
                             down_notification_level = coalesce($2::text, down_notification_level)
                         WHERE id = $3::text
-                        RETURNING \(Self.deviceColumns)
-                        """, [.optional(token), .optional(level?.rawValue), .text(id)], Self.device
+                        RETURNING \(Device.columns)
+                        """, [.optional(token), .optional(level?.rawValue), .text(id)], Device.init(row:)
                     ).first)
             } catch let error as PGError where error.isUniqueViolation && error.constraint == "devices_device_token_key" {
                 // The transaction is aborted (its COMMIT becomes a rollback).
@@ -89,15 +71,12 @@ extension PostgresStore {
         try write { db in try DeviceDeletion.deletedByApp(at: now).apply(to: id, in: PostgresDeviceDeletion(db: db)) }
     }
 
-    /// Deletes the device and every job it has, live or dead, telling a Test request waiting on one of its live jobs
-    /// `outcome`, and keeping a tombstone with `tombstone` if one is given: `DeviceDeletion`'s steps, applied by
-    /// `PostgresDeviceDeletion` inside the caller's transaction. False when there was no such device.
+    /// The same as `SQLiteStore.deleteDevice(_:reporting:tombstone:_:)`, inside the caller's PostgreSQL
+    /// transaction (`PostgresDeviceDeletion`).
     static func deleteDevice(
-        _ device: String, reporting outcome: (kind: ReportedOutcome.Kind, reason: String, now: Int64), tombstone: String? = nil,
-        _ db: PGConnection
+        _ device: String, reporting outcome: DeviceDeletion.Outcome, tombstone: String? = nil, _ db: PGConnection
     ) throws -> Bool {
-        try DeviceDeletion(report: ReportedOutcome(kind: outcome.kind, reason: outcome.reason), tombstone: tombstone, at: outcome.now)
-            .apply(to: device, in: PostgresDeviceDeletion(db: db))
+        try DeviceDeletion(reporting: outcome, tombstone: tombstone).apply(to: device, in: PostgresDeviceDeletion(db: db))
     }
 
     /// Records `kind`/`reason` for the device's live jobs a Test request waits for, through `jobs_waiting_tests`
@@ -182,3 +161,5 @@ struct PostgresDeviceDeletion: DeviceDeletionDialect {
         try db.run("DELETE FROM devices WHERE id = $1::text", [.text(device)]) > 0
     }
 }
+
+extension PGRow: ResultRow {}

@@ -5,8 +5,8 @@ extension PostgresStore: SupportQueries {
         try read { db in
             guard
                 let (device, environment, live) = try db.rows(
-                    "SELECT \(Self.deviceColumns), apns_environment, live_jobs FROM devices WHERE id = $1::text", [.text(id)],
-                    { (Self.device($0), $0.optionalText(7), $0.int(8)) }
+                    "SELECT \(Device.columns), apns_environment, live_jobs FROM devices WHERE id = $1::text", [.text(id)],
+                    { (Device(row: $0), $0.optionalText(7), $0.int(8)) }
                 ).first
             else { return nil }
             // The head is the device's oldest live job; dead letters grouped by reason, through jobs_by_device.
