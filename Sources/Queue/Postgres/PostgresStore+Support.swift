@@ -29,14 +29,8 @@ extension PostgresStore: SupportQueries {
         return try read { db in
             try db.rows(
                 """
-                SELECT id, public_id, device_id, last_error, attempt, created_at, finalized_at FROM jobs
-                WHERE \(whereClause) ORDER BY id LIMIT $\(values.count + 1)::bigint
-                """, values + [.integer(Int64(limit))], prepare: false
-            ) {
-                DeadLetter(
-                    id: $0.int64(0), publicID: $0.text(1), deviceID: $0.text(2), reason: $0.text(3), attempts: $0.int(4),
-                    acceptedAt: $0.int64(5), deadAt: $0.int64(6))
-            }
+                SELECT \(DeadLetter.columns) FROM jobs WHERE \(whereClause) ORDER BY id LIMIT $\(values.count + 1)::bigint
+                """, values + [.integer(Int64(limit))], prepare: false, DeadLetter.init(row:))
         }
     }
 
