@@ -2,21 +2,14 @@ import Common
 
 extension SQLiteStore {
     public func registerDevice(token: String, authTokenHash: String, now: Int64, newID: () throws -> String) throws(StoreError) -> Registration {
-        // A token already registered is no conflict (ON CONFLICT updates it), so the only constraint left to fail is
-        // the id's PRIMARY KEY, recognised by its result code.
         try DeviceRegistration.register(newID: newID) { candidate throws(StoreError) in
-            try write { db -> Device? in
+            let values: [SQLiteValue] = [.text(candidate), .text(token), .text(authTokenHash), .integer(now)]
+            return try write { db in
+                let insert = try db.statement(DeviceRegistration.insert(values: "?1, ?2, ?3, ?4"))
                 do {
-                    let rows = try db.statement(
-                        """
-                        INSERT INTO devices (id, device_token, auth_token_hash, date_added) VALUES (?1, ?2, ?3, ?4)
-                        ON CONFLICT (device_token) DO UPDATE SET auth_token_hash = excluded.auth_token_hash, apns_environment = NULL
-                        RETURNING \(Device.columns)
-                        """
-                    ).rows([.text(candidate), .text(token), .text(authTokenHash), .integer(now)], Device.init(row:))
-                    guard let device = rows.first else { throw StoreError(.failed, "register returned no row") }
-                    return device
+                    return try insert.rows(values, Device.init(row:))
                 } catch let error as SQLiteError where error.isPrimaryKeyViolation {
+                    // A known token is no conflict (ON CONFLICT updates it): the one constraint left is the id's.
                     return nil
                 }
             }

@@ -27,14 +27,26 @@ enum DeviceRegistration {
     /// the device that has the token already, and returns nil only when the id is taken by another device. A fresh
     /// id collides with an existing one with probability ~n/2^84; retried a few times all the same.
     static func register(
-        newID: () throws -> String, insert: (_ candidate: String) throws(StoreError) -> Device?
+        newID: () throws -> String, insert: (_ candidate: String) throws(StoreError) -> [Device]?
     ) throws(StoreError) -> Registration {
         for _ in 0..<5 {
             let candidate: String
             do { candidate = try newID() } catch { throw StoreError(.failed, "cannot generate a device id: \(error)") }
+            guard let rows = try insert(candidate) else { continue }
+            guard let device = rows.first else { throw StoreError(.failed, "register returned no row") }
             // A known token keeps its id: the device is new only when it has the id just drawn.
-            if let device = try insert(candidate) { return Registration(device: device, created: device.id == candidate) }
+            return Registration(device: device, created: device.id == candidate)
         }
         throw StoreError(.failed, "cannot register: five fresh device ids were all taken")
+    }
+
+    /// The statement `insert` runs, with `values` the store's placeholders for the id, token, auth token hash and
+    /// time: a known token is no conflict (its auth token is replaced, and the environment learnt for it forgotten).
+    static func insert(values: String) -> String {
+        """
+        INSERT INTO devices (id, device_token, auth_token_hash, date_added) VALUES (\(values))
+        ON CONFLICT (device_token) DO UPDATE SET auth_token_hash = excluded.auth_token_hash, apns_environment = NULL
+        RETURNING \(Device.columns)
+        """
     }
 }

@@ -2,17 +2,11 @@ import Common
 
 extension PostgresStore {
     public func registerDevice(token: String, authTokenHash: String, now: Int64, newID: () throws -> String) throws(StoreError) -> Registration {
-        try DeviceRegistration.register(newID: newID) { candidate throws(StoreError) in
-            try write { db -> Device? in
+        let insert = DeviceRegistration.insert(values: "$1::text, $2::text, $3::text, $4::bigint")
+        return try DeviceRegistration.register(newID: newID) { candidate throws(StoreError) in
+            try write { db -> [Device]? in
                 do {
-                    let rows = try db.rows(
-                        """
-                        INSERT INTO devices (id, device_token, auth_token_hash, date_added) VALUES ($1::text, $2::text, $3::text, $4::bigint)
-                        ON CONFLICT (device_token) DO UPDATE SET auth_token_hash = excluded.auth_token_hash, apns_environment = NULL
-                        RETURNING \(Device.columns)
-                        """, [.text(candidate), .text(token), .text(authTokenHash), .integer(now)], Device.init(row:))
-                    guard let device = rows.first else { throw StoreError(.failed, "register returned no row") }
-                    return device
+                    return try db.rows(insert, [.text(candidate), .text(token), .text(authTokenHash), .integer(now)], Device.init(row:))
                 } catch let error as PGError where error.isUniqueViolation && error.constraint == "devices_pkey" {
                     // The transaction is aborted (its COMMIT becomes a rollback); another id is tried.
                     return nil
