@@ -19,7 +19,7 @@ enum PGPlaceholders {
         func past(_ terminator: [UInt8], from: Int) -> Int {
             var at = from
             while at + terminator.count <= text.count {
-                if Array(text[at..<at + terminator.count]) == terminator { return at + terminator.count }
+                if text[at..<at + terminator.count].elementsEqual(terminator) { return at + terminator.count }
                 at += 1
             }
             return text.count
