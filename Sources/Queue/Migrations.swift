@@ -1,15 +1,8 @@
 import Common
 
-/// The schema, as numbered, append-only migrations. Never edit a shipped migration: add the next number.
-/// Each applied version is recorded in `schema_migrations`; a database holding a version this list does not know
-/// was migrated by a newer binary and is refused.
+/// The SQLite schema, as numbered, append-only migrations, applied by `MigrationRunner`. Never edit a shipped
+/// migration: add the next number.
 enum Migrations {
-    struct Migration {
-        let version: Int
-        let name: String
-        let sql: String
-    }
-
     static let all: [Migration] = [
         Migration(
             version: 1, name: "devices, tombstones and jobs",
@@ -305,71 +298,55 @@ enum Migrations {
 
     static var latestVersion: Int { all.map(\.version).max() ?? 0 }
 
-    /// Brings the database up to `latestVersion`, applying each missing migration in its own transaction. On a
-    /// database that already had a schema (an upgrade, not a new file) each migration this process applies is
-    /// announced on `logger` when it starts and again with its duration when it is done; one another process
-    /// applied meanwhile is not. `beforeEach` runs before each missing migration's transaction: tests play another
-    /// process there, applying the migration after this one read the list.
+    /// Brings the database up to `latestVersion` (`MigrationRunner`). `beforeEach` runs before each missing
+    /// migration's transaction: tests play another process there, applying the migration after this one read the list.
     static func apply(
         on connection: SQLiteConnection, now: Int64, logger: Logger? = nil, beforeEach: (Migration) throws -> Void = { _ in }
     ) throws {
         // Processes started together (ingest and deliverers under systemd) wait for the one upgrading, however long
         // its migrations take (migration 12: about 20 s a million jobs), instead of giving up at the busy timeout.
         try connection.withBusyTimeout(millis: upgradeWaitMillis) {
-            try applyPending(on: connection, now: now, logger: logger, beforeEach: beforeEach)
+            try MigrationRunner(migrations: all, dialect: SQLiteMigrationDialect(connection: connection))
+                .run(now: now, logger: logger, beforeEach: beforeEach)
         }
     }
 
     /// How long a process waits for another's schema upgrade before it gives up.
     static let upgradeWaitMillis: Int32 = 15 * 60 * 1000
+}
 
-    private static func applyPending(
-        on connection: SQLiteConnection, now: Int64, logger: Logger?, beforeEach: (Migration) throws -> Void
-    ) throws {
-        try connection.writeTransaction {
-            let tables = try connection.statement("SELECT name FROM sqlite_master WHERE type = 'table'").rows { $0.text(0) }
-            if !tables.isEmpty && !tables.contains("schema_migrations") {
-                throw StoreError(.notADatabase, "the database holds tables but no schema_migrations: it is not a KumaPush relay database")
-            }
-            try connection.execute(
-                """
-                CREATE TABLE IF NOT EXISTS schema_migrations (
-                    version INTEGER PRIMARY KEY NOT NULL,
-                    name TEXT NOT NULL,
-                    applied_at INTEGER NOT NULL
-                )
-                """)
-        }
-        let applied = Set(try connection.statement("SELECT version FROM schema_migrations").rows { $0.int(0) })
-        if let newest = applied.max(), newest > latestVersion {
-            throw StoreError(
-                .newerSchema,
-                "the database is at schema version \(newest) but this binary knows only up to \(latestVersion): run a newer kumapush-relay")
-        }
-        let upgrading = !applied.isEmpty
-        for migration in all where !applied.contains(migration.version) {
-            let announced = ["schema.version": String(migration.version), "schema.migration": migration.name]
-            var started = ContinuousClock.now
-            try beforeEach(migration)
-            let appliedHere = try connection.writeTransaction {
-                // Re-check inside the write lock: another process may have applied it while this one waited.
-                let done =
-                    try connection.statement("SELECT count(*) FROM schema_migrations WHERE version = ?")
-                    .rows([.integer(Int64(migration.version))]) { $0.int(0) }.first ?? 0
-                guard done == 0 else { return false }
-                if upgrading {
-                    started = ContinuousClock.now
-                    logger?.info("upgrading the database schema; this process goes on when it is done", announced)
-                }
-                try connection.execute(migration.sql)
-                try connection.statement("INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)")
-                    .run([.integer(Int64(migration.version)), .text(migration.name), .integer(now)])
-                return true
-            }
-            if upgrading, appliedHere {
-                let took = ContinuousClock.now - started
-                logger?.info("database schema upgraded", announced.merging(["duration_ms": String(took.wholeMilliseconds)]) { _, new in new })
-            }
-        }
+/// `MigrationRunner`'s steps on SQLite: `BEGIN IMMEDIATE` takes the database's write lock, which is the lock every
+/// migrating process waits for.
+struct SQLiteMigrationDialect: MigrationDialect {
+    let connection: SQLiteConnection
+
+    var upgradeNote: String { "this process goes on when it is done" }
+
+    func transaction<T>(_ body: () throws -> T) throws -> T { try connection.writeTransaction(body) }
+
+    func tableNames() throws -> [String] {
+        try connection.statement("SELECT name FROM sqlite_master WHERE type = 'table'").rows { $0.text(0) }
+    }
+
+    func createLedger() throws {
+        try connection.execute(
+            """
+            CREATE TABLE IF NOT EXISTS schema_migrations (
+                version INTEGER PRIMARY KEY NOT NULL,
+                name TEXT NOT NULL,
+                applied_at INTEGER NOT NULL
+            )
+            """)
+    }
+
+    func appliedVersions() throws -> Set<Int> {
+        Set(try connection.statement("SELECT version FROM schema_migrations").rows { $0.int(0) })
+    }
+
+    func execute(_ sql: String) throws { try connection.execute(sql) }
+
+    func record(_ migration: Migration, now: Int64) throws {
+        try connection.statement("INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)")
+            .run([.integer(Int64(migration.version)), .text(migration.name), .integer(now)])
     }
 }

@@ -2,27 +2,7 @@ import Common
 
 extension SQLiteStore {
     /// `WHERE` terms and values for a dead-letter filter; `?` placeholders in order.
-    static func conditions(_ filter: DeadLetterFilter) -> (String, [SQLiteValue]) {
-        var terms = ["state = 'discarded'"]
-        var values: [SQLiteValue] = []
-        if let reason = filter.reason {
-            terms.append("last_error = ?")
-            values.append(.text(reason))
-        }
-        if let device = filter.deviceID {
-            terms.append("device_id = ?")
-            values.append(.text(device))
-        }
-        if let since = filter.since {
-            terms.append("finalized_at >= ?")
-            values.append(.integer(since))
-        }
-        if let after = filter.after {
-            terms.append("id > ?")
-            values.append(.integer(after))
-        }
-        return (terms.joined(separator: " AND "), values)
-    }
+    static func conditions(_ filter: DeadLetterFilter) -> (String, [SQLiteValue]) { filter.conditions { _, _ in "?" } }
 
     public func countDeadLetters(_ filter: DeadLetterFilter) throws(StoreError) -> Int {
         let (whereClause, values) = Self.conditions(filter)
@@ -95,3 +75,5 @@ extension SQLiteStore {
         }
     }
 }
+
+extension SQLiteValue: BoundValue {}

@@ -93,34 +93,51 @@ extension SQLiteStore {
     /// Deletes the device's dead letters.
     static let deleteDeadLetters = "DELETE FROM jobs WHERE device_id = ?1 AND state = 'discarded'"
 
-    /// Records `?3`/`?4` at `?5` for the device's (?2) live job numbered ?1 if a Test request waits for it (one
-    /// already recorded, the head APNs just answered, keeps its own).
-    static let reportNumbered = """
-        INSERT OR IGNORE INTO job_outcomes (public_id, outcome, reason, finished_at)
-        SELECT public_id, ?3, ?4, ?5 FROM jobs
-        WHERE device_seq = ?1 AND device_id = ?2 AND reports_outcome = 1 AND state != 'discarded'
-        """
-
-    /// Deletes the device and every job it has, live or dead. What the foreign key's cascade did before migration 12:
-    /// the live jobs by number from the head's, the dead letters through their partial index by device. A live job
-    /// a Test request waits for gets `outcome` first, so the request is answered now rather than told "queued" at
-    /// `TEST_WAIT` for a push that no longer exists.
+    /// `finish`'s way to delete a device in its transaction (APNs unregistered the token): `DeviceDeletion`'s
+    /// steps, applied by `SQLiteDeviceDeletion`. False when there was no such device.
     static func deleteDevice(
-        _ device: String, reporting outcome: (kind: ReportedOutcome.Kind, reason: String, now: Int64), _ db: SQLiteConnection
+        _ device: String, reporting outcome: DeviceDeletion.Outcome, tombstone: String? = nil, _ db: SQLiteConnection
     ) throws -> Bool {
-        if let numbers = try jobNumbers(device: device, db), let head = numbers.head {
-            let report = try db.statement(reportNumbered)
-            let delete = try db.statement(deleteNumbered)
-            var seq = head
-            while seq < numbers.next {
-                try report.run([
-                    .integer(seq), .text(device), .text(outcome.kind.rawValue), .text(outcome.reason), .integer(outcome.now)
-                ])
-                try delete.run([.integer(seq), .text(device)])
-                seq += 1
-            }
+        try DeviceDeletion(reporting: outcome, tombstone: tombstone).apply(to: device, in: SQLiteDeviceDeletion(db: db))
+    }
+}
+
+/// `DeviceDeletion`'s steps on SQLite, in the writer's transaction (which holds the whole database: no lock to take).
+struct SQLiteDeviceDeletion: DeviceDeletionDialect {
+    let db: SQLiteConnection
+
+    func lockDevice(_ device: String) throws -> Bool {
+        try !db.statement("SELECT 1 FROM devices WHERE id = ?").rows([.text(device)], { _ in true }).isEmpty
+    }
+
+    /// Through `jobs_waiting_tests` (migration 13), which holds only those jobs; `OR IGNORE` keeps an outcome
+    /// already recorded.
+    func reportWaitingTests(of device: String, _ outcome: ReportedOutcome, at: Int64) throws {
+        try db.statement(
+            """
+            INSERT OR IGNORE INTO job_outcomes (public_id, outcome, reason, finished_at)
+            SELECT public_id, ?2, ?3, ?4 FROM jobs WHERE device_id = ?1 AND reports_outcome = 1 AND state != 'discarded'
+            """
+        ).run([.text(device), .text(outcome.kind.rawValue), .text(outcome.reason), .integer(at)])
+    }
+
+    func recordTombstone(of device: String, reason: String, at: Int64) throws {
+        try db.statement(
+            """
+            INSERT INTO tombstones (device_id, reason, removed_at) VALUES (?1, ?2, ?3)
+            ON CONFLICT (device_id) DO UPDATE SET reason = excluded.reason, removed_at = excluded.removed_at
+            """
+        ).run([.text(device), .text(reason), .integer(at)])
+    }
+
+    /// What the foreign key's cascade did before migration 12: the live jobs by number from the head's, the dead
+    /// letters through their partial index by device.
+    func deleteDeviceAndJobs(_ device: String) throws -> Bool {
+        if let numbers = try SQLiteStore.jobNumbers(device: device, db), let head = numbers.head {
+            let delete = try db.statement(SQLiteStore.deleteNumbered)
+            for seq in head..<max(head, numbers.next) { try delete.run([.integer(seq), .text(device)]) }
         }
-        try db.statement(deleteDeadLetters).run([.text(device)])
+        try db.statement(SQLiteStore.deleteDeadLetters).run([.text(device)])
         return try db.statement("DELETE FROM devices WHERE id = ?").run([.text(device)]) > 0
     }
 }

@@ -1,50 +1,24 @@
 import Common
 
 extension SQLiteStore {
-    static let deviceColumns =
-        "id, device_token, auth_token_hash, date_added, last_successful_notification, last_delivery_error, down_notification_level"
-
-    static func device(_ row: SQLiteRow) -> Device {
-        Device(
-            id: row.text(0), token: row.text(1), authTokenHash: row.text(2), dateAdded: row.int64(3),
-            lastSuccessfulNotification: row.optionalInt64(4), lastDeliveryError: row.text(5),
-            downNotificationLevel: Device.DownNotificationLevel(rawValue: row.text(6)) ?? .normal)
-    }
-
-    public func registerDevice(
-        token: String, authTokenHash: String, now: Int64,
-        newID: () throws -> String
-    ) throws(StoreError) -> Registration {
-        // A fresh id collides with an existing one with probability ~n/2^84; retry a few times all the same.
-        // A token already registered is no conflict (ON CONFLICT updates it), so the only constraint left to fail is
-        // the id's PRIMARY KEY, recognised by its result code.
-        for _ in 0..<5 {
-            let candidate: String
-            do { candidate = try newID() } catch { throw StoreError(.failed, "cannot generate a device id: \(error)") }
-            let registration = try write { db -> Registration? in
-                let rows: [Device]
+    public func registerDevice(token: String, authTokenHash: String, now: Int64, newID: () throws -> String) throws(StoreError) -> Registration {
+        try DeviceRegistration.register(newID: newID) { candidate throws(StoreError) in
+            let values: [SQLiteValue] = [.text(candidate), .text(token), .text(authTokenHash), .integer(now)]
+            return try write { db in
+                let insert = try db.statement(DeviceRegistration.insert(values: "?1, ?2, ?3, ?4"))
                 do {
-                    rows = try db.statement(
-                        """
-                        INSERT INTO devices (id, device_token, auth_token_hash, date_added) VALUES (?1, ?2, ?3, ?4)
-                        ON CONFLICT (device_token) DO UPDATE SET auth_token_hash = excluded.auth_token_hash, apns_environment = NULL
-                        RETURNING \(Self.deviceColumns)
-                        """
-                    ).rows([.text(candidate), .text(token), .text(authTokenHash), .integer(now)], Self.device)
+                    return try insert.rows(values, Device.init(row:))
                 } catch let error as SQLiteError where error.isPrimaryKeyViolation {
+                    // A known token is no conflict (ON CONFLICT updates it): the one constraint left is the id's.
                     return nil
                 }
-                guard let device = rows.first else { throw StoreError(.failed, "register returned no row") }
-                return Registration(device: device, created: device.id == candidate)
             }
-            if let registration { return registration }
         }
-        throw StoreError(.failed, "cannot register: five fresh device ids were all taken")
     }
 
     public func device(id: String) throws(StoreError) -> Device? {
         try read { db in
-            try db.statement("SELECT \(Self.deviceColumns) FROM devices WHERE id = ?").rows([.text(id)], Self.device).first
+            try db.statement("SELECT \(Device.columns) FROM devices WHERE id = ?").rows([.text(id)], Device.init(row:)).first
         }
     }
 
@@ -60,9 +34,9 @@ extension SQLiteStore {
                         device_token = coalesce(?1, device_token),
                         down_notification_level = coalesce(?2, down_notification_level)
                     WHERE id = ?3
-                    RETURNING \(Self.deviceColumns)
+                    RETURNING \(Device.columns)
                     """
-                ).rows([.optional(token), .optional(level?.rawValue), .text(id)], Self.device).first
+                ).rows([.optional(token), .optional(level?.rawValue), .text(id)], Device.init(row:)).first
             } catch let error as SQLiteError where error.isUniqueViolation {
                 // The id is not changed, so the one UNIQUE constraint this can break is device_token's.
                 throw StoreError(.tokenConflict, "device token already registered")
@@ -79,8 +53,7 @@ extension SQLiteStore {
     }
 
     public func deleteDevice(id: String, now: Int64) throws(StoreError) -> Bool {
-        // The device's jobs, live and dead, go with it (SQLiteStore+DeviceJobs.swift).
-        try write { db in try Self.deleteDevice(id, reporting: (.failed, "DeviceDeleted", now), db) }
+        try write { db in try DeviceDeletion.deletedByApp(at: now).apply(to: id, in: SQLiteDeviceDeletion(db: db)) }
     }
 
     public func importDevice(_ device: Device) throws(StoreError) -> Bool {
@@ -120,3 +93,5 @@ extension SQLiteStore {
         }
     }
 }
+
+extension SQLiteRow: ResultRow {}

@@ -21,18 +21,9 @@ extension SQLiteStore {
         try read { db in
             try db.statement(
                 """
-                SELECT id, device_token, auth_token_hash, date_added, last_successful_notification, last_delivery_error,
-                       down_notification_level, apns_environment
-                FROM devices WHERE id > ? ORDER BY id LIMIT ?
+                SELECT \(Device.columns), apns_environment FROM devices WHERE id > ? ORDER BY id LIMIT ?
                 """
-            ).rows([.text(after), .integer(Int64(limit))]) {
-                StoreTransfer.DeviceRow(
-                    device: Device(
-                        id: $0.text(0), token: $0.text(1), authTokenHash: $0.text(2), dateAdded: $0.int64(3),
-                        lastSuccessfulNotification: $0.optionalInt64(4), lastDeliveryError: $0.text(5),
-                        downNotificationLevel: Device.DownNotificationLevel(rawValue: $0.text(6)) ?? .normal),
-                    apnsEnvironment: $0.optionalText(7))
-            }
+            ).rows([.text(after), .integer(Int64(limit))]) { StoreTransfer.DeviceRow(device: Device(row: $0), apnsEnvironment: $0.optionalText(7)) }
         }
     }
 

@@ -5,8 +5,8 @@ extension SQLiteStore: SupportQueries {
         try read { db in
             guard
                 let (device, environment, live) = try db.statement(
-                    "SELECT \(Self.deviceColumns), apns_environment, live_jobs FROM devices WHERE id = ?"
-                ).rows([.text(id)], { (Self.device($0), $0.isNull(7) ? nil : $0.text(7), $0.int(8)) }).first
+                    "SELECT \(Device.columns), apns_environment, live_jobs FROM devices WHERE id = ?"
+                ).rows([.text(id)], { (Device(row: $0), $0.isNull(7) ? nil : $0.text(7), $0.int(8)) }).first
             else { return nil }
             // The head is the device's oldest live job (jobs_one_head_per_device); dead letters by their own index.
             let oldest = try db.statement("SELECT created_at FROM jobs h WHERE h.device_id = ? AND \(Self.isHead("h"))")
@@ -25,14 +25,9 @@ extension SQLiteStore: SupportQueries {
         return try read { db in
             try db.statement(
                 """
-                SELECT id, public_id, device_id, last_error, attempt, created_at, finalized_at FROM jobs
-                WHERE \(whereClause) ORDER BY id LIMIT ?
+                SELECT \(DeadLetter.columns) FROM jobs WHERE \(whereClause) ORDER BY id LIMIT ?
                 """
-            ).rows(values + [.integer(Int64(limit))]) {
-                DeadLetter(
-                    id: $0.int64(0), publicID: $0.text(1), deviceID: $0.text(2), reason: $0.text(3), attempts: $0.int(4),
-                    acceptedAt: $0.int64(5), deadAt: $0.int64(6))
-            }
+            ).rows(values + [.integer(Int64(limit))], DeadLetter.init(row:))
         }
     }
 
@@ -42,12 +37,6 @@ extension SQLiteStore: SupportQueries {
     }
 
     public func eraseDevice(id: String, reason: String, now: Int64) throws(StoreError) -> Bool {
-        try write { db in
-            guard try Self.deleteDevice(id, reporting: (.failed, "DeviceDeleted", now), db) else { return false }
-            try db.statement(
-                "INSERT INTO tombstones (device_id, reason, removed_at) VALUES (?, ?, ?) ON CONFLICT (device_id) DO UPDATE SET reason = excluded.reason, removed_at = excluded.removed_at"
-            ).run([.text(id), .text(reason), .integer(now)])
-            return true
-        }
+        try write { db in try DeviceDeletion.erased(reason: reason, at: now).apply(to: id, in: SQLiteDeviceDeletion(db: db)) }
     }
 }

@@ -155,27 +155,9 @@ public final class SQLiteStore: Sendable {
 
     /// Counts by full scans, on a connection of its own (see `statsReader`).
     public func stats() throws(StoreError) -> QueueStats {
-        let scan = { (db: SQLiteConnection) throws -> QueueStats in
-            let devices = try db.statement("SELECT count(*) FROM devices").rows { $0.int(0) }.first ?? 0
-            let tombstones = try db.statement("SELECT count(*) FROM tombstones").rows { $0.int(0) }.first ?? 0
-            var byState: [JobState: Int] = [:]
-            for (state, count) in try db.statement("SELECT state, count(*) FROM jobs GROUP BY state").rows([], { ($0.text(0), $0.int(1)) }) {
-                if let state = JobState(rawValue: state) { byState[state] = count }
-            }
-            var byReason: [String: Int] = [:]
-            for (reason, count) in try db.statement(
-                "SELECT last_error, count(*) FROM jobs WHERE state = 'discarded' GROUP BY last_error"
-            ).rows([], { ($0.text(0), $0.int(1)) }) {
-                byReason[reason] = count
-            }
-            let oldest =
-                try db.statement("SELECT min(created_at) FROM jobs WHERE state != 'discarded'")
-                .rows { $0.optionalInt64(0) }.first ?? nil
-            return QueueStats(
-                devices: devices, tombstones: tombstones, jobsByState: byState,
-                deadLettersByReason: byReason, oldestJobCreatedAt: oldest)
+        try withStatsConnection { db in
+            try QueueStats.counted { sql in try db.statement(sql).rows { (key: $0.text(0), number: $0.optionalInt64(1)) } }
         }
-        return try withStatsConnection(scan)
     }
 
     /// Tests: runs `body` while holding the connection `stats()` scans with, as a scrape under way does.

@@ -85,6 +85,9 @@ import Testing
     /// it past its own lock and statement timeouts, and says so; the one that migrates says its locks are waited for.
     @Test func aMigrationWaitsForItsLockPastTheSessionTimeoutsAndSaysSo() throws {
         let location = try PostgresServer.shared().createDatabase()
+        // An upgrade, not a new database: only an upgrade announces its migrations.
+        let older = try #require(PostgresMigrations.all.dropLast().last?.version)
+        try PostgresMigrations.apply(on: try PGConnection(conninfo: location, options: .init()), now: TestDatabase.t0, upTo: older)
         let migrating = try RawPostgres(location)
         try migrating.execute("SELECT pg_advisory_lock(hashtext('kumapush-relay schema_migrations'))")
         let lines = LogCapture()

@@ -11,6 +11,12 @@ import Foundation
 /// each wake-up may wait for a core; a transaction of two round trips instead of seven waits less.
 /// Results are asked for in text format (numbers and booleans parse from text; `bytea` arrives hex-encoded);
 /// `bytea` parameters go in binary format.
+///
+/// Every statement with parameters is checked as GRDB checks SQLite's (issue 38): it is one statement — the server
+/// refuses a text of several in a Parse message (`PQprepare`, `PQexecParams`; SQLSTATE 42601), where `execute`
+/// (`PQexec`) would run them all — and it is given exactly as many values as it has parameters, counted by the
+/// server for a prepared statement (`PQnparams`) and from the text for one sent unprepared (`PGPlaceholders`).
+/// A wrong count fails before anything is sent, with SQLSTATE 07001 (`PGError.parameterCountMismatch`).
 final class PGConnection {
     struct Options {
         /// Every statement is cancelled by the server after this long (`statement_timeout`), so a lock held by a
@@ -29,8 +35,9 @@ final class PGConnection {
     }
 
     private let handle: OpaquePointer
-    /// SQL text → prepared statement name, for the statements run with `prepare: true`.
-    private var prepared: [String: String] = [:]
+    /// SQL text → prepared statement name and its parameter count (the server's), for the statements run with
+    /// `prepare: true`.
+    private var prepared: [String: (name: String, parameters: Int)] = [:]
     /// Statements to send with the next round trip (`runDeferred`).
     private var deferred: [Statement] = []
     /// Round trips to the server so far: one per statement run on its own, one per pipeline (tests count them).
@@ -231,7 +238,7 @@ final class PGConnection {
         statementLog?.append(sql)
         let statement = Statement(sql: sql, values: values, prepare: prepare)
         if !deferred.isEmpty, let result = try pipelined(then: statement) { return result }
-        let name = prepare ? try preparedName(for: sql, parameterCount: values.count) : nil
+        let name = try checkedName(statement)
         roundTrips += 1
         let result = Self.withParameters(values) { pointers, lengths, formats in
             if let name {
@@ -261,9 +268,7 @@ final class PGConnection {
         guard !statements.isEmpty else { return nil }
         // PQprepare is synchronous and not allowed in a pipeline: new statements are prepared first.
         var names: [String?] = []
-        for statement in statements {
-            names.append(statement.prepare ? try preparedName(for: statement.sql, parameterCount: statement.values.count) : nil)
-        }
+        for statement in statements { names.append(try checkedName(statement)) }
         guard PQenterPipelineMode(handle) == 1 else {
             unusable = true
             throw failure(sql: statements[0].sql)
@@ -370,14 +375,34 @@ final class PGConnection {
         }
     }
 
-    private func preparedName(for sql: String, parameterCount: Int) throws(PGError) -> String {
-        if let name = prepared[sql] { return name }
+    /// The prepared statement's name (nil for one sent unprepared), once its parameters are known to match the
+    /// values: a statement given too few would fail at the server as a protocol violation, and one given too many
+    /// with a type it cannot infer.
+    private func checkedName(_ statement: Statement) throws(PGError) -> String? {
+        let (name, parameters) =
+            statement.prepare ? try preparedStatement(for: statement.sql) : (nil, PGPlaceholders.count(in: statement.sql))
+        guard statement.values.count == parameters else {
+            throw PGError(
+                sqlstate: PGError.parameterCountMismatch, message: "\(statement.values.count) values for \(parameters) parameters",
+                sql: statement.sql)
+        }
+        return name
+    }
+
+    /// Prepares `sql` once per connection, letting the server infer every parameter's type (the SQL casts each),
+    /// and asks it how many parameters the statement takes.
+    private func preparedStatement(for sql: String) throws(PGError) -> (name: String, parameters: Int) {
+        if let known = prepared[sql] { return known }
         let name = "kumapush_\(prepared.count + 1)"
-        let result = PQprepare(handle, name, sql, Int32(parameterCount), nil)
+        let result = PQprepare(handle, name, sql, 0, nil)
         defer { PQclear(result) }
         try check(result, sql: sql)
-        prepared[sql] = name
-        return name
+        let description = PQdescribePrepared(handle, name)
+        defer { PQclear(description) }
+        try check(description, sql: sql)
+        let known = (name: name, parameters: Int(PQnparams(description)))
+        prepared[sql] = known
+        return known
     }
 
     /// Throws the error a result reports, if any.

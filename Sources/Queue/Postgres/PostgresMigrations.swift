@@ -1,11 +1,11 @@
 import Common
 
-/// The PostgreSQL schema, as numbered, append-only migrations: the same tables, states and invariants as the
-/// SQLite schema (`Migrations`), with the same version numbers, so one binary's schema version means the same on
-/// both stores. Never edit a shipped migration: add the next number.
+/// The PostgreSQL schema, as numbered, append-only migrations applied by `MigrationRunner`: the same tables, states
+/// and invariants as the SQLite schema (`Migrations`), with the same version numbers, so one binary's schema version
+/// means the same on both stores. Never edit a shipped migration: add the next number.
 enum PostgresMigrations {
-    static let all: [Migrations.Migration] = [
-        Migrations.Migration(
+    static let all: [Migration] = [
+        Migration(
             version: 1, name: "devices, tombstones and jobs",
             sql: """
                 CREATE TABLE devices (
@@ -55,7 +55,7 @@ enum PostgresMigrations {
                 CREATE INDEX jobs_dead ON jobs (finalized_at) WHERE state = 'discarded';
 
                 """),
-        Migrations.Migration(
+        Migration(
             version: 2, name: "outcomes reported to waiting Test-button requests",
             sql: """
                 -- true for jobs whose webhook waits for APNs' answer (the Test button): their outcome is recorded below.
@@ -68,7 +68,7 @@ enum PostgresMigrations {
                     finished_at BIGINT NOT NULL
                 );
                 """),
-        Migrations.Migration(
+        Migration(
             version: 3, name: "alerts folded into a waiting job past DEVICE_QUEUE_MAX",
             sql: """
                 -- FoldedAlerts as compact JSON (names while they fit a small budget, then counts); NULL for most jobs.
@@ -76,7 +76,7 @@ enum PostgresMigrations {
                 -- How many alerts were folded in: also the fence a digest completes the job with.
                 ALTER TABLE jobs ADD COLUMN folded_count INTEGER NOT NULL DEFAULT 0 CHECK (folded_count >= 0);
                 """),
-        Migrations.Migration(
+        Migration(
             version: 4, name: "Test-button outcomes the relay gave up on; deliverers paused by a configuration fault",
             sql: """
                 -- 'failed': the relay gave up on the push itself (it expired, it could not be built); APNs never refused it.
@@ -91,7 +91,7 @@ enum PostgresMigrations {
                     updated_at BIGINT NOT NULL
                 );
                 """),
-        Migrations.Migration(
+        Migration(
             version: 5, name: "monitor states per device for the badge",
             sql: """
                 -- The last state each monitor reported to a device: a monitor id (or a hash of its name), down or up.
@@ -107,14 +107,14 @@ enum PostgresMigrations {
                 -- How many of the device's monitors were down as of this job's alert (aps.badge); NULL before version 5.
                 ALTER TABLE jobs ADD COLUMN badge INTEGER;
                 """),
-        Migrations.Migration(
+        Migration(
             version: 6, name: "the APNs environment a device's token belongs to",
             sql: """
                 -- Learnt when the other environment accepted a push the configured one refused as BadDeviceToken
                 -- (TestFlight and Xcode builds next to App Store installs); NULL until then. A new token forgets it.
                 ALTER TABLE devices ADD COLUMN apns_environment TEXT CHECK (apns_environment IN ('production', 'sandbox'));
                 """),
-        Migrations.Migration(
+        Migration(
             version: 7, name: "live jobs per device, kept by triggers",
             sql: """
                 -- DEVICE_QUEUE_MAX is checked on every enqueue: counting a device's jobs there grew with the count;
@@ -159,7 +159,7 @@ enum PostgresMigrations {
                 CREATE TRIGGER jobs_live_on_update AFTER UPDATE ON jobs REFERENCING OLD TABLE AS before NEW TABLE AS after
                     FOR EACH STATEMENT EXECUTE FUNCTION jobs_live_after_update();
                 """),
-        Migrations.Migration(
+        Migration(
             version: 8, name: "pushes per device per minute, shared by every deliverer",
             sql: """
                 -- DEVICE_BURST across every deliverer (SPEC §3 alert storms): pushes APNs accepted for the device in the
@@ -168,7 +168,7 @@ enum PostgresMigrations {
                 ALTER TABLE devices ADD COLUMN burst_started_at BIGINT NOT NULL DEFAULT 0;
                 ALTER TABLE devices ADD COLUMN burst_count INTEGER NOT NULL DEFAULT 0;
                 """),
-        Migrations.Migration(
+        Migration(
             version: 9, name: "monitor states without an index by age",
             sql: """
                 -- Every alert rewrites its monitor's row, and with it this index's entry: one more B-tree written per
@@ -176,7 +176,7 @@ enum PostgresMigrations {
                 -- every ten minutes; it now scans the table, whose size is devices × monitors.
                 DROP INDEX monitor_states_by_age;
                 """),
-        Migrations.Migration(
+        Migration(
             version: 11, name: "live jobs counted by the statements that add and end them",
             sql: """
                 -- The triggers of migration 7 built transition tables for every statement on jobs, the claim's and
@@ -193,7 +193,7 @@ enum PostgresMigrations {
                 UPDATE devices SET live_jobs = (SELECT count(*) FROM jobs WHERE jobs.device_id = devices.id AND jobs.state <> 'discarded')
                 WHERE live_jobs <> (SELECT count(*) FROM jobs WHERE jobs.device_id = devices.id AND jobs.state <> 'discarded');
                 """),
-        Migrations.Migration(
+        Migration(
             version: 13, name: "the live jobs Test requests wait on, indexed by device",
             sql: """
                 -- At most one live job per device reports its outcome to a waiting Test request (SPEC §4): enqueue
@@ -206,55 +206,74 @@ enum PostgresMigrations {
 
     static var latestVersion: Int { all.map(\.version).max() ?? 0 }
 
-    /// Brings the database up to `latestVersion` in one transaction under an advisory lock, so that of several
-    /// processes starting together exactly one migrates and the others wait and then find nothing left to do.
-    /// `upTo` stops at an older version (tests build a database as an older binary left it).
-    ///
-    /// The transaction runs without the session's `statement_timeout` and `lock_timeout` (SPEC §4: migrations are not
-    /// cut short): a migration over a large queue may run longer than any statement the relay otherwise sends, and
-    /// the advisory lock and the tables' locks are waited for as long as they are held — another process's
-    /// migration, running transactions of older processes. `SET LOCAL` ends with the transaction. While a migration
-    /// waits for a table's lock, the sessions queued behind it wait too, each at most its own `lock_timeout`; so the
-    /// wait is said on `logger`, and a host that froze holding a lock is ended by the server after
-    /// `idle_in_transaction_session_timeout` (kept here: a migration never idles inside its transaction).
+    /// Brings the database up to `latestVersion` (`MigrationRunner`); `upTo` stops at an older version (tests build a
+    /// database as an older binary left it).
     static func apply(on connection: PGConnection, now: Int64, upTo newest: Int = latestVersion, logger: Logger? = nil) throws {
+        try MigrationRunner(migrations: all, dialect: PostgresMigrationDialect(connection: connection, logger: logger))
+            .run(now: now, upTo: newest, logger: logger)
+    }
+}
+
+/// `MigrationRunner`'s steps on PostgreSQL: each transaction takes an advisory lock, so that of several processes
+/// starting together one migrates at a time and the others wait, then find nothing left to do.
+///
+/// The transactions run without the session's `statement_timeout` and `lock_timeout` (SPEC §4: migrations are not
+/// cut short): a migration over a large queue may run longer than any statement the relay otherwise sends, and
+/// the advisory lock and the tables' locks are waited for as long as they are held — another process's
+/// migration, running transactions of older processes. `SET LOCAL` ends with the transaction. While a migration
+/// waits for a table's lock, the sessions queued behind it wait too, each at most its own `lock_timeout`; so the
+/// wait is said on `logger`, and a host that froze holding a lock is ended by the server after
+/// `idle_in_transaction_session_timeout` (kept here: a migration never idles inside its transaction).
+final class PostgresMigrationDialect: MigrationDialect {
+    private let connection: PGConnection
+    private let logger: Logger?
+    /// Whether this process already said it waits for another's migration (once is enough).
+    private var saidItWaits = false
+
+    init(connection: PGConnection, logger: Logger?) {
+        self.connection = connection
+        self.logger = logger
+    }
+
+    var upgradeNote: String { "its locks are waited for without a time limit" }
+
+    func transaction<T>(_ body: () throws -> T) throws -> T {
         try connection.transaction { connection in
             try connection.execute("SET LOCAL statement_timeout = 0; SET LOCAL lock_timeout = 0")
             let lock = "hashtext('kumapush-relay schema_migrations')"
             if try connection.rows("SELECT pg_try_advisory_xact_lock(\(lock))", prepare: false, { $0.bool(0) }).first != true {
-                logger?.info("another process is upgrading the database schema; waiting for it, without a time limit")
+                if !saidItWaits { logger?.info("another process is upgrading the database schema; waiting for it, without a time limit") }
+                saidItWaits = true
                 try connection.execute("SELECT pg_advisory_xact_lock(\(lock))")
             }
-            let tables = try connection.rows("SELECT tablename FROM pg_tables WHERE schemaname = current_schema()") { $0.text(0) }
-            if !tables.isEmpty && !tables.contains("schema_migrations") {
-                throw StoreError(.notADatabase, "the database holds tables but no schema_migrations: it is not a KumaPush relay database")
-            }
-            try connection.execute(
-                """
-                CREATE TABLE IF NOT EXISTS schema_migrations (
-                    version INTEGER PRIMARY KEY,
-                    name TEXT NOT NULL,
-                    applied_at BIGINT NOT NULL
-                )
-                """)
-            let applied = Set(try connection.rows("SELECT version FROM schema_migrations") { $0.int(0) })
-            if let newest = applied.max(), newest > latestVersion {
-                throw StoreError(
-                    .newerSchema,
-                    "the database is at schema version \(newest) but this binary knows only up to \(latestVersion): run a newer kumapush-relay")
-            }
-            let pending = all.filter { $0.version <= newest && !applied.contains($0.version) }
-            if let first = pending.first, let last = pending.last {
-                logger?.info(
-                    "upgrading the database schema; its locks are waited for without a time limit",
-                    ["schema.from": String(applied.max() ?? 0), "schema.to": String(last.version), "schema.first": String(first.version)])
-            }
-            for migration in pending {
-                try connection.execute(migration.sql)
-                try connection.run(
-                    "INSERT INTO schema_migrations (version, name, applied_at) VALUES ($1::integer, $2::text, $3::bigint)",
-                    [.integer(Int64(migration.version)), .text(migration.name), .integer(now)], prepare: false)
-            }
+            return try body()
         }
+    }
+
+    func tableNames() throws -> [String] {
+        try connection.rows("SELECT tablename FROM pg_tables WHERE schemaname = current_schema()") { $0.text(0) }
+    }
+
+    func createLedger() throws {
+        try connection.execute(
+            """
+            CREATE TABLE IF NOT EXISTS schema_migrations (
+                version INTEGER PRIMARY KEY,
+                name TEXT NOT NULL,
+                applied_at BIGINT NOT NULL
+            )
+            """)
+    }
+
+    func appliedVersions() throws -> Set<Int> {
+        Set(try connection.rows("SELECT version FROM schema_migrations", prepare: false) { $0.int(0) })
+    }
+
+    func execute(_ sql: String) throws { try connection.execute(sql) }
+
+    func record(_ migration: Migration, now: Int64) throws {
+        try connection.run(
+            "INSERT INTO schema_migrations (version, name, applied_at) VALUES ($1::integer, $2::text, $3::bigint)",
+            [.integer(Int64(migration.version)), .text(migration.name), .integer(now)], prepare: false)
     }
 }

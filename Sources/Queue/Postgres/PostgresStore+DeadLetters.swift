@@ -2,27 +2,7 @@ import Common
 
 extension PostgresStore {
     /// `WHERE` terms and values for a dead-letter filter; placeholders numbered from `$1`.
-    static func conditions(_ filter: DeadLetterFilter) -> (String, [PGValue]) {
-        var terms = ["state = 'discarded'"]
-        var values: [PGValue] = []
-        if let reason = filter.reason {
-            values.append(.text(reason))
-            terms.append("last_error = $\(values.count)::text")
-        }
-        if let device = filter.deviceID {
-            values.append(.text(device))
-            terms.append("device_id = $\(values.count)::text")
-        }
-        if let since = filter.since {
-            values.append(.integer(since))
-            terms.append("finalized_at >= $\(values.count)::bigint")
-        }
-        if let after = filter.after {
-            values.append(.integer(after))
-            terms.append("id > $\(values.count)::bigint")
-        }
-        return (terms.joined(separator: " AND "), values)
-    }
+    static func conditions(_ filter: DeadLetterFilter) -> (String, [PGValue]) { filter.conditions { "$\($0)::\($1)" } }
 
     public func countDeadLetters(_ filter: DeadLetterFilter) throws(StoreError) -> Int {
         let (whereClause, values) = Self.conditions(filter)
@@ -99,3 +79,5 @@ extension PostgresStore {
         }
     }
 }
+
+extension PGValue: BoundValue {}

@@ -1,47 +1,23 @@
 import Common
 
 extension PostgresStore {
-    static let deviceColumns =
-        "id, device_token, auth_token_hash, date_added, last_successful_notification, last_delivery_error, down_notification_level"
-
-    static func device(_ row: PGRow) -> Device {
-        Device(
-            id: row.text(0), token: row.text(1), authTokenHash: row.text(2), dateAdded: row.int64(3),
-            lastSuccessfulNotification: row.optionalInt64(4), lastDeliveryError: row.text(5),
-            downNotificationLevel: Device.DownNotificationLevel(rawValue: row.text(6)) ?? .normal)
-    }
-
-    public func registerDevice(
-        token: String, authTokenHash: String, now: Int64,
-        newID: () throws -> String
-    ) throws(StoreError) -> Registration {
-        // A fresh id collides with an existing one with probability ~n/2^84; retry a few times all the same.
-        for _ in 0..<5 {
-            let candidate: String
-            do { candidate = try newID() } catch { throw StoreError(.failed, "cannot generate a device id: \(error)") }
-            let registration: Registration? = try write { db in
+    public func registerDevice(token: String, authTokenHash: String, now: Int64, newID: () throws -> String) throws(StoreError) -> Registration {
+        let insert = DeviceRegistration.insert(values: "$1::text, $2::text, $3::text, $4::bigint")
+        return try DeviceRegistration.register(newID: newID) { candidate throws(StoreError) in
+            try write { db -> [Device]? in
                 do {
-                    let rows = try db.rows(
-                        """
-                        INSERT INTO devices (id, device_token, auth_token_hash, date_added) VALUES ($1::text, $2::text, $3::text, $4::bigint)
-                        ON CONFLICT (device_token) DO UPDATE SET auth_token_hash = excluded.auth_token_hash, apns_environment = NULL
-                        RETURNING \(Self.deviceColumns)
-                        """, [.text(candidate), .text(token), .text(authTokenHash), .integer(now)], Self.device)
-                    guard let device = rows.first else { throw StoreError(.failed, "register returned no row") }
-                    return Registration(device: device, created: device.id == candidate)
+                    return try db.rows(insert, [.text(candidate), .text(token), .text(authTokenHash), .integer(now)], Device.init(row:))
                 } catch let error as PGError where error.isUniqueViolation && error.constraint == "devices_pkey" {
-                    // The transaction is aborted (its COMMIT becomes a rollback); the loop tries another id.
+                    // The transaction is aborted (its COMMIT becomes a rollback); another id is tried.
                     return nil
                 }
             }
-            if let registration { return registration }
         }
-        throw StoreError(.failed, "cannot register: five fresh device ids were all taken")
     }
 
     public func device(id: String) throws(StoreError) -> Device? {
         try read { db in
-            try db.rows("SELECT \(Self.deviceColumns) FROM devices WHERE id = $1::text", [.text(id)], Self.device).first
+            try db.rows("SELECT \(Device.columns) FROM devices WHERE id = $1::text", [.text(id)], Device.init(row:)).first
         }
     }
 
@@ -62,8 +38,8 @@ extension PostgresStore {
                             device_token = coalesce($1::text, device_token),
                             down_notification_level = coalesce($2::text, down_notification_level)
                         WHERE id = $3::text
-                        RETURNING \(Self.deviceColumns)
-                        """, [.optional(token), .optional(level?.rawValue), .text(id)], Self.device
+                        RETURNING \(Device.columns)
+                        """, [.optional(token), .optional(level?.rawValue), .text(id)], Device.init(row:)
                     ).first)
             } catch let error as PGError where error.isUniqueViolation && error.constraint == "devices_device_token_key" {
                 // The transaction is aborted (its COMMIT becomes a rollback).
@@ -86,22 +62,19 @@ extension PostgresStore {
     }
 
     public func deleteDevice(id: String, now: Int64) throws(StoreError) -> Bool {
-        try write { db in
-            // The device first, as enqueue, finish and replay lock it: no deadlock with a deliverer recording its
-            // Test job's answer, and no job enqueued between the outcomes and the delete.
-            let locked = try db.rows("SELECT 1 FROM devices WHERE id = $1::text FOR UPDATE", [.text(id)]) { $0.int(0) }
-            guard !locked.isEmpty else {
-                return false
-            }
-            Self.reportWaitingTests(ofDevice: id, .failed, "DeviceDeleted", now: now, db)
-            // Foreign keys cascade: the device's jobs, pending and dead, go with it.
-            return try db.run("DELETE FROM devices WHERE id = $1::text", [.text(id)]) > 0
-        }
+        try write { db in try DeviceDeletion.deletedByApp(at: now).apply(to: id, in: PostgresDeviceDeletion(db: db)) }
     }
 
-    /// Records `kind`/`reason` for the device's live jobs a Test request waits for, before the device and its jobs
-    /// go: the request is answered now rather than told "queued" at `TEST_WAIT` for a push that no longer exists.
-    /// One already recorded (the head APNs just answered) keeps its own.
+    /// The same as `SQLiteStore.deleteDevice(_:reporting:tombstone:_:)`, inside the caller's PostgreSQL
+    /// transaction (`PostgresDeviceDeletion`).
+    static func deleteDevice(
+        _ device: String, reporting outcome: DeviceDeletion.Outcome, tombstone: String? = nil, _ db: PGConnection
+    ) throws -> Bool {
+        try DeviceDeletion(reporting: outcome, tombstone: tombstone).apply(to: device, in: PostgresDeviceDeletion(db: db))
+    }
+
+    /// Records `kind`/`reason` for the device's live jobs a Test request waits for, through `jobs_waiting_tests`
+    /// (sent with the transaction's next round trip). One already recorded (the head APNs just answered) keeps its own.
     static func reportWaitingTests(
         ofDevice device: String, _ kind: ReportedOutcome.Kind, _ reason: String, now: Int64, _ db: PGConnection
     ) {
@@ -154,3 +127,33 @@ extension PostgresStore {
         }
     }
 }
+
+/// `DeviceDeletion`'s steps on PostgreSQL, inside the caller's transaction.
+struct PostgresDeviceDeletion: DeviceDeletionDialect {
+    let db: PGConnection
+
+    /// The device first, as enqueue, finish and replay lock it: no deadlock with a deliverer recording its Test job's
+    /// answer, and no job enqueued between the outcomes and the delete.
+    func lockDevice(_ device: String) throws -> Bool {
+        try !db.rows("SELECT 1 FROM devices WHERE id = $1::text FOR UPDATE", [.text(device)]) { _ in true }.isEmpty
+    }
+
+    func reportWaitingTests(of device: String, _ outcome: ReportedOutcome, at: Int64) {
+        PostgresStore.reportWaitingTests(ofDevice: device, outcome.kind, outcome.reason, now: at, db)
+    }
+
+    func recordTombstone(of device: String, reason: String, at: Int64) {
+        db.runDeferred(
+            """
+            INSERT INTO tombstones (device_id, reason, removed_at) VALUES ($1::text, $2::text, $3::bigint)
+            ON CONFLICT (device_id) DO UPDATE SET reason = excluded.reason, removed_at = excluded.removed_at
+            """, [.text(device), .text(reason), .integer(at)])
+    }
+
+    /// The foreign keys cascade: the device's jobs, live and dead, and its monitor states go with it.
+    func deleteDeviceAndJobs(_ device: String) throws -> Bool {
+        try db.run("DELETE FROM devices WHERE id = $1::text", [.text(device)]) > 0
+    }
+}
+
+extension PGRow: ResultRow {}

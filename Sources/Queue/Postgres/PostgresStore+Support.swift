@@ -5,8 +5,8 @@ extension PostgresStore: SupportQueries {
         try read { db in
             guard
                 let (device, environment, live) = try db.rows(
-                    "SELECT \(Self.deviceColumns), apns_environment, live_jobs FROM devices WHERE id = $1::text", [.text(id)],
-                    { (Self.device($0), $0.optionalText(7), $0.int(8)) }
+                    "SELECT \(Device.columns), apns_environment, live_jobs FROM devices WHERE id = $1::text", [.text(id)],
+                    { (Device(row: $0), $0.optionalText(7), $0.int(8)) }
                 ).first
             else { return nil }
             // The head is the device's oldest live job; dead letters grouped by reason, through jobs_by_device.
@@ -29,14 +29,8 @@ extension PostgresStore: SupportQueries {
         return try read { db in
             try db.rows(
                 """
-                SELECT id, public_id, device_id, last_error, attempt, created_at, finalized_at FROM jobs
-                WHERE \(whereClause) ORDER BY id LIMIT $\(values.count + 1)::bigint
-                """, values + [.integer(Int64(limit))], prepare: false
-            ) {
-                DeadLetter(
-                    id: $0.int64(0), publicID: $0.text(1), deviceID: $0.text(2), reason: $0.text(3), attempts: $0.int(4),
-                    acceptedAt: $0.int64(5), deadAt: $0.int64(6))
-            }
+                SELECT \(DeadLetter.columns) FROM jobs WHERE \(whereClause) ORDER BY id LIMIT $\(values.count + 1)::bigint
+                """, values + [.integer(Int64(limit))], prepare: false, DeadLetter.init(row:))
         }
     }
 
@@ -46,19 +40,6 @@ extension PostgresStore: SupportQueries {
     }
 
     public func eraseDevice(id: String, reason: String, now: Int64) throws(StoreError) -> Bool {
-        try write { db in
-            // The device first, as enqueue, finish and replay lock it (see deleteDevice).
-            guard !(try db.rows("SELECT 1 FROM devices WHERE id = $1::text FOR UPDATE", [.text(id)]) { $0.int(0) }).isEmpty else {
-                return false
-            }
-            Self.reportWaitingTests(ofDevice: id, .failed, "DeviceDeleted", now: now, db)
-            try db.run(
-                """
-                INSERT INTO tombstones (device_id, reason, removed_at) VALUES ($1::text, $2::text, $3::bigint)
-                ON CONFLICT (device_id) DO UPDATE SET reason = excluded.reason, removed_at = excluded.removed_at
-                """, [.text(id), .text(reason), .integer(now)])
-            // Foreign keys cascade: the device's jobs, live and dead, and its monitor states go with it.
-            return try db.run("DELETE FROM devices WHERE id = $1::text", [.text(id)]) > 0
-        }
+        try write { db in try DeviceDeletion.erased(reason: reason, at: now).apply(to: id, in: PostgresDeviceDeletion(db: db)) }
     }
 }

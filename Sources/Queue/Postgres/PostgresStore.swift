@@ -293,22 +293,7 @@ public final class PostgresStore: Sendable {
     /// Counts by full scans, on a connection of its own (see `statsReader`).
     public func stats() throws(StoreError) -> QueueStats {
         try withStatsConnection { db in
-            let devices = try db.rows("SELECT count(*) FROM devices") { $0.int(0) }.first ?? 0
-            let tombstones = try db.rows("SELECT count(*) FROM tombstones") { $0.int(0) }.first ?? 0
-            var byState: [JobState: Int] = [:]
-            for (state, count) in try db.rows("SELECT state, count(*) FROM jobs GROUP BY state", [], { ($0.text(0), $0.int(1)) }) {
-                if let state = JobState(rawValue: state) { byState[state] = count }
-            }
-            var byReason: [String: Int] = [:]
-            for (reason, count) in try db.rows(
-                "SELECT last_error, count(*) FROM jobs WHERE state = 'discarded' GROUP BY last_error", [], { ($0.text(0), $0.int(1)) })
-            {
-                byReason[reason] = count
-            }
-            let oldest = try db.rows("SELECT min(created_at) FROM jobs WHERE state <> 'discarded'") { $0.optionalInt64(0) }.first ?? nil
-            return QueueStats(
-                devices: devices, tombstones: tombstones, jobsByState: byState,
-                deadLettersByReason: byReason, oldestJobCreatedAt: oldest)
+            try QueueStats.counted { sql in try db.rows(sql) { (key: $0.text(0), number: $0.optionalInt64(1)) } }
         }
     }
 

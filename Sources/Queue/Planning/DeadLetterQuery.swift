@@ -1,0 +1,34 @@
+/// A value bound to a store's statement, as both stores' values spell it (`SQLiteValue`, `PGValue`).
+protocol BoundValue {
+    static func text(_ value: String) -> Self
+    static func integer(_ value: Int64) -> Self
+}
+
+extension DeadLetterFilter {
+    /// The filter as one `WHERE` clause on `jobs` and its values, in order, for either store: `placeholder` spells
+    /// the n-th value (from 1) of the given PostgreSQL type in the store's dialect.
+    func conditions<Value: BoundValue>(placeholder: (_ number: Int, _ type: String) -> String) -> (String, [Value]) {
+        var terms = ["state = 'discarded'"]
+        var values: [Value] = []
+        func add(_ test: String, _ value: Value, _ type: String) {
+            values.append(value)
+            terms.append("\(test) \(placeholder(values.count, type))")
+        }
+        if let reason { add("last_error =", .text(reason), "text") }
+        if let deviceID { add("device_id =", .text(deviceID), "text") }
+        if let since { add("finalized_at >=", .integer(since), "bigint") }
+        if let after { add("id >", .integer(after), "bigint") }
+        return (terms.joined(separator: " AND "), values)
+    }
+}
+
+extension DeadLetter {
+    /// The columns `init(row:)` reads, in its order.
+    static let columns = "id, public_id, device_id, last_error, attempt, created_at, finalized_at"
+
+    init(row: some ResultRow) {
+        self.init(
+            id: row.int64(0), publicID: row.text(1), deviceID: row.text(2), reason: row.text(3), attempts: Int(row.int64(4)),
+            acceptedAt: row.int64(5), deadAt: row.int64(6))
+    }
+}

@@ -1,0 +1,80 @@
+import Common
+
+/// One numbered step of a store's schema. Never edit a shipped migration: add the next number.
+struct Migration: Sendable {
+    let version: Int
+    let name: String
+    let sql: String
+}
+
+/// What a store does for the runner, in its own SQL: the schema lock, a transaction, the ledger of applied versions.
+protocol MigrationDialect {
+    /// Added to the line that announces each migration: what the process does while it runs.
+    var upgradeNote: String { get }
+    /// Runs `body` in one write transaction, holding the lock that serialises migrating processes (SQLite's write
+    /// lock; PostgreSQL's advisory lock, taken in every such transaction), without the session's time limits.
+    func transaction<T>(_ body: () throws -> T) throws -> T
+    /// The tables already in the database (its own schema only).
+    func tableNames() throws -> [String]
+    /// Creates `schema_migrations` if it is not there.
+    func createLedger() throws
+    func appliedVersions() throws -> Set<Int>
+    /// Runs a migration's SQL: several statements, no parameters.
+    func execute(_ sql: String) throws
+    func record(_ migration: Migration, now: Int64) throws
+}
+
+/// Brings a database up to its store's newest migration, the same way on both stores: each missing migration in a
+/// transaction of its own, checked again inside it (another process starting at the same time may have applied it
+/// while this one waited for the lock), and recorded in `schema_migrations`. A database holding a version this
+/// list does not know was migrated by a newer binary and is refused; one holding tables but no ledger is not a
+/// relay database and is refused too.
+///
+/// On a database that already had a schema (an upgrade, not a new one) each migration this process applies is
+/// announced on `logger` when it starts and again with its duration when it is done: some rebuild the queue
+/// (SQLite's migration 12: about 20 s a million jobs), and a process that starts silently for that long looks hung.
+/// One another process applied meanwhile is not announced.
+struct MigrationRunner<Dialect: MigrationDialect> {
+    let migrations: [Migration]
+    let dialect: Dialect
+
+    var latestVersion: Int { migrations.map(\.version).max() ?? 0 }
+
+    /// `upTo` stops at an older version (tests build a database as an older binary left it); `beforeEach` runs
+    /// before each missing migration's transaction (tests play another process there).
+    func run(now: Int64, upTo newest: Int? = nil, logger: Logger? = nil, beforeEach: (Migration) throws -> Void = { _ in }) throws {
+        let applied = try dialect.transaction {
+            let tables = try dialect.tableNames()
+            if !tables.isEmpty && !tables.contains("schema_migrations") {
+                throw StoreError(.notADatabase, "the database holds tables but no schema_migrations: it is not a KumaPush relay database")
+            }
+            try dialect.createLedger()
+            return try dialect.appliedVersions()
+        }
+        if let found = applied.max(), found > latestVersion {
+            throw StoreError(
+                .newerSchema,
+                "the database is at schema version \(found) but this binary knows only up to \(latestVersion): run a newer kumapush-relay")
+        }
+        let upgrading = !applied.isEmpty
+        for migration in migrations where migration.version <= newest ?? latestVersion && !applied.contains(migration.version) {
+            let announced = ["schema.version": String(migration.version), "schema.migration": migration.name]
+            var started = ContinuousClock.now
+            try beforeEach(migration)
+            let appliedHere = try dialect.transaction {
+                guard try !dialect.appliedVersions().contains(migration.version) else { return false }
+                if upgrading {
+                    started = ContinuousClock.now
+                    logger?.info("upgrading the database schema; \(dialect.upgradeNote)", announced)
+                }
+                try dialect.execute(migration.sql)
+                try dialect.record(migration, now: now)
+                return true
+            }
+            if upgrading, appliedHere {
+                let took = ContinuousClock.now - started
+                logger?.info("database schema upgraded", announced.merging(["duration_ms": String(took.wholeMilliseconds)]) { _, new in new })
+            }
+        }
+    }
+}
