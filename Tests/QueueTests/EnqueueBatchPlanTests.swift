@@ -86,7 +86,8 @@ import Testing
         #expect(plan.rows[2].folded.count == 2, "folded into the Test-shaped notice kept as an alert")
 
         // The waiting Test is the newest row when the cap is reached: the alert folds into the alert before it.
-        let behind = EnqueuePlan.plan([alert("head"), alert("a"), test("t"), alert("x")], devices: ["D": State(storedLive: 0, hasHead: false)], cap: 3)
+        let behind = EnqueuePlan.plan(
+            [alert("head"), alert("a"), test("t"), alert("x")], devices: ["D": State(storedLive: 0, hasHead: false)], cap: 3)
         #expect(behind.results == [.queued, .queued, .queued, .merged])
         #expect(behind.rows.map(\.folded.count) == [0, 1, 0])
     }
