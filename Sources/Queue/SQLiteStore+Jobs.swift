@@ -50,8 +50,13 @@ extension SQLiteStore {
             var devices: [String: EnqueuePlan.DeviceState] = [:]
             // The number each device's next job gets: its place in the device's queue, kept to this store.
             var numbers: [String: Int64] = [:]
-            for id in Set(batch.map(\.deviceID)) {
-                for (kind, live, hasHead, next, monitor) in try db.statement(Self.readDevice).rows(
+            devices.reserveCapacity(batch.count)
+            numbers.reserveCapacity(batch.count)
+            let read = try db.statement(Self.readDevice)
+            var seen: Set<String> = []
+            seen.reserveCapacity(batch.count)
+            for id in batch.map(\.deviceID) where seen.insert(id).inserted {
+                for (kind, live, hasHead, next, monitor) in try read.rows(
                     [.text(id), .integer(badgeSince)], { ($0.text(0), $0.int(1), $0.int(2) == 1, $0.int64(3), $0.isNull(4) ? "" : $0.text(4)) })
                 {
                     if kind == "device" {
@@ -85,8 +90,9 @@ extension SQLiteStore {
         var numbers = numbers
         let insert = try db.statement(insertJob)
         for row in plan.rows {
-            let number = numbers[row.job.deviceID, default: 0]
-            numbers[row.job.deviceID] = number + 1
+            guard let slot = numbers.index(forKey: row.job.deviceID) else { continue }  // every row's device was read
+            let number = numbers.values[slot]
+            numbers.values[slot] += 1
             try insert.run([
                 .text(row.job.publicID), .text(row.job.deviceID), .text(row.isHead ? JobState.available.rawValue : JobState.pending.rawValue),
                 .blob(row.job.payload), .integer(now), .integer(expiresAt), .integer(row.waits ? 1 : 0), .integer(Int64(row.badge)),

@@ -109,6 +109,9 @@ extension EnqueuePlan {
 
     /// A device as the batch leaves it so far.
     private struct Working {
+        var storedLive: Int
+        /// Its stored count was left high (see `DeviceState.live`).
+        var healed: Bool
         var live: Int
         var hasHead: Bool
         var downMonitors: Set<String>
@@ -121,20 +124,15 @@ extension EnqueuePlan {
         case row(Int)
     }
 
-    /// The rule for the batch: `decide` for each job against its device as the jobs before it left it.
-    public static func plan(_ jobs: some Sequence<NewJob>, devices: [String: DeviceState], cap: Int) -> Batch {
+    /// The batch as its jobs are decided one after another.
+    private struct Planner {
+        let cap: Int
         var batch = Batch()
-        var working = devices.mapValues {
-            Working(live: $0.live, hasHead: $0.hasHead, downMonitors: $0.downMonitors, tail: $0.tail.map(Tail.stored), waitingTest: $0.waitingTest)
-        }
         var monitors: [MonitorState] = []
         var folds: [Int64: TailFold] = [:]
-        for job in jobs {
-            guard var device = working[job.deviceID] else {
-                batch.results.append(.deviceGone)
-                continue
-            }
-            defer { working[job.deviceID] = device }
+
+        /// Decides `job` against `device` as the jobs before it left it, and leaves it as this job does.
+        mutating func add(_ job: NewJob, to device: inout Working) {
             if let monitor = job.monitor {
                 monitors.append(MonitorState(device: job.deviceID, monitor: monitor.key, down: monitor.isDown))
                 if monitor.isDown { device.downMonitors.insert(monitor.key) } else { device.downMonitors.remove(monitor.key) }
@@ -147,7 +145,7 @@ extension EnqueuePlan {
                 // SPEC §2.4: past the cap, the alert folds into the newest waiting job (never a Test-button job).
                 guard let event = AlertEvent(jobPayload: job.payload), let tail = device.tail else {
                     batch.results.append(.deviceFull)
-                    continue
+                    return
                 }
                 switch tail {
                 case .stored(var stored):
@@ -171,14 +169,38 @@ extension EnqueuePlan {
                 batch.results.append(waits || !job.reportsOutcome ? .queued : .queuedAsAlert)
             }
         }
+    }
+
+    /// The rule for the batch: `decide` for each job against its device as the jobs before it left it.
+    public static func plan(_ jobs: some Sequence<NewJob>, devices: [String: DeviceState], cap: Int) -> Batch {
+        var working = devices.mapValues {
+            Working(
+                storedLive: $0.storedLive, healed: !$0.hasHead && $0.storedLive != 0, live: $0.live, hasHead: $0.hasHead,
+                downMonitors: $0.downMonitors, tail: $0.tail.map(Tail.stored),
+                waitingTest: $0.waitingTest)
+        }
+        var planner = Planner(cap: cap)
+        planner.batch.results.reserveCapacity(jobs.underestimatedCount)
+        planner.batch.rows.reserveCapacity(jobs.underestimatedCount)
+        for job in jobs {
+            // Changed where it is stored: one lookup a job, and no copy of its monitors.
+            guard let slot = working.index(forKey: job.deviceID) else {
+                planner.batch.results.append(.deviceGone)
+                continue
+            }
+            planner.add(job, to: &working.values[slot])
+        }
+        var batch = planner.batch
+        let monitors = planner.monitors
         // A monitor reported twice keeps its last word.
         var seen: Set<[String]> = []
         batch.monitorStates = monitors.reversed().filter { seen.insert([$0.device, $0.monitor]).inserted }.reversed()
-        batch.tailFolds = folds.values.sorted { $0.id < $1.id }
-        for (id, device) in devices.sorted(by: { $0.key < $1.key }) {
-            if !device.hasHead && device.storedLive != 0 { batch.healed.append(id) }
-            if let live = working[id]?.live, live != device.storedLive { batch.liveCounts[id] = live }
+        batch.tailFolds = planner.folds.values.sorted { $0.id < $1.id }
+        for (id, device) in working {
+            if device.healed { batch.healed.append(id) }
+            if device.live != device.storedLive { batch.liveCounts[id] = device.live }
         }
+        batch.healed.sort()
         return batch
     }
 }
