@@ -12,8 +12,8 @@ extension SQLiteStore {
                 tokens[device] = try db.statement("SELECT device_token FROM devices WHERE id = ?").rows([.text(device)]) { $0.text(0) }
                     .first
             }
-            let plan = FinishPlan.plan(outcomes, FinishPlan.State(held: held.mapValues(\.attempt), tokens: tokens), now: now)
-            try Self.apply(plan, numbers: held.mapValues(\.number), now: now, db)
+            let plan = FinishPlan.plan(outcomes, FinishPlan.State(held: held.attempts, tokens: tokens), now: now)
+            try Self.apply(plan, numbers: held.numbers, now: now, db)
             return plan.applied
         }
     }
@@ -22,13 +22,20 @@ extension SQLiteStore {
     /// promotion looks for the next job, SQLiteStore+DeviceJobs.swift). One statement per 512 outcomes, the list
     /// padded to a power of two (`inLists`): a read per outcome would have been a statement per delivered push on
     /// top of its delete, and reading the number here keeps it out of the shared model.
-    private static func heldJobs(_ ids: [Int64], worker: String, _ db: SQLiteConnection) throws -> [Int64: (attempt: Int, number: Int64)] {
-        var held: [Int64: (attempt: Int, number: Int64)] = [:]
+    private static func heldJobs(_ ids: [Int64], worker: String, _ db: SQLiteConnection) throws -> (
+        attempts: [Int64: Int], numbers: [Int64: Int64]
+    ) {
+        var held: (attempts: [Int64: Int], numbers: [Int64: Int64]) = ([:], [:])
+        held.attempts.reserveCapacity(ids.count)
+        held.numbers.reserveCapacity(ids.count)
         for (placeholders, values) in inLists(ids.map { .integer($0) }) {
             let rows = try db.statement(
                 "SELECT id, attempt, device_seq FROM jobs WHERE \(LeaseGuard.condition(worker: "?1", attempt: nil)) AND id IN (\(placeholders))"
             ).rows([.text(worker)] + values) { ($0.int64(0), $0.int(1), $0.int64(2)) }
-            for (id, attempt, number) in rows { held[id] = (attempt, number) }
+            for (id, attempt, number) in rows {
+                held.attempts[id] = attempt
+                held.numbers[id] = number
+            }
         }
         return held
     }
