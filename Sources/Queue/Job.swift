@@ -20,7 +20,7 @@ public enum JobState: String, Sendable, CaseIterable {
 }
 
 /// A job to enqueue.
-public struct NewJob: Sendable {
+public struct NewJob: Sendable, Equatable {
     public var deviceID: String
     /// Public id (a UUID): answered in the 202, and sent as `apns-id` on every attempt.
     public var publicID: String
@@ -134,9 +134,6 @@ public struct ClaimedJob: Sendable, Equatable {
     public var lastPushAt: Int64?
     /// When this worker's lease on the job ends (ms since 1970): past it another worker may take the job over.
     public var leaseExpiresAt: Int64 = .max
-    /// The job's number in its device's queue, where SQLite finds the job after it (migration 12,
-    /// SQLiteStore+DeviceJobs.swift); 0 on PostgreSQL, which finds a device's jobs by device.
-    public var queueNumber: Int64 = 0
 }
 
 /// The result of one attempt, applied with `JobQueue.finish`. Each names the job and the attempt it answers, so a
@@ -162,12 +159,10 @@ public struct JobOutcome: Sendable, Equatable {
 
     public var jobID: Int64
     public var attempt: Int
-    /// The job's device, public id, number in its device's queue and whether it reports its outcome, as it was
-    /// claimed (none of them ever changes): what completing it needs, so the store does not read them back from the
-    /// row it deletes.
+    /// The job's device, public id and whether it reports its outcome, as it was claimed (none of them ever
+    /// changes): what completing it needs, so the store does not read them back from the row it deletes.
     public var deviceID: String
     public var publicID: String
-    public var queueNumber: Int64
     public var reportsOutcome: Bool
     /// The token the push was sent to (what `removeDevice` compares with the device's current one).
     public var deviceToken: String
@@ -181,7 +176,6 @@ public struct JobOutcome: Sendable, Equatable {
         self.attempt = job.attempt
         self.deviceID = job.deviceID
         self.publicID = job.publicID
-        self.queueNumber = job.queueNumber
         self.reportsOutcome = job.reportsOutcome
         self.deviceToken = job.deviceToken
         self.kind = kind

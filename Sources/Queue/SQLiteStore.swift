@@ -172,4 +172,16 @@ public final class SQLiteStore: Sendable {
             throw Self.storeError(error)
         }
     }
+
+    /// `values` as lists for `IN (…)`, at most 512 to a statement (SQLite binds at most 32,766 parameters; the
+    /// callers' lists are a batch long). Each list is padded with NULLs (which match nothing) to a power of two: the
+    /// connection keeps every statement text it prepared, so one text per list length would leave up to 512 behind.
+    static func inLists(_ values: [SQLiteValue]) -> [(placeholders: String, values: [SQLiteValue])] {
+        stride(from: 0, to: values.count, by: 512).map { start in
+            let chunk = values[start..<min(start + 512, values.count)]
+            var slots = 1
+            while slots < chunk.count { slots *= 2 }
+            return (Array(repeating: "?", count: slots).joined(separator: ","), Array(chunk) + Array(repeating: .null, count: slots - chunk.count))
+        }
+    }
 }

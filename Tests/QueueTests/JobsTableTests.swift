@@ -16,9 +16,7 @@ import Testing
         let raw = try RawSQLite(path: db.path)
         let statements = [
             SQLiteStore.readDevice, SQLiteStore.insertJob, SQLiteStore.promoteNumbered,
-            "DELETE FROM jobs WHERE \(SQLiteStore.leaseGuard)",
-            "UPDATE jobs SET state = 'retryable', scheduled_at = ?4, attempted_by = NULL, lease_expires_at = NULL WHERE \(SQLiteStore.leaseGuard)",
-            "UPDATE jobs SET state = 'discarded', finalized_at = ?4, attempted_by = NULL, lease_expires_at = NULL WHERE \(SQLiteStore.leaseGuard)"
+            SQLiteStore.deleteJob, SQLiteStore.retryJob, SQLiteStore.discardJob, SQLiteStore.giveBack
         ]
         for sql in statements {
             let opcodes = try raw.query("EXPLAIN \(sql)").map { $0[1] }

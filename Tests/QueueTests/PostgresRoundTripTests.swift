@@ -30,6 +30,31 @@ import Testing
         #expect(try db.liveLabels(device).isEmpty)
     }
 
+    /// Every verdict's writes travel with the COMMIT (`FinishPlan`): a batch of outcomes is the locked read and the
+    /// commit, whatever it holds (retries, dead letters, give-backs and removed devices each took round trips of
+    /// their own before).
+    @Test func aBatchOfEveryVerdictIsTwoRoundTrips() throws {
+        let db = try TestDatabase(.postgres)
+        let store = try #require(db.store as? PostgresStore)
+        let kinds: [JobOutcome.Kind] = [
+            .delivered, .retry(at: t0 + 5_000, error: "Busy"), .deadLetter(reason: "BadTopic"), .postpone(until: t0 + 5_000),
+            .removeDevice(reason: "Unregistered")
+        ]
+        var before = 0
+        var heads: [ClaimedJob] = []
+        // The first round prepares the statements, which costs round trips once per connection.
+        for round in 0..<2 {
+            for seed in 1...5 { try db.enqueue(try db.device(round * 10 + seed), "only") }
+            heads = try db.claim()
+            #expect(heads.count == 5)
+            before = store.writerRoundTrips
+            let outcomes = zip(heads, kinds).map { JobOutcome($0, kind: $1) }
+            #expect(try db.store.finish(outcomes, worker: "w1", now: t0) == [true, true, true, true, true])
+        }
+        #expect(store.writerRoundTrips - before == 2, "BEGIN, locks and the held jobs; then every write and COMMIT")
+        #expect(try db.store.device(id: heads[4].deviceID) == nil, "the removed device is gone")
+    }
+
     /// The store reads `bytea` in the hex form; a database whose default is the escape form must not turn every
     /// payload into garbage (and every job into an `InvalidPayload` dead letter).
     @Test func payloadsReadBackWhateverByteaOutputTheDatabaseDefaultsTo() throws {

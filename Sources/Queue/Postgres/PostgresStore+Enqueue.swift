@@ -2,13 +2,12 @@ import Common
 
 /// Enqueue on PostgreSQL: a batch in one transaction, written with a few multi-row statements per chunk.
 ///
-/// SQLite decides each job's fate row by row in SQL (head or pending, folded past DEVICE_QUEUE_MAX, its badge).
-/// Here one round trip per row would cost more than the rows themselves, so each chunk locks its devices, reads
-/// their state in one statement (live jobs, head, down monitors; the newest waiting job only when the cap may be
-/// reached), decides every job in Swift exactly as the SQLite statements do, and writes the outcome in one INSERT
-/// per table. The device locks make the read state the truth until commit: every writer that changes which job is
-/// a device's head locks the device first. BEGIN and the lock travel with the read, the write with the COMMIT: a
-/// webhook at a trickle is two round trips.
+/// One round trip per row would cost more than the rows themselves, so each chunk locks its devices, reads their
+/// state in one statement (live jobs, head, down monitors; the waiting Test job and the newest waiting job only
+/// where `EnqueuePlan.reads(for:)` asks), lets `EnqueuePlan` decide every job, as SQLite does, and writes the
+/// outcome in one INSERT per table. The device locks make the read state the truth until commit: every writer that
+/// changes which job is a device's head locks the device first. BEGIN and the lock travel with the read, the write
+/// with the COMMIT: a webhook at a trickle is two round trips.
 ///
 /// Every statement is prepared once, whatever the chunk's size: rows travel as one binary array per column and are
 /// unnested on the server, so PostgreSQL neither parses nor plans SQL per batch (it did, with one `VALUES` tuple
@@ -70,96 +69,13 @@ extension PostgresStore {
         let deviceCap: Int
     }
 
-    /// A device's state as one chunk sees and changes it.
-    private struct DeviceState {
-        /// Live jobs (`devices.live_jobs`), as stored and as this chunk leaves them.
-        var storedLive = 0
-        var live = 0
-        var hasHead = false
-        var downMonitors: Set<String> = []
-        /// Where an alert past the cap is folded: the newest waiting job that is not a Test-button job.
-        var tail: Tail?
-        /// The live job a Test request waits on; read only for chunks holding a Test request.
-        var waitingTest: EnqueuePlan.WaitingTest?
-    }
-
-    private enum Tail {
-        case stored(id: Int64, folded: FoldedAlerts)
-        case inChunk(row: Int)
-    }
-
-    private struct Row {
-        var job: NewJob
-        var state: String
-        /// Whether the job reports its outcome to the Test request that posted it (`EnqueuePlan`).
-        var waits: Bool
-        var badge: Int
-        var folded = FoldedAlerts()
-    }
-
     private static func enqueue(_ chunk: ArraySlice<NewJob>, _ context: EnqueueContext, _ db: PGConnection) throws -> [EnqueueResult] {
         let ids = Set(chunk.map(\.deviceID))
         lockDevices(ids, db)
-        var devices = try readState(of: ids, chunk: chunk, context, db)
-
-        var results: [EnqueueResult] = []
-        var rows: [Row] = []
-        var monitorStates: [MonitorKey: Bool] = [:]
-        var storedTails: [Int64: (folded: FoldedAlerts, badge: Int)] = [:]
-        for job in chunk {
-            guard var device = devices[job.deviceID] else {
-                results.append(.deviceGone)
-                continue
-            }
-            defer { devices[job.deviceID] = device }
-            if let monitor = job.monitor {
-                monitorStates[MonitorKey(device: job.deviceID, monitor: monitor.key)] = monitor.isDown
-                if monitor.isDown { device.downMonitors.insert(monitor.key) } else { device.downMonitors.remove(monitor.key) }
-            }
-            let badge = device.downMonitors.count
-            let waits: Bool
-            switch EnqueuePlan.decide(job, device: EnqueuePlan.Device(live: device.live, waitingTest: device.waitingTest), cap: context.deviceCap) {
-            case .sameAsWaitingTest(let publicID):
-                results.append(.sameAsWaitingTest(publicID: publicID))
-                continue
-            case .foldIntoTail:
-                // SPEC §2.4: past the cap, the alert folds into the newest waiting job (never a Test-button job).
-                guard let event = AlertEvent(jobPayload: job.payload), let tail = device.tail else {
-                    results.append(.deviceFull)
-                    continue
-                }
-                switch tail {
-                case .stored(let id, var folded):
-                    folded.add(event)
-                    device.tail = .stored(id: id, folded: folded)
-                    storedTails[id] = (folded, badge)
-                case .inChunk(let row):
-                    rows[row].folded.add(event)
-                    rows[row].badge = badge
-                }
-                results.append(.merged)
-                continue
-            case .store(let decided):
-                waits = decided
-            }
-            rows.append(Row(job: job, state: device.hasHead ? "pending" : "available", waits: waits, badge: badge))
-            if waits {
-                device.waitingTest = EnqueuePlan.WaitingTest(publicID: job.publicID, payload: job.payload)
-            } else if device.hasHead {
-                device.tail = .inChunk(row: rows.count - 1)
-            }
-            device.hasHead = true
-            device.live += 1
-            results.append(waits || !job.reportsOutcome ? .queued : .queuedAsAlert)
-        }
+        let plan = EnqueuePlan.plan(chunk, devices: try readState(of: ids, chunk: chunk, context, db), cap: context.deviceCap)
         // NOTIFY is delivered at commit, once per transaction however many chunks asked for it.
-        let notify = results.contains { $0 != .deviceGone }
-        // The live counts the chunk changed, written as they now are: the devices are locked, so nothing else
-        // changed them since they were read (migration 11: no trigger counts them).
-        let counted = devices.filter { $0.value.live != $0.value.storedLive }.mapValues(\.live)
-        write(monitorStates, rows, counted, notify: notify, context, db)
-        // The tail now carries alerts accepted now: it lives (and its push asks APNs to keep it) for their JOB_TTL.
-        for (id, tail) in storedTails {
+        write(plan, notify: plan.results.contains { $0 != .deviceGone }, context, db)
+        for fold in plan.tailFolds {
             db.runDeferred(
                 """
                 UPDATE jobs SET folded = $1::bytea, folded_count = $2::integer, badge = $3::integer,
@@ -167,29 +83,23 @@ extension PostgresStore {
                 WHERE id = $4::bigint
                 """,
                 [
-                    .bytes(tail.folded.encoded), .integer(Int64(tail.folded.count)), .integer(Int64(tail.badge)), .integer(id),
+                    .bytes(fold.folded.encoded), .integer(Int64(fold.folded.count)), .integer(Int64(fold.badge)), .integer(fold.id),
                     .integer(context.expiresAt)
                 ])
         }
-        return results
+        return plan.results
     }
 
-    private struct MonitorKey: Hashable {
-        let device: String
-        let monitor: String
-    }
-
-    /// The chunk's devices that exist, with their live jobs, heads and down monitors (one statement), and their
-    /// newest waiting job when the cap may be reached. Run after the lock (`lockDevices`): each statement's
-    /// snapshot then includes every committed change to these devices.
+    /// The chunk's devices that exist, with their live jobs, heads and down monitors (one statement), and the
+    /// waiting Test jobs and tails `EnqueuePlan.reads(for:)` asks for. Run after the lock (`lockDevices`): each
+    /// statement's snapshot then includes every committed change to these devices.
     private static func readState(
         of ids: Set<String>, chunk: ArraySlice<NewJob>, _ context: EnqueueContext, _ db: PGConnection
-    ) throws -> [String: DeviceState] {
+    ) throws -> [String: EnqueuePlan.DeviceState] {
         // One device (a trickle) is matched with `= $1`, several with `= ANY($1)`: two statements, each with one
         // plan (see `lockDevices`; the `ANY` form alone was, in some runs, planned again on every call).
         let single = ids.count == 1 ? ids.first : nil
         let match = single == nil ? "= ANY($1::text[])" : "= $1::text"
-        let ids = PGValue.texts(ids)
         // Every job's badge counts the device's down monitors, so they are read for every chunk.
         let rows = try db.rows(
             """
@@ -199,10 +109,10 @@ extension PostgresStore {
             UNION ALL
             SELECT 'down', device_id, monitor, 0 FROM monitor_states
             WHERE device_id \(match) AND down AND updated_at >= $2::bigint
-            """, [single.map { .text($0) } ?? ids, .integer(context.badgeSince)],
+            """, [single.map { .text($0) } ?? .texts(ids), .integer(context.badgeSince)],
             { (kind: $0.text(0), device: $0.text(1), monitor: $0.optionalText(2), live: $0.int(3)) })
-        var devices: [String: DeviceState] = [:]
-        for row in rows where row.kind == "device" { devices[row.device] = DeviceState(storedLive: row.live, live: row.live) }
+        var devices: [String: EnqueuePlan.DeviceState] = [:]
+        for row in rows where row.kind == "device" { devices[row.device] = .init(storedLive: row.live, hasHead: false) }
         for row in rows {
             switch row.kind {
             case "head": devices[row.device]?.hasHead = true
@@ -210,33 +120,27 @@ extension PostgresStore {
             default: break
             }
         }
-        // A device without a head has no live job (a pending job always waits behind one). A count left high there
-        // (by a deliverer older than migration 11, still running through an upgrade) is set right by this chunk.
-        for (id, device) in devices where !device.hasHead && device.live != 0 { devices[id]?.live = 0 }
-        guard !devices.isEmpty else { return devices }
-        let testing = Set(chunk.filter(\.reportsOutcome).map(\.deviceID)).filter { devices[$0]?.hasHead == true }
-        if !testing.isEmpty {
+        let reads = EnqueuePlan.reads(for: chunk, devices: devices, cap: context.deviceCap)
+        if !reads.waitingTests.isEmpty {
             // Through jobs_waiting_tests (migration 13): only the few live jobs Test requests wait on.
             for (device, publicID, payload) in try db.rows(
                 """
                 SELECT device_id, public_id, payload FROM jobs
                 WHERE device_id = ANY($1::text[]) AND reports_outcome AND state <> 'discarded'
-                """, [.texts(testing)], { ($0.text(0), $0.text(1), $0.bytes(2)) })
+                """, [.texts(reads.waitingTests)], { ($0.text(0), $0.text(1), $0.bytes(2)) })
             {
                 devices[device]?.waitingTest = EnqueuePlan.WaitingTest(publicID: publicID, payload: payload)
             }
         }
-        let arriving = Dictionary(chunk.map { ($0.deviceID, 1) }, uniquingKeysWith: +)
-        let mayReachCap = context.deviceCap < .max && devices.contains { $0.value.live + (arriving[$0.key] ?? 0) > context.deviceCap }
-        if mayReachCap {
+        if !reads.tails.isEmpty {
             for (device, id, folded) in try db.rows(
                 """
                 SELECT DISTINCT ON (device_id) device_id, id, folded FROM jobs
                 WHERE device_id = ANY($1::text[]) AND state = 'pending' AND NOT reports_outcome
                 ORDER BY device_id, id DESC
-                """, [ids], { ($0.text(0), $0.int64(1), $0.isNull(2) ? FoldedAlerts() : FoldedAlerts(encoded: $0.bytes(2))) })
+                """, [.texts(reads.tails)], { ($0.text(0), $0.int64(1), $0.isNull(2) ? FoldedAlerts() : FoldedAlerts(encoded: $0.bytes(2))) })
             {
-                devices[device]?.tail = .stored(id: id, folded: folded)
+                devices[device]?.tail = EnqueuePlan.StoredTail(id: id, folded: folded)
             }
         }
         return devices
@@ -248,12 +152,9 @@ extension PostgresStore {
     /// writes touch different tables, so running them as sibling data-modifying CTEs (same snapshot, unordered
     /// between themselves) changes nothing either would see; the inserts' foreign-key checks run after the
     /// statement and find the device rows as it left them.
-    private static func write(
-        _ states: [MonitorKey: Bool], _ rows: [Row], _ liveJobs: [String: Int], notify: Bool, _ context: EnqueueContext,
-        _ db: PGConnection
-    ) {
+    private static func write(_ plan: EnqueuePlan.Batch, notify: Bool, _ context: EnqueueContext, _ db: PGConnection) {
+        let (states, rows, liveJobs) = (plan.monitorStates, plan.rows, plan.liveCounts)
         guard !states.isEmpty || !rows.isEmpty || !liveJobs.isEmpty || notify else { return }
-        let entries = Array(states)
         db.runDeferred(
             """
             WITH monitors AS (
@@ -276,8 +177,8 @@ extension PostgresStore {
             """,
             [
                 .integer(context.now), .integer(context.expiresAt),
-                .texts(entries.map(\.key.device)), .texts(entries.map(\.key.monitor)), .booleans(entries.map(\.value)),
-                .texts(rows.map(\.job.publicID)), .texts(rows.map(\.job.deviceID)), .texts(rows.map(\.state)),
+                .texts(states.map(\.device)), .texts(states.map(\.monitor)), .booleans(states.map(\.down)),
+                .texts(rows.map(\.job.publicID)), .texts(rows.map(\.job.deviceID)), .texts(rows.map { $0.isHead ? "available" : "pending" }),
                 .byteArrays(rows.map(\.job.payload)), .booleans(rows.map(\.waits)), .integers(rows.map(\.badge)),
                 .byteArrays(rows.map { $0.folded.isEmpty ? nil : $0.folded.encoded }), .integers(rows.map(\.folded.count)),
                 .boolean(notify), .texts(liveJobs.keys), .integers(liveJobs.values)

@@ -7,7 +7,7 @@ import Common
 /// Claims, retries, releases and rescues change a head's state but never which job is head: they need no lock.
 extension PostgresStore {
     /// Promotes a device's oldest pending job to head after its head left (completed, dead-lettered).
-    private static let promoteNext = """
+    static let promoteNext = """
         UPDATE jobs SET state = 'available'
         WHERE id = (SELECT id FROM jobs WHERE device_id = $1::text AND state = 'pending' ORDER BY id LIMIT 1)
         """
@@ -39,15 +39,6 @@ extension PostgresStore {
         promotionPlannerSettings.map { ("SET LOCAL \($0) = \($1)", []) } + [(promoteNextOfDevices, [.texts(devices)])]
             + promotionPlannerSettings.map { ("SET LOCAL \($0.0) TO DEFAULT", []) }
     }
-
-    /// Every completion's condition: this job ($1), still leased by this worker ($2) at this attempt ($3).
-    private static let leaseGuard = "id = $1::bigint AND \(LeaseGuard.condition(worker: "$2::text", attempt: "$3::integer"))"
-    /// Gives a leased job back unsent, due at $4, its attempt not counted (`leaseGuard`'s $1–$3).
-    private static let giveBack = """
-        UPDATE jobs SET state = 'available', scheduled_at = $4::bigint, attempt = greatest(attempt - 1, 0),
-                        attempted_by = NULL, lease_expires_at = NULL
-        WHERE \(leaseGuard)
-        """
 
     public func claim(worker: String, limit: Int, now: Int64, lease: Duration) throws(StoreError) -> [ClaimedJob] {
         guard limit > 0 else { return [] }
@@ -84,180 +75,6 @@ extension PostgresStore {
         }
         // Acceptance order, which is what callers log and send in.
         return claimed.sorted { $0.id < $1.id }
-    }
-
-    public func finish(_ outcomes: [JobOutcome], worker: String, now: Int64) throws(StoreError) -> [Bool] {
-        guard !outcomes.isEmpty else { return [] }
-        let applied = try write { db in
-            // A job's device never changes, so the claim's answer names the devices to lock (no read of the jobs).
-            Self.lockDevices(Set(outcomes.map(\.deviceID)), db)
-            // Deliveries, most of every batch, in a few set-wise statements: a round trip per job would cost more
-            // than the jobs. The other outcomes, rare, one by one below.
-            var applied = [Bool](repeating: false, count: outcomes.count)
-            let deliveredDevices = try Self.finishDeliveries(outcomes, worker: worker, now: now, applied: &applied, db)
-            for (index, outcome) in outcomes.enumerated() {
-                let guardValues: [PGValue] = [.integer(outcome.jobID), .text(worker), .integer(Int64(outcome.attempt))]
-                switch outcome.kind {
-                case .delivered:
-                    continue
-                case .retry(let at, let error):
-                    let changed = try db.run(
-                        """
-                        UPDATE jobs SET state = 'retryable', scheduled_at = $4::bigint, last_error = $5::text,
-                                        attempted_by = NULL, lease_expires_at = NULL
-                        WHERE \(Self.leaseGuard)
-                        """, guardValues + [.integer(at), .text(error)])
-                    applied[index] = changed == 1
-                case .deadLetter(let reason), .abandon(let reason):
-                    let finished = try db.rows(
-                        """
-                        UPDATE jobs SET state = 'discarded', finalized_at = $4::bigint, last_error = $5::text,
-                                        attempted_by = NULL, lease_expires_at = NULL
-                        WHERE \(Self.leaseGuard)
-                        RETURNING device_id, public_id, reports_outcome
-                        """, guardValues + [.integer(now), .text(reason)]
-                    ) { ($0.text(0), $0.text(1), $0.bool(2)) }
-                    let kind: ReportedOutcome.Kind = if case .abandon = outcome.kind { .failed } else { .rejected }
-                    Self.report(finished, kind, reason, now: now, db)
-                    for (device, _, _) in finished {
-                        Self.settleMerged(outcome.merged.map { (device, $0) }, deadLetterReason: reason, now: now, db)
-                        db.runDeferred(
-                            "UPDATE devices SET last_delivery_error = $1::text, live_jobs = live_jobs - 1 WHERE id = $2::text",
-                            [.text(reason), .text(device)])
-                        db.runDeferred(Self.promoteNext, [.text(device)])
-                    }
-                    applied[index] = !finished.isEmpty
-                case .postpone(let until):
-                    applied[index] = try db.run(Self.giveBack, guardValues + [.integer(until)]) == 1
-                case .removeDevice(let reason):
-                    // APNs refused a token the app has replaced since (PATCH): the device stays, and the job goes back
-                    // to be sent to the new token, its attempt not counted.
-                    let current = try db.rows("SELECT device_token FROM devices WHERE id = $1::text", [.text(outcome.deviceID)]) {
-                        $0.text(0)
-                    }
-                    if let token = current.first, token != outcome.deviceToken {
-                        applied[index] = try db.run(Self.giveBack, guardValues + [.integer(now)]) == 1
-                        continue
-                    }
-                    let finished = try db.rows(
-                        "SELECT device_id, public_id, reports_outcome FROM jobs WHERE \(Self.leaseGuard)",
-                        guardValues
-                    ) { ($0.text(0), $0.text(1), $0.bool(2)) }
-                    Self.report(finished, .unregistered, reason, now: now, db)
-                    for (device, _, _) in finished {
-                        Self.reportWaitingTests(ofDevice: device, .unregistered, reason, now: now, db)
-                        try db.run(
-                            """
-                            INSERT INTO tombstones (device_id, reason, removed_at) VALUES ($1::text, $2::text, $3::bigint)
-                            ON CONFLICT (device_id) DO UPDATE SET reason = excluded.reason, removed_at = excluded.removed_at
-                            """, [.text(device), .text(reason), .integer(now)])
-                        try db.run("DELETE FROM devices WHERE id = $1::text", [.text(device)])
-                    }
-                    applied[index] = !finished.isEmpty
-                }
-            }
-            // A device's last success is the same `now` for every job of the batch: one update for all of them,
-            // which also lowers its live jobs by the heads delivered.
-            if !deliveredDevices.isEmpty {
-                db.runDeferred(
-                    """
-                    UPDATE devices SET last_successful_notification = $1::bigint, last_delivery_error = '',
-                                       live_jobs = live_jobs - c.delivered, \(DeviceBurst.recordPush(now: "$1::bigint"))
-                    FROM unnest($2::text[], $3::integer[]) AS c (id, delivered)
-                    WHERE devices.id = c.id
-                    """, [.integer(now), .texts(deliveredDevices.keys), .integers(deliveredDevices.values)])
-            }
-            Self.notifyDeliverers(db)
-            return applied
-        }
-        return applied
-    }
-
-    /// Applies the `.delivered` outcomes: deletes the jobs still leased to `worker` at that attempt, completes what
-    /// their digests carried, and promotes each device's next job. Returns the devices that had a delivery, with
-    /// how many of their heads were deleted.
-    private static func finishDeliveries(
-        _ outcomes: [JobOutcome], worker: String, now: Int64, applied: inout [Bool],
-        _ db: PGConnection
-    ) throws -> [String: Int] {
-        let indexes = outcomes.indices.filter { outcomes[$0].kind == .delivered }
-        guard !indexes.isEmpty else { return [:] }
-        let finished = try db.rows(
-            """
-            DELETE FROM jobs USING unnest($1::bigint[], $2::integer[]) AS o (id, attempt)
-            WHERE jobs.id = o.id AND \(LeaseGuard.condition(worker: "$3::text", attempt: "o.attempt", table: "jobs"))
-            RETURNING jobs.id, jobs.device_id, jobs.public_id, jobs.reports_outcome
-            """,
-            [
-                .integerArray(indexes.map { outcomes[$0].jobID }), .integerArray(indexes.map { Int64(outcomes[$0].attempt) }),
-                .text(worker)
-            ]
-        ) { ($0.int64(0), $0.text(1), $0.text(2), $0.bool(3)) }
-        let devicesByJob = Dictionary(finished.map { ($0.0, $0.1) }, uniquingKeysWith: { first, _ in first })
-        report(finished.map { ($0.1, $0.2, $0.3) }, .delivered, "", now: now, db)
-        var merged: [(device: String, job: MergedJob)] = []
-        for index in indexes {
-            guard let device = devicesByJob[outcomes[index].jobID] else { continue }
-            applied[index] = true
-            merged += outcomes[index].merged.map { (device, $0) }
-        }
-        settleMerged(merged, deadLetterReason: nil, now: now, db)
-        let devices = Dictionary(devicesByJob.values.map { ($0, 1) }, uniquingKeysWith: +)
-        if devices.count == 1, let device = devices.first?.key {
-            // One device (a trickle) in a statement of its own, planned once (see `lockDevices`).
-            db.runDeferred(promoteNext, [.text(device)])
-        } else if !devices.isEmpty {
-            // Statements without parameters are the settings: sent unprepared, as no plan of them is worth keeping.
-            for (sql, values) in promotion(of: devices.keys) { db.runDeferred(sql, values, prepare: !values.isEmpty) }
-        }
-        return devices
-    }
-
-    /// Completes the jobs merged into digests with their heads: deleted when the digest was delivered,
-    /// dead-lettered with its reason when it was rejected, and taken off their device's live jobs. Only jobs still
-    /// pending on that device, holding the folded alerts the digest carried, are touched: one that gained folded
-    /// alerts meanwhile stays, and goes out again with them (at least once: never lost, at worst one alert shown
-    /// twice). One statement for all of them, sent with the transaction's next round trip.
-    private static func settleMerged(
-        _ merged: [(device: String, job: MergedJob)], deadLetterReason: String?, now: Int64, _ db: PGConnection
-    ) {
-        guard !merged.isEmpty else { return }
-        let settle =
-            deadLetterReason == nil
-            ? "DELETE FROM jobs USING unnest($1::bigint[], $2::text[], $3::integer[]) AS m (id, device_id, folded_count)"
-            : """
-            UPDATE jobs SET state = 'discarded', finalized_at = $4::bigint, last_error = $5::text
-            FROM unnest($1::bigint[], $2::text[], $3::integer[]) AS m (id, device_id, folded_count)
-            """
-        let values: [PGValue] = [
-            .integerArray(merged.map(\.job.id)), .texts(merged.map(\.device)), .integerArray(merged.map { Int64($0.job.foldedCount) })
-        ]
-        db.runDeferred(
-            """
-            WITH settled AS (
-                \(settle)
-                WHERE jobs.id = m.id AND jobs.device_id = m.device_id AND jobs.state = 'pending' AND jobs.folded_count = m.folded_count
-                RETURNING jobs.device_id
-            )
-            UPDATE devices SET live_jobs = live_jobs - s.count
-            FROM (SELECT device_id, count(*) AS count FROM settled GROUP BY device_id) AS s
-            WHERE devices.id = s.device_id
-            """, values + (deadLetterReason.map { [.integer(now), .text($0)] } ?? []))
-    }
-
-    /// Records the outcome of the finished jobs that report one (sent with the transaction's next round trip).
-    private static func report(
-        _ jobs: [(String, String, Bool)], _ kind: ReportedOutcome.Kind, _ reason: String, now: Int64,
-        _ db: PGConnection
-    ) {
-        for (_, publicID, reports) in jobs where reports {
-            db.runDeferred(
-                """
-                INSERT INTO job_outcomes (public_id, outcome, reason, finished_at) VALUES ($1::text, $2::text, $3::text, $4::bigint)
-                ON CONFLICT (public_id) DO UPDATE SET outcome = excluded.outcome, reason = excluded.reason,
-                                                      finished_at = excluded.finished_at
-                """, [.text(publicID), .text(kind.rawValue), .text(reason), .integer(now)])
-        }
     }
 
     public func pendingJobs(deviceID: String, limit: Int) throws(StoreError) -> [PendingJob] {

@@ -1,0 +1,206 @@
+import Common
+
+/// A whole enqueue batch, decided once for both stores: for each job, head or pending, stored or folded into its
+/// device's tail past the cap, its badge; and the devices' live counts, a count left high healed.
+///
+/// Each store reads `DeviceState` for the batch's devices inside its write transaction (SQLite per device in its
+/// single writer; PostgreSQL per chunk after locking the devices), then `reads(for:)` says which devices also need
+/// their waiting Test job or their tail read, then `plan` decides, and the store applies the `Batch` in its own
+/// dialect: heals, monitor states, rows in order (acceptance order), folds into stored tails.
+extension EnqueuePlan {
+    /// A device as the batch's read found it, before any write.
+    public struct DeviceState: Sendable, Equatable {
+        /// `devices.live_jobs` as stored.
+        public var storedLive: Int
+        /// Whether one of its jobs is its head (available, running or retryable).
+        public var hasHead: Bool
+        /// Its monitors whose last word, within the retention, was "down": the badge counts them.
+        public var downMonitors: Set<String>
+        /// Its newest waiting job that does not report an outcome; read only when `reads(for:)` names the device.
+        public var tail: StoredTail?
+        /// The live job a Test request waits on; read only when `reads(for:)` names the device.
+        public var waitingTest: WaitingTest?
+
+        public init(
+            storedLive: Int, hasHead: Bool, downMonitors: Set<String> = [], tail: StoredTail? = nil, waitingTest: WaitingTest? = nil
+        ) {
+            self.storedLive = storedLive
+            self.hasHead = hasHead
+            self.downMonitors = downMonitors
+            self.tail = tail
+            self.waitingTest = waitingTest
+        }
+
+        /// Its live jobs. Every live job waits behind its device's head, so without a head there is none: a count
+        /// left high there (a deliverer older than schema 11 still running through the upgrade, whose finish did not
+        /// lower it) heals now, the next time the device is idle.
+        public var live: Int { hasHead ? storedLive : 0 }
+    }
+
+    /// A stored waiting job an alert past the cap may be folded into.
+    public struct StoredTail: Sendable, Equatable {
+        public var id: Int64
+        public var folded: FoldedAlerts
+
+        public init(id: Int64, folded: FoldedAlerts) {
+            self.id = id
+            self.folded = folded
+        }
+    }
+
+    /// A job to insert.
+    public struct Row: Sendable, Equatable {
+        public var job: NewJob
+        /// The device's head (available); otherwise it waits behind it (pending).
+        public var isHead: Bool
+        /// It reports its outcome to the Test request that posted it (stored with `reports_outcome`).
+        public var waits: Bool
+        /// The device's down monitors as of its last alert.
+        public var badge: Int
+        /// Alerts of the same batch folded into it past the cap.
+        public var folded = FoldedAlerts()
+    }
+
+    /// A stored tail that now carries more alerts: its folded alerts and badge become these, and it lives (and its
+    /// push asks APNs to keep it for an offline phone) at least for this batch's JOB_TTL.
+    public struct TailFold: Sendable, Equatable {
+        public var id: Int64
+        public var folded: FoldedAlerts
+        public var badge: Int
+    }
+
+    /// A monitor's new state, for the badge.
+    public struct MonitorState: Sendable, Hashable {
+        public var device: String
+        public var monitor: String
+        public var down: Bool
+    }
+
+    /// What the store writes, and what it answers.
+    public struct Batch: Sendable, Equatable {
+        /// One per job, in order.
+        public var results: [EnqueueResult] = []
+        /// Devices whose stored count was left high (see `DeviceState.live`): set to 0 before the rows are inserted.
+        /// What a store whose insert trigger counts each row writes (SQLite).
+        public var healed: [String] = []
+        /// The live count of each device whose count the batch changes, as it leaves it: what a store without such
+        /// a trigger writes (PostgreSQL).
+        public var liveCounts: [String: Int] = [:]
+        /// The last state of each monitor the batch reported, one entry a monitor.
+        public var monitorStates: [MonitorState] = []
+        public var rows: [Row] = []
+        public var tailFolds: [TailFold] = []
+    }
+
+    /// The devices whose waiting Test job, and those whose tail, the store must read before `plan`: a Test request
+    /// for a device with a head may find one waiting; jobs that may take a device past its cap may fold.
+    public static func reads(for jobs: some Sequence<NewJob>, devices: [String: DeviceState], cap: Int) -> (
+        waitingTests: Set<String>, tails: Set<String>
+    ) {
+        var arriving: [String: Int] = [:]
+        var waitingTests: Set<String> = []
+        for job in jobs {
+            arriving[job.deviceID, default: 0] += 1
+            if job.reportsOutcome, devices[job.deviceID]?.hasHead == true { waitingTests.insert(job.deviceID) }
+        }
+        let tails = arriving.filter { device, count in devices[device].map { cap < .max && $0.live + count > cap } ?? false }
+        return (waitingTests, Set(tails.keys))
+    }
+
+    /// A device as the batch leaves it so far.
+    private struct Working {
+        var storedLive: Int
+        /// Its stored count was left high (see `DeviceState.live`).
+        var healed: Bool
+        var live: Int
+        var hasHead: Bool
+        var downMonitors: Set<String>
+        var tail: Tail?
+        var waitingTest: WaitingTest?
+    }
+
+    private enum Tail {
+        case stored(StoredTail)
+        case row(Int)
+    }
+
+    /// The batch as its jobs are decided one after another.
+    private struct Planner {
+        let cap: Int
+        var batch = Batch()
+        var monitors: [MonitorState] = []
+        var folds: [Int64: TailFold] = [:]
+
+        /// Decides `job` against `device` as the jobs before it left it, and leaves it as this job does.
+        mutating func add(_ job: NewJob, to device: inout Working) {
+            if let monitor = job.monitor {
+                monitors.append(MonitorState(device: job.deviceID, monitor: monitor.key, down: monitor.isDown))
+                if monitor.isDown { device.downMonitors.insert(monitor.key) } else { device.downMonitors.remove(monitor.key) }
+            }
+            let badge = device.downMonitors.count
+            switch decide(job, device: Device(live: device.live, waitingTest: device.waitingTest), cap: cap) {
+            case .sameAsWaitingTest(let publicID):
+                batch.results.append(.sameAsWaitingTest(publicID: publicID))
+            case .foldIntoTail:
+                // SPEC §2.4: past the cap, the alert folds into the newest waiting job (never a Test-button job).
+                guard let event = AlertEvent(jobPayload: job.payload), let tail = device.tail else {
+                    batch.results.append(.deviceFull)
+                    return
+                }
+                switch tail {
+                case .stored(var stored):
+                    stored.folded.add(event)
+                    device.tail = .stored(stored)
+                    folds[stored.id] = TailFold(id: stored.id, folded: stored.folded, badge: badge)
+                case .row(let index):
+                    batch.rows[index].folded.add(event)
+                    batch.rows[index].badge = badge
+                }
+                batch.results.append(.merged)
+            case .store(let waits):
+                batch.rows.append(Row(job: job, isHead: !device.hasHead, waits: waits, badge: badge))
+                if waits {
+                    device.waitingTest = WaitingTest(publicID: job.publicID, payload: job.payload)
+                } else if device.hasHead {
+                    device.tail = .row(batch.rows.count - 1)
+                }
+                device.hasHead = true
+                device.live += 1
+                batch.results.append(waits || !job.reportsOutcome ? .queued : .queuedAsAlert)
+            }
+        }
+    }
+
+    /// The rule for the batch: `decide` for each job against its device as the jobs before it left it.
+    public static func plan(_ jobs: some Sequence<NewJob>, devices: [String: DeviceState], cap: Int) -> Batch {
+        var working = devices.mapValues {
+            Working(
+                storedLive: $0.storedLive, healed: !$0.hasHead && $0.storedLive != 0, live: $0.live, hasHead: $0.hasHead,
+                downMonitors: $0.downMonitors, tail: $0.tail.map(Tail.stored),
+                waitingTest: $0.waitingTest)
+        }
+        var planner = Planner(cap: cap)
+        planner.batch.results.reserveCapacity(jobs.underestimatedCount)
+        planner.batch.rows.reserveCapacity(jobs.underestimatedCount)
+        for job in jobs {
+            // Changed where it is stored: one lookup a job, and no copy of its monitors.
+            guard let slot = working.index(forKey: job.deviceID) else {
+                planner.batch.results.append(.deviceGone)
+                continue
+            }
+            planner.add(job, to: &working.values[slot])
+        }
+        var batch = planner.batch
+        let monitors = planner.monitors
+        // A monitor reported twice keeps its last word.
+        var seen: Set<[String]> = []
+        batch.monitorStates = monitors.reversed().filter { seen.insert([$0.device, $0.monitor]).inserted }.reversed()
+        batch.tailFolds = planner.folds.values.sorted { $0.id < $1.id }
+        for (id, device) in working {
+            if device.healed { batch.healed.append(id) }
+            if device.live != device.storedLive { batch.liveCounts[id] = device.live }
+        }
+        batch.healed.sort()
+        return batch
+    }
+}
