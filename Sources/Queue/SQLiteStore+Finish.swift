@@ -89,9 +89,7 @@ extension SQLiteStore {
             try promoteNext(device: promotion.device, after: number, db)
         }
         for removal in plan.removals {
-            try db.statement("INSERT OR REPLACE INTO tombstones (device_id, reason, removed_at) VALUES (?, ?, ?)")
-                .run([.text(removal.device), .text(removal.reason), .integer(now)])
-            _ = try deleteDevice(removal.device, reporting: (.unregistered, removal.reason, now), db)
+            _ = try DeviceDeletion.unregistered(reason: removal.reason, at: now).apply(to: removal.device, in: SQLiteDeviceDeletion(db: db))
         }
     }
 

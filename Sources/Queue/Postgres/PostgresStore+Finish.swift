@@ -15,7 +15,7 @@ extension PostgresStore {
             // A job's device never changes, so the claim's answer names the devices to lock (no read of the jobs).
             Self.lockDevices(Set(outcomes.map(\.deviceID)), db)
             let plan = FinishPlan.plan(outcomes, try Self.finishState(outcomes, worker: worker, db), now: now)
-            Self.apply(plan, now: now, db)
+            try Self.apply(plan, now: now, db)
             Self.notifyDeliverers(db)
             return plan.applied
         }
@@ -43,7 +43,7 @@ extension PostgresStore {
     }
 
     /// The plan's writes, in its order (`FinishPlan`), each kind one statement for the batch, sent with the COMMIT.
-    private static func apply(_ plan: FinishPlan, now: Int64, _ db: PGConnection) {
+    private static func apply(_ plan: FinishPlan, now: Int64, _ db: PGConnection) throws {
         if !plan.deletes.isEmpty {
             db.runDeferred("DELETE FROM jobs USING unnest($1::bigint[]) AS o (id) WHERE jobs.id = o.id", [.bigints(plan.deletes)])
         }
@@ -89,14 +89,8 @@ extension PostgresStore {
         updateDevices(plan, now: now, db)
         promote(Set(plan.promotions.map(\.device)), db)
         for removal in plan.removals {
-            reportWaitingTests(ofDevice: removal.device, .unregistered, removal.reason, now: now, db)
-            db.runDeferred(
-                """
-                INSERT INTO tombstones (device_id, reason, removed_at) VALUES ($1::text, $2::text, $3::bigint)
-                ON CONFLICT (device_id) DO UPDATE SET reason = excluded.reason, removed_at = excluded.removed_at
-                """, [.text(removal.device), .text(removal.reason), .integer(now)])
-            // Foreign keys cascade: the device's jobs, pending and dead, go with it.
-            db.runDeferred("DELETE FROM devices WHERE id = $1::text", [.text(removal.device)])
+            _ = try DeviceDeletion.unregistered(reason: removal.reason, at: now)
+                .apply(to: removal.device, in: PostgresDeviceDeletion(db: db, withTheCommit: true))
         }
     }
 
