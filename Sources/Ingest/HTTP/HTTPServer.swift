@@ -196,10 +196,13 @@ public final class HTTPServer: Sendable {
         // its own epoll threads over the listening socket, and the loser aborts the process ("Failed to remove
         // listen FD from epoll set", an open upstream defect; `drainingWhileRequestsArriveNeverAbortsTheProcess`
         // reached it about once in five runs). The listening socket stays libmicrohttpd's and closes at stop.
-        draining.store(true, ordering: .relaxed)
-        // A handed-over socket: stop accepting altogether, so what arrives from now on waits in its backlog, and
-        // answer every connection already accepted that sends its request within the grace period.
+        // A handed-over socket: stop accepting altogether first, so what arrives from now on waits in its backlog,
+        // and answer every connection already accepted that sends its request within the grace period. First:
+        // with the accept policy saying no before the acceptor had stopped, a connection it accepted in between was
+        // handed to libmicrohttpd, refused and reset — a webhook lost in a restart (test_socket_activation, under
+        // load, once in three full runs).
         acceptor.withLock { $0 }?.stop()
+        draining.store(true, ordering: .relaxed)
         let unheard = self.unheard
         return inFlight.waitUntilZero(timeout: grace) { (unheard?.count ?? 0) == 0 }
     }
