@@ -50,7 +50,7 @@ AREAS = {
 }
 # Self counts by library: where the instructions run, whichever thread.
 LIBRARIES = {"sqlite": "libsqlite3", "openssl": "libssl|libcrypto", "nghttp2": "libnghttp2", "libc": "libc\\.so|ld-linux",
-             "swift": "kumapush-relay"}
+             "relay (Swift)": "RELAY"}
 
 
 def free_port():
@@ -166,7 +166,7 @@ def functions(text):
     return table
 
 
-def libraries(text):
+def libraries(text, relay):
     """{library: self instructions}. A line without [object] is code inlined from another file: libc's own
     sources (./…) or the relay's (Swift sources, compiler-generated, the Swift shims)."""
     figures = dict.fromkeys(LIBRARIES, 0)
@@ -177,8 +177,9 @@ def libraries(text):
             continue
         source, library = match.group(2), match.group(4) or ""
         if not library:
-            library = "libc.so" if source.startswith("./") else "kumapush-relay"
-        name = next((name for name, pattern in LIBRARIES.items() if re.search(pattern, library)), "other libraries")
+            library = "libc.so" if source.startswith("./") else relay
+        name = next((name for name, pattern in LIBRARIES.items()
+                     if re.search(pattern.replace("RELAY", re.escape(os.path.basename(relay))), library)), "other libraries")
         figures[name] += int(match.group(1).replace(",", ""))
     return figures
 
@@ -188,7 +189,7 @@ def total(text):
     return int(match.group(1).replace(",", ""))
 
 
-def areas(inclusive, exclusive):
+def areas(inclusive, exclusive, relay):
     table = functions(inclusive)
     figures = {"total": total(inclusive)}
     for area, patterns in AREAS.items():
@@ -196,7 +197,7 @@ def areas(inclusive, exclusive):
     figures["store"] = figures["store calls"] + figures["store threads"]
     figures["engine"] = figures["delivery thread"] - figures["store calls"]
     figures["other"] = figures["total"] - figures["delivery thread"] - figures["event loops"] - figures["store threads"]
-    figures.update(libraries(exclusive))
+    figures.update(libraries(exclusive, relay))
     return figures
 
 
@@ -240,7 +241,7 @@ def main():
     texts = [(annotate(out, inclusive=True), annotate(out, inclusive=False)) for out in outputs]
     (big, big_self), (small, small_self) = texts
     pushes = arguments.jobs - arguments.baseline_jobs
-    a, b = areas(big, big_self), areas(small, small_self)
+    a, b = areas(big, big_self, arguments.relay), areas(small, small_self, arguments.relay)
     per_push = {area: (a[area] - b[area]) / pushes for area in ORDER + BY_LIBRARY}
     lines = ["| area (inclusive) | instructions per push |", "|---|---:|"]
     lines += [f"| {area} | {per_push[area]:,.0f} |" for area in ORDER]

@@ -50,26 +50,20 @@ public struct APNsRequestFactory: Sendable {
     ///     latest of their expiries, so the newest alert in it is kept for its whole JOB_TTL.
     public func request(for job: ClaimedJob, push: PushMessage, providerToken: String, merged: [PendingJob] = []) -> HTTP2Request {
         let expiresAt = merged.reduce(job.expiresAt) { max($0, $1.expiresAt) }
-        return HTTP2Request(
-            path: "/3/device/\(job.deviceToken)",
-            headers: [
-                ("authorization", "bearer \(providerToken)"),
-                ("apns-push-type", "alert"),
-                ("apns-priority", "10"),
-                ("apns-topic", topic),
-                // Until when APNs should keep trying an offline phone (seconds): acceptance + JOB_TTL (a digest's
-                // newest).
-                ("apns-expiration", String(expiresAt / 1000)),
-                // Fixed per job across retries, so APNs and the phone see one notification, not several.
-                ("apns-id", job.publicID),
-                ("apns-collapse-id", job.publicID),
-                ("content-type", "application/json")
-            ],
-            body: APNsPayload.encode(push),
-            sensitiveHeaders: Self.uniquePerRequest)
+        // Laid out once here, each header's HPACK treatment decided as it is written (no set of names to look up).
+        var headers = HTTP2HeaderBlock(reservingCapacity: 512)
+        headers.append("authorization", providerToken, prefix: "bearer ")
+        headers.append("apns-push-type", "alert")
+        headers.append("apns-priority", "10")
+        headers.append("apns-topic", topic)
+        // Until when APNs should keep trying an offline phone (seconds): acceptance + JOB_TTL (a digest's newest).
+        // Unique per request, like the ids below: kept out of the HPACK table, as Apple asks for :path (which never
+        // is indexed).
+        headers.append("apns-expiration", String(expiresAt / 1000), sensitive: true)
+        // Fixed per job across retries, so APNs and the phone see one notification, not several.
+        headers.append("apns-id", job.publicID, sensitive: true)
+        headers.append("apns-collapse-id", job.publicID, sensitive: true)
+        headers.append("content-type", "application/json")
+        return HTTP2Request(path: "/3/device/\(job.deviceToken)", headerBlock: headers, body: APNsPayload.encode(push))
     }
-
-    /// Unique per request: kept out of the HPACK table, as Apple asks for :path (which never is indexed). Built
-    /// once, not per push.
-    static let uniquePerRequest: Set<String> = ["apns-id", "apns-collapse-id", "apns-expiration"]
 }
