@@ -21,15 +21,23 @@ public struct HTTP2HeaderBlock: Sendable, Equatable {
     /// (Apple's advice for what changes every push), or secret.
     public mutating func append(_ name: String, _ value: String, prefix: String = "", sensitive: Bool = false) {
         let nameLength = name.utf8.count
-        let valueLength = prefix.utf8.count + value.utf8.count
         bytes.append(sensitive ? 1 : 0)
         Self.appendLength(nameLength, to: &bytes)
-        Self.appendLength(valueLength, to: &bytes)
-        let upper = UInt8(ascii: "A")...UInt8(ascii: "Z")
-        for byte in name.utf8 { bytes.append(upper.contains(byte) ? byte | 0x20 : byte) }
-        bytes += prefix.utf8
-        bytes += value.utf8
+        Self.appendLength(prefix.utf8.count + value.utf8.count, to: &bytes)
+        if name.utf8.contains(where: { (UInt8(ascii: "A")...UInt8(ascii: "Z")).contains($0) }) {
+            bytes += name.lowercased().utf8
+        } else {
+            Self.appendUTF8(name, to: &bytes)
+        }
+        Self.appendUTF8(prefix, to: &bytes)
+        Self.appendUTF8(value, to: &bytes)
         count += 1
+    }
+
+    /// `text`'s UTF-8 in one copy (byte by byte through `String.UTF8View` cost more than everything else here).
+    private static func appendUTF8(_ text: String, to bytes: inout [UInt8]) {
+        var text = text
+        text.withUTF8 { bytes.append(contentsOf: $0) }
     }
 
     /// The headers, in order (tests, and whoever wants to read a request back).
@@ -62,8 +70,7 @@ public struct HTTP2HeaderBlock: Sendable, Equatable {
     }
 
     private static func appendLength(_ length: Int, to bytes: inout [UInt8]) {
-        let value = UInt32(length)
-        for shift in stride(from: 0, to: 32, by: 8) { bytes.append(UInt8(truncatingIfNeeded: value >> UInt32(shift))) }
+        withUnsafeBytes(of: UInt32(length).littleEndian) { bytes.append(contentsOf: $0) }
     }
 
     private static func length(in buffer: UnsafeBufferPointer<UInt8>, at offset: Int) -> Int {
