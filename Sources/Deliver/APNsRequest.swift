@@ -7,10 +7,18 @@ import Queue
 public struct APNsRequestFactory: Sendable {
     public let topic: String
     public let builder: PushBuilder
+    /// The headers every push has, laid out once (only the provider token and the job's own follow, per push).
+    let fixedHeaders: HTTP2HeaderBlock
 
     public init(topic: String, lateNotice: Duration) {
         self.topic = topic
         builder = PushBuilder(lateNotice: lateNotice)
+        var fixed = HTTP2HeaderBlock()
+        fixed.append("apns-push-type", "alert")
+        fixed.append("apns-priority", "10")
+        fixed.append("apns-topic", topic)
+        fixed.append("content-type", "application/json")
+        fixedHeaders = fixed
     }
 
     public struct InvalidPayload: Error {}
@@ -50,12 +58,11 @@ public struct APNsRequestFactory: Sendable {
     ///     latest of their expiries, so the newest alert in it is kept for its whole JOB_TTL.
     public func request(for job: ClaimedJob, push: PushMessage, providerToken: String, merged: [PendingJob] = []) -> HTTP2Request {
         let expiresAt = merged.reduce(job.expiresAt) { max($0, $1.expiresAt) }
-        // Laid out once here, each header's HPACK treatment decided as it is written (no set of names to look up).
-        var headers = HTTP2HeaderBlock(reservingCapacity: 512)
+        // Laid out here, each header's HPACK treatment decided as it is written (no set of names to look up), after
+        // the fixed ones.
+        var headers = fixedHeaders
+        headers.reserveCapacity(adding: 384 + providerToken.utf8.count)
         headers.append("authorization", providerToken, prefix: "bearer ")
-        headers.append("apns-push-type", "alert")
-        headers.append("apns-priority", "10")
-        headers.append("apns-topic", topic)
         // Until when APNs should keep trying an offline phone (seconds): acceptance + JOB_TTL (a digest's newest).
         // Unique per request, like the ids below: kept out of the HPACK table, as Apple asks for :path (which never
         // is indexed).
@@ -63,7 +70,6 @@ public struct APNsRequestFactory: Sendable {
         // Fixed per job across retries, so APNs and the phone see one notification, not several.
         headers.append("apns-id", job.publicID, sensitive: true)
         headers.append("apns-collapse-id", job.publicID, sensitive: true)
-        headers.append("content-type", "application/json")
         return HTTP2Request(path: "/3/device/\(job.deviceToken)", headerBlock: headers, body: APNsPayload.encode(push))
     }
 }

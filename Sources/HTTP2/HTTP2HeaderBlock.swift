@@ -20,24 +20,49 @@ public struct HTTP2HeaderBlock: Sendable, Equatable {
     /// already). `sensitive`: never put in the HPACK dynamic table (`NGHTTP2_NV_FLAG_NO_INDEX`): unique per request
     /// (Apple's advice for what changes every push), or secret.
     public mutating func append(_ name: String, _ value: String, prefix: String = "", sensitive: Bool = false) {
-        let nameLength = name.utf8.count
-        bytes.append(sensitive ? 1 : 0)
-        Self.appendLength(nameLength, to: &bytes)
-        Self.appendLength(prefix.utf8.count + value.utf8.count, to: &bytes)
-        if name.utf8.contains(where: { (UInt8(ascii: "A")...UInt8(ascii: "Z")).contains($0) }) {
-            bytes += name.lowercased().utf8
-        } else {
-            Self.appendUTF8(name, to: &bytes)
+        // Each string copied once, as a buffer: walking `String.UTF8View` byte by byte (to copy, or to look for
+        // capitals) cost more than the rest of building a push's headers.
+        var (name, prefix, value) = (name, prefix, value)
+        name.withUTF8 { name in
+            prefix.withUTF8 { prefix in
+                value.withUTF8 { value in append(name: name, prefix: prefix, value: value, sensitive: sensitive) }
+            }
         }
-        Self.appendUTF8(prefix, to: &bytes)
-        Self.appendUTF8(value, to: &bytes)
+    }
+
+    /// Appends every header of `other`, after those already here (a block of fixed headers built once).
+    public mutating func append(contentsOf other: HTTP2HeaderBlock) {
+        bytes.append(contentsOf: other.bytes)
+        count += other.count
+    }
+
+    /// Reserves room for `capacity` more bytes of headers.
+    public mutating func reserveCapacity(adding capacity: Int) {
+        bytes.reserveCapacity(bytes.count + capacity)
+    }
+
+    private mutating func append(
+        name: UnsafeBufferPointer<UInt8>, prefix: UnsafeBufferPointer<UInt8>, value: UnsafeBufferPointer<UInt8>, sensitive: Bool
+    ) {
+        bytes.append(sensitive ? 1 : 0)
+        appendLength(name.count)
+        appendLength(prefix.count + value.count)
+        let nameStart = bytes.count
+        bytes.append(contentsOf: name)
+        for index in nameStart..<bytes.count where bytes[index] >= UInt8(ascii: "A") && bytes[index] <= UInt8(ascii: "Z") {
+            bytes[index] |= 0x20
+        }
+        bytes.append(contentsOf: prefix)
+        bytes.append(contentsOf: value)
         count += 1
     }
 
-    /// `text`'s UTF-8 in one copy (byte by byte through `String.UTF8View` cost more than everything else here).
-    private static func appendUTF8(_ text: String, to bytes: inout [UInt8]) {
-        var text = text
-        text.withUTF8 { bytes.append(contentsOf: $0) }
+    private mutating func appendLength(_ length: Int) {
+        let value = UInt32(length)
+        bytes.append(UInt8(truncatingIfNeeded: value))
+        bytes.append(UInt8(truncatingIfNeeded: value >> 8))
+        bytes.append(UInt8(truncatingIfNeeded: value >> 16))
+        bytes.append(UInt8(truncatingIfNeeded: value >> 24))
     }
 
     /// The headers, in order (tests, and whoever wants to read a request back).
@@ -67,10 +92,6 @@ public struct HTTP2HeaderBlock: Sendable, Equatable {
                 UnsafeBufferPointer(rebasing: buffer[nameStart + nameLength..<nameStart + nameLength + valueLength]), sensitive)
             offset = nameStart + nameLength + valueLength
         }
-    }
-
-    private static func appendLength(_ length: Int, to bytes: inout [UInt8]) {
-        withUnsafeBytes(of: UInt32(length).littleEndian) { bytes.append(contentsOf: $0) }
     }
 
     private static func length(in buffer: UnsafeBufferPointer<UInt8>, at offset: Int) -> Int {

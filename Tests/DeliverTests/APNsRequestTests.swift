@@ -18,9 +18,9 @@ import Testing
         let fields = request.headers.fields
         #expect(
             fields.map { "\($0.name): \($0.value)" } == [
-                "authorization: bearer eyJ.jwt", "apns-push-type: alert", "apns-priority: 10", "apns-topic: app.example",
-                "apns-expiration: 4600", "apns-id: 0f1e2d3c-aaaa-bbbb-cccc-000000000001",
-                "apns-collapse-id: 0f1e2d3c-aaaa-bbbb-cccc-000000000001", "content-type: application/json"
+                "apns-push-type: alert", "apns-priority: 10", "apns-topic: app.example", "content-type: application/json",
+                "authorization: bearer eyJ.jwt", "apns-expiration: 4600", "apns-id: 0f1e2d3c-aaaa-bbbb-cccc-000000000001",
+                "apns-collapse-id: 0f1e2d3c-aaaa-bbbb-cccc-000000000001"
             ])
         #expect(fields.filter(\.sensitive).map(\.name) == ["apns-expiration", "apns-id", "apns-collapse-id"])
         #expect(request.body == APNsPayload.encode(push))

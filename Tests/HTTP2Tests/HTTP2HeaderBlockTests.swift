@@ -16,6 +16,20 @@ import Testing
         #expect(fields.map(\.sensitive) == [false, true, false])
     }
 
+    @Test func aBlockAppendedKeepsItsHeadersAndFlags() {
+        var fixed = HTTP2HeaderBlock()
+        fixed.append("apns-topic", "t")
+        var block = fixed
+        block.append("apns-id", "1", sensitive: true)
+        var both = HTTP2HeaderBlock()
+        both.append(contentsOf: block)
+        both.append(contentsOf: fixed)
+        #expect(both.count == 3)
+        #expect(both.fields.map(\.name) == ["apns-topic", "apns-id", "apns-topic"])
+        #expect(both.fields.map(\.sensitive) == [false, true, false])
+        #expect(fixed.count == 1, "the block it was copied from is unchanged")
+    }
+
     @Test func valuesLongerThanTwoBytesOfLengthSurvive() {
         let long = String(repeating: "x", count: 70_000)
         var block = HTTP2HeaderBlock()
