@@ -1,5 +1,6 @@
-@testable import Common
 import Testing
+
+@testable import Common
 
 /// The deliverer's direct reading of job payloads: the same event as written, for every field; anything it does
 /// not read itself still comes back through the generic JSON parser.

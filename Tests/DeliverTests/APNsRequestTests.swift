@@ -1,8 +1,9 @@
 import Common
 import Deliver
 import HTTP2
-@testable import Queue
 import Testing
+
+@testable import Queue
 
 /// The request the deliverer sends for a job, as laid out for nghttp2 (the simulator checks what arrives; this checks
 /// what the wire cannot show: which headers stay out of the HPACK dynamic table).
