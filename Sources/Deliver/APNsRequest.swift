@@ -70,6 +70,6 @@ public struct APNsRequestFactory: Sendable {
         // Fixed per job across retries, so APNs and the phone see one notification, not several.
         headers.append("apns-id", job.publicID, sensitive: true)
         headers.append("apns-collapse-id", job.publicID, sensitive: true)
-        return HTTP2Request(path: "/3/device/\(job.deviceToken)", headerBlock: headers, body: APNsPayload.encode(push))
+        return HTTP2Request(path: "/3/device/" + job.deviceToken, headerBlock: headers, body: APNsPayload.encode(push))
     }
 }
