@@ -6,16 +6,17 @@ head), starts `apns-sim` (not measured) and runs `deliver` (DEVICE_BURST=off) un
 Per push = (instructions of the big run − those of the small run) / (jobs − baseline jobs): start-up (key, TLS
 handshake, first provider token) and shutdown cancel out.
 
-Areas, from `callgrind_annotate --inclusive=yes` (each an inclusive count, so nothing is counted twice):
-  store        the engine's calls into the store (the RelayStore witnesses: claim, finish, changeCounter, …) —
-               the queue's own floor, SQLite included
+Areas, from `callgrind_annotate --inclusive=yes` (inclusive counts of functions that do not nest in one another;
+a function shown under several files counts once, with its largest figure):
+  store        the engine's calls into the store (the SQLiteStore protocol witnesses: claim, finish,
+               changeCounter, …) and the store's WAL threads — the queue's own floor, SQLite included
+  engine       the delivery thread without the store calls: wording the push, JSON payload, request and headers,
+               provider token lookup, answers, metrics
   event loops  the APNs connections' threads (EventLoop.run): HTTP/2 (nghttp2), TLS (OpenSSL), the connection
                state, socket calls, and the completion handing each answer back
-    tls          of which SSL_read / SSL_write / BIO (encryption and decryption)
-    nghttp2      of which nghttp2_session_mem_send / mem_recv (framing, HPACK), callbacks included
-  engine       the delivery thread without the store: wording the push, JSON payload, request and headers,
-               provider token lookup, answers, metrics
-  other        everything else (metrics server, process start-up left after the subtraction)
+  other        everything else (metrics server, reconnect queue, process start-up left after the subtraction)
+(OpenSSL's and nghttp2's inclusive counts are not used: callgrind's cycle handling in libcrypto makes them
+unreliable; their self counts by library below are exact.)
 Then by library (self counts): SQLite, OpenSSL, nghttp2, libc (malloc, memcpy, locks), and the relay's own code
 with the Swift runtime and standard library (linked statically: retain/release, hashing, allocation paths).
 Last, h2load (2 connections × 500 streams, as `make bench` runs it) sends the same number of requests to the same
@@ -23,10 +24,11 @@ simulator under callgrind, for the target of SPEC §7 in the same unit: instruct
 User-space instructions only: the kernel's side of each syscall is not counted.
 
 Usage: python3 bench/deliver_instructions.py [--jobs 20000] [--baseline-jobs 2000] [--relay PATH]
-         [--queue-bench PATH] [--output FILE] [--top 40]
+         [--queue-bench PATH] [--output FILE] [--top 40] [--reuse DIR]
 (needs valgrind and a release build: swift build -c release --static-swift-stdlib --product kumapush-relay, and
 --product QueueBench). --output writes the figures and the big run's top functions (inclusive and self) as
-Markdown. Takes about 3 minutes on a loaded 2-core machine."""
+Markdown; --reuse DIR analyses the callgrind outputs an earlier run left in DIR (its path is printed) again.
+Takes 2–5 minutes on the shared 2-core machine."""
 import argparse
 import os
 import re
