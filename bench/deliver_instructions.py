@@ -15,8 +15,8 @@ a function shown under several files counts once, with its largest figure):
   event loops  the APNs connections' threads (EventLoop.run): HTTP/2 (nghttp2), TLS (OpenSSL), the connection
                state, socket calls, and the completion handing each answer back
   other        everything else (metrics server, reconnect queue, process start-up left after the subtraction)
-(OpenSSL's and nghttp2's inclusive counts are not used: callgrind's cycle handling in libcrypto makes them
-unreliable; their self counts by library below are exact.)
+(OpenSSL and nghttp2 are not areas of their own: libcrypto's stripped, recursive internals make inclusive counts
+hard to read; their self counts by library below say what they cost.)
 Then by library (self counts): SQLite, OpenSSL, nghttp2, libc (malloc, memcpy, locks), and the relay's own code
 with the Swift runtime and standard library (linked statically: retain/release, hashing, allocation paths).
 Last, h2load (2 connections × 500 streams, as `make bench` runs it) sends the same number of requests to the same
