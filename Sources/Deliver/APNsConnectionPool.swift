@@ -52,11 +52,18 @@ public final class APNsConnectionPool: Sendable {
         for index in loops.indices { open(index, replacing: nil) }
     }
 
-    /// The connection with the most free streams, or nil when none has room.
+    /// The connection with the most free streams (the first of equals), or nil when none has room. Once per push:
+    /// each connection's status is read once, and no array is built.
     public func pick() -> HTTP2ClientConnection? {
         slots.withLock { slots in
-            slots.compactMap(\.connection).max { $0.currentStatus.freeStreams < $1.currentStatus.freeStreams }
-                .flatMap { $0.currentStatus.freeStreams > 0 ? $0 : nil }
+            var best: HTTP2ClientConnection?
+            var mostFree = 0
+            for slot in slots {
+                guard let connection = slot.connection else { continue }
+                let free = connection.currentStatus.freeStreams
+                if free > mostFree { (best, mostFree) = (connection, free) }
+            }
+            return best
         }
     }
 

@@ -7,10 +7,18 @@ import Queue
 public struct APNsRequestFactory: Sendable {
     public let topic: String
     public let builder: PushBuilder
+    /// The headers every push has, laid out once (only the provider token and the job's own follow, per push).
+    let fixedHeaders: HTTP2HeaderBlock
 
     public init(topic: String, lateNotice: Duration) {
         self.topic = topic
         builder = PushBuilder(lateNotice: lateNotice)
+        var fixed = HTTP2HeaderBlock()
+        fixed.append("apns-push-type", "alert")
+        fixed.append("apns-priority", "10")
+        fixed.append("apns-topic", topic)
+        fixed.append("content-type", "application/json")
+        fixedHeaders = fixed
     }
 
     public struct InvalidPayload: Error {}
@@ -50,26 +58,18 @@ public struct APNsRequestFactory: Sendable {
     ///     latest of their expiries, so the newest alert in it is kept for its whole JOB_TTL.
     public func request(for job: ClaimedJob, push: PushMessage, providerToken: String, merged: [PendingJob] = []) -> HTTP2Request {
         let expiresAt = merged.reduce(job.expiresAt) { max($0, $1.expiresAt) }
-        return HTTP2Request(
-            path: "/3/device/\(job.deviceToken)",
-            headers: [
-                ("authorization", "bearer \(providerToken)"),
-                ("apns-push-type", "alert"),
-                ("apns-priority", "10"),
-                ("apns-topic", topic),
-                // Until when APNs should keep trying an offline phone (seconds): acceptance + JOB_TTL (a digest's
-                // newest).
-                ("apns-expiration", String(expiresAt / 1000)),
-                // Fixed per job across retries, so APNs and the phone see one notification, not several.
-                ("apns-id", job.publicID),
-                ("apns-collapse-id", job.publicID),
-                ("content-type", "application/json")
-            ],
-            body: APNsPayload.encode(push),
-            sensitiveHeaders: Self.uniquePerRequest)
+        // Laid out here, each header's HPACK treatment decided as it is written (no set of names to look up), after
+        // the fixed ones.
+        var headers = fixedHeaders
+        headers.reserveCapacity(adding: 384 + providerToken.utf8.count)
+        headers.append("authorization", providerToken, prefix: "bearer ")
+        // Until when APNs should keep trying an offline phone (seconds): acceptance + JOB_TTL (a digest's newest).
+        // Unique per request, like the ids below: kept out of the HPACK table, as Apple asks for :path (which never
+        // is indexed).
+        headers.append("apns-expiration", String(expiresAt / 1000), sensitive: true)
+        // Fixed per job across retries, so APNs and the phone see one notification, not several.
+        headers.append("apns-id", job.publicID, sensitive: true)
+        headers.append("apns-collapse-id", job.publicID, sensitive: true)
+        return HTTP2Request(path: "/3/device/" + job.deviceToken, headerBlock: headers, body: APNsPayload.encode(push))
     }
-
-    /// Unique per request: kept out of the HPACK table, as Apple asks for :path (which never is indexed). Built
-    /// once, not per push.
-    static let uniquePerRequest: Set<String> = ["apns-id", "apns-collapse-id", "apns-expiration"]
 }

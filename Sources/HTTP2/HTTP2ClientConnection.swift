@@ -226,10 +226,13 @@ final class ClientCore: HTTP2Transport, HTTP2SessionDelegate, @unchecked Sendabl
     /// Our decisions (the transport's own `state` is where the bytes are).
     private var connection: State
     private let timers: TimerSlots<Timer>
+    /// The pseudo-headers before `:path` for the method of the last request (every request is a POST to APNs).
+    private var pseudoHeaders: (method: String, block: HTTP2HeaderBlock)
 
     init(owner: HTTP2ClientConnection, fd: Int32, tls: TLSConnection) {
         self.owner = owner
         timers = TimerSlots(loop: owner.loop)
+        pseudoHeaders = Self.pseudoHeaders("POST", authority: owner.configuration.authority)
         connection = State(configuration: owner.configuration, now: owner.loop.now)
         super.init(loop: owner.loop, fd: fd, tls: tls)
     }
@@ -319,19 +322,10 @@ final class ClientCore: HTTP2Transport, HTTP2SessionDelegate, @unchecked Sendabl
     private func submit(_ submission: State.Submission) {
         guard let session else { return perform(connection.submitFailed(submission, streamIDsUsedUp: false)) }
         let request = submission.request
-        var headers = [
-            HTTP2Header(name: ":method", value: request.method),
-            HTTP2Header(name: ":scheme", value: "https"),
-            HTTP2Header(name: ":authority", value: owner.configuration.authority),
-            HTTP2Header(name: ":path", value: request.path, sensitive: true)
-        ]
-        headers.reserveCapacity(headers.count + request.headers.count)
-        for (name, value) in request.headers {
-            let name = Self.lowercased(name)
-            headers.append(HTTP2Header(name: name, value: value, sensitive: request.sensitiveHeaders.contains(name)))
-        }
+        if request.method != pseudoHeaders.method { pseudoHeaders = Self.pseudoHeaders(request.method, authority: owner.configuration.authority) }
         do {
-            let id = try session.submitRequest(headers, body: request.body)
+            let id = try session.submitRequest(
+                pseudoHeaders: pseudoHeaders.block, path: request.path, headers: request.headers, body: request.body)
             connection.streamOpened(id, for: submission, now: loop.now)
             wantFlush()
         } catch {
@@ -340,9 +334,14 @@ final class ClientCore: HTTP2Transport, HTTP2SessionDelegate, @unchecked Sendabl
         }
     }
 
-    /// HTTP/2 header names are lower case; callers mostly write them so already, and then keep their string.
-    private static func lowercased(_ name: String) -> String {
-        name.utf8.contains(where: { (UInt8(ascii: "A")...UInt8(ascii: "Z")).contains($0) }) ? name.lowercased() : name
+    /// `:method`, `:scheme` and `:authority`, the same for every request of a method on this connection: laid out
+    /// once, not per request.
+    private static func pseudoHeaders(_ method: String, authority: String) -> (method: String, block: HTTP2HeaderBlock) {
+        var block = HTTP2HeaderBlock()
+        block.append(":method", method)
+        block.append(":scheme", "https")
+        block.append(":authority", authority)
+        return (method, block)
     }
 
     // MARK: HTTP2SessionDelegate (called from inside nghttp2: the state's answers here never write out)

@@ -1,21 +1,27 @@
 /// A request to send on an HTTP/2 connection.
 public struct HTTP2Request: Sendable {
     public var method: String
+    /// `:path`, never indexed in HPACK (Apple asks for that: it holds the device token).
     public var path: String
-    public var headers: [(String, String)]
+    public var headers: HTTP2HeaderBlock
     public var body: [UInt8]
-    /// Header names never added to the HPACK dynamic table (besides `:path`, which never is).
-    public var sensitiveHeaders: Set<String>
 
+    /// `sensitiveHeaders`: names never added to the HPACK dynamic table (besides `:path`, which never is).
     public init(
         method: String = "POST", path: String, headers: [(String, String)] = [], body: [UInt8] = [],
         sensitiveHeaders: Set<String> = []
     ) {
+        var block = HTTP2HeaderBlock()
+        for (name, value) in headers { block.append(name, value, sensitive: sensitiveHeaders.contains(name.lowercased())) }
+        self.init(method: method, path: path, headerBlock: block, body: body)
+    }
+
+    /// With the headers already laid out (the deliverer builds them once per push).
+    public init(method: String = "POST", path: String, headerBlock: HTTP2HeaderBlock, body: [UInt8] = []) {
         self.method = method
         self.path = path
-        self.headers = headers
+        self.headers = headerBlock
         self.body = body
-        self.sensitiveHeaders = sensitiveHeaders
     }
 }
 

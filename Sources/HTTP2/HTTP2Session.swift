@@ -116,17 +116,23 @@ final class HTTP2Session {
         }
     }
 
-    /// Opens a stream with `headers` and `body`; returns its id.
-    func submitRequest(_ headers: [HTTP2Header], body: [UInt8]) throws -> Int32 {
-        let id = withNameValues(headers) { nva in
-            body.isEmpty
-                ? nghttp2_submit_request(handle, nil, nva.baseAddress, nva.count, nil, nil)
-                : withDataProvider { provider in nghttp2_submit_request(handle, nil, nva.baseAddress, nva.count, provider, nil) }
+    /// Opens a stream with the pseudo-headers before `:path`, `:path` itself (never indexed), `headers` and `body`;
+    /// returns its id. The blocks are handed to nghttp2 as they are laid out: no string is copied here.
+    func submitRequest(pseudoHeaders: HTTP2HeaderBlock, path: String, headers: HTTP2HeaderBlock, body: [UInt8]) throws -> Int32 {
+        var path = path
+        let id = path.withUTF8 { path in
+            withNameValues(pseudoHeaders, (Self.pathName, path), headers) { nva in
+                body.isEmpty
+                    ? nghttp2_submit_request(handle, nil, nva.baseAddress, nva.count, nil, nil)
+                    : withDataProvider { provider in nghttp2_submit_request(handle, nil, nva.baseAddress, nva.count, provider, nil) }
+            }
         }
         guard id > 0 else { throw Failure(code: id, context: "submit request") }
         if !body.isEmpty { outgoingBodies[id] = (body, 0) }
         return id
     }
+
+    private static let pathName: StaticString = ":path"
 
     /// Answers `stream` (server side).
     func submitResponse(_ stream: Int32, headers: [HTTP2Header], body: [UInt8]) throws {
@@ -211,6 +217,40 @@ final class HTTP2Session {
             }
         }
     }
+
+    /// The name/value array of `first`, then `middle` (never indexed), then `last`, pointing into their bytes:
+    /// nghttp2 copies names and values during submit (no NO_COPY flags), so they only need to live for the call.
+    private func withNameValues<T>(
+        _ first: HTTP2HeaderBlock, _ middle: (name: StaticString, value: UnsafeBufferPointer<UInt8>), _ last: HTTP2HeaderBlock,
+        _ body: (UnsafeBufferPointer<nghttp2_nv>) -> T
+    ) -> T {
+        let count = first.count + 1 + last.count
+        return withUnsafeTemporaryAllocation(of: nghttp2_nv.self, capacity: count) { nva in
+            first.bytes.withUnsafeBufferPointer { firstBytes in
+                last.bytes.withUnsafeBufferPointer { lastBytes in
+                    var index = 0
+                    func add(_ name: UnsafeBufferPointer<UInt8>, _ value: UnsafeBufferPointer<UInt8>, _ sensitive: Bool) {
+                        nva.initializeElement(
+                            at: index,
+                            to: nghttp2_nv(
+                                name: UnsafeMutablePointer(mutating: name.baseAddress ?? Self.empty.utf8Start),
+                                value: UnsafeMutablePointer(mutating: value.baseAddress ?? Self.empty.utf8Start),
+                                namelen: name.count, valuelen: value.count,
+                                flags: UInt8(sensitive ? NGHTTP2_NV_FLAG_NO_INDEX.rawValue : NGHTTP2_NV_FLAG_NONE.rawValue)))
+                        index += 1
+                    }
+                    HTTP2HeaderBlock.forEach(in: firstBytes, add)
+                    add(UnsafeBufferPointer(start: middle.name.utf8Start, count: middle.name.utf8CodeUnitCount), middle.value, true)
+                    HTTP2HeaderBlock.forEach(in: lastBytes, add)
+                    defer { _ = nva.prefix(index).deinitialize() }
+                    return body(UnsafeBufferPointer(rebasing: nva.prefix(index)))
+                }
+            }
+        }
+    }
+
+    /// What an empty name or value points at (nghttp2 reads no byte of it, but wants a pointer).
+    private static let empty: StaticString = ""
 
     private func withDataProvider<T>(_ body: (UnsafePointer<nghttp2_data_provider>) -> T) -> T {
         var provider = nghttp2_data_provider(source: nghttp2_data_source(ptr: nil), read_callback: readBodyCallback)

@@ -26,11 +26,13 @@ public final class MetricsRegistry: Sendable {
     }
 
     struct HistogramState: Sendable {
+        /// Its family's upper bounds, as described when the series began (a family is described once, at start-up).
+        let buckets: [Double]
         var bucketCounts: [UInt64]
         var sum: Double = 0
         var count: UInt64 = 0
 
-        mutating func record(_ value: Double, buckets: [Double]) {
+        mutating func record(_ value: Double) {
             for (index, bound) in buckets.enumerated() where value <= bound { bucketCounts[index] += 1 }
             sum += value
             count += 1
@@ -101,13 +103,14 @@ public final class MetricsRegistry: Sendable {
     public func observe(_ name: String, _ labels: [(String, String)] = [], value: Double) {
         let series = Series(name: name, labels: Self.render(labels))
         state.withLock { state in
-            let buckets = state.families[name]?.buckets ?? []
-            // Updated in place: copying the state out and back copied its bucket array on every observation.
+            // Updated in place: copying the state out and back copied its bucket array on every observation. An
+            // existing series keeps its family's bounds, so the hot path hashes once (the series), not twice.
             if let index = state.histograms.index(forKey: series) {
-                state.histograms.values[index].record(value, buckets: buckets)
+                state.histograms.values[index].record(value)
             } else if state.admitSeries(name) {
-                var histogram = HistogramState(bucketCounts: Array(repeating: 0, count: buckets.count))
-                histogram.record(value, buckets: buckets)
+                let buckets = state.families[name]?.buckets ?? []
+                var histogram = HistogramState(buckets: buckets, bucketCounts: Array(repeating: 0, count: buckets.count))
+                histogram.record(value)
                 state.histograms[series] = histogram
             }
         }
@@ -141,7 +144,7 @@ public final class MetricsRegistry: Sendable {
                     $0.key.labels.lexicographicallyPrecedes($1.key.labels)
                 }) {
                     let labels = Self.formatted(series.labels)
-                    for (index, bound) in family.buckets.enumerated() {
+                    for (index, bound) in histogram.buckets.enumerated() {
                         out += "\(name)_bucket\(Self.braces(labels + ["le=\"\(Self.number(bound))\""])) \(histogram.bucketCounts[index])\n"
                     }
                     out += "\(name)_bucket\(Self.braces(labels + ["le=\"+Inf\""])) \(histogram.count)\n"

@@ -95,8 +95,13 @@ public struct AlertEvent: Sendable, Equatable {
         text.utf8.count <= limit ? text : TextCut.prefix(text, maxBytes: limit - 3) + "…"
     }
 
-    /// Reads a job payload written by `jobPayload`; nil if it is not one.
+    /// Reads a job payload written by `jobPayload`; nil if it is not one. The form `jobPayload` writes is read
+    /// directly (`JobPayloadReader`); anything else goes through the JSON parser.
     public init?(jobPayload: [UInt8]) {
+        if let event = JobPayloadReader.read(jobPayload) {
+            self = event
+            return
+        }
         guard let object = try? JSONParser.parse(jobPayload), let kind = object["k"]?.stringValue.flatMap(Kind.init(rawValue:)) else {
             return nil
         }

@@ -1,0 +1,100 @@
+/// A request's headers laid out once, the way nghttp2 takes them: every name and value in one byte buffer, each with
+/// whether it is kept out of the HPACK dynamic table. Built where the request is built (once per push, on the
+/// delivery thread), so the event loop hands it to nghttp2 without hashing, lower-casing or copying strings header
+/// by header — that was a sixth of the event loop's instructions per push (docs/performance.md, sixteenth session).
+///
+/// Layout, per header: one flag byte (1: never indexed), the name's and the value's length (4 bytes each, little
+/// endian), then the name's and the value's UTF-8. One allocation for the whole block.
+public struct HTTP2HeaderBlock: Sendable, Equatable {
+    private(set) var bytes: [UInt8] = []
+    /// Headers in the block.
+    public private(set) var count = 0
+
+    static let entryHead = 9
+
+    public init(reservingCapacity capacity: Int = 0) {
+        bytes.reserveCapacity(capacity)
+    }
+
+    /// Appends `name: prefix + value`. Names are lower-cased (HTTP/2 wants them so; callers mostly write them so
+    /// already). `sensitive`: never put in the HPACK dynamic table (`NGHTTP2_NV_FLAG_NO_INDEX`): unique per request
+    /// (Apple's advice for what changes every push), or secret.
+    public mutating func append(_ name: String, _ value: String, prefix: String = "", sensitive: Bool = false) {
+        // Each string copied once, as a buffer: walking `String.UTF8View` byte by byte (to copy, or to look for
+        // capitals) cost more than the rest of building a push's headers.
+        var (name, prefix, value) = (name, prefix, value)
+        name.withUTF8 { name in
+            prefix.withUTF8 { prefix in
+                value.withUTF8 { value in append(name: name, prefix: prefix, value: value, sensitive: sensitive) }
+            }
+        }
+    }
+
+    /// Appends every header of `other`, after those already here (a block of fixed headers built once).
+    public mutating func append(contentsOf other: HTTP2HeaderBlock) {
+        bytes.append(contentsOf: other.bytes)
+        count += other.count
+    }
+
+    /// Reserves room for `capacity` more bytes of headers.
+    public mutating func reserveCapacity(adding capacity: Int) {
+        bytes.reserveCapacity(bytes.count + capacity)
+    }
+
+    private mutating func append(
+        name: UnsafeBufferPointer<UInt8>, prefix: UnsafeBufferPointer<UInt8>, value: UnsafeBufferPointer<UInt8>, sensitive: Bool
+    ) {
+        bytes.append(sensitive ? 1 : 0)
+        appendLength(name.count)
+        appendLength(prefix.count + value.count)
+        let nameStart = bytes.count
+        bytes.append(contentsOf: name)
+        for index in nameStart..<bytes.count where bytes[index] >= UInt8(ascii: "A") && bytes[index] <= UInt8(ascii: "Z") {
+            bytes[index] |= 0x20
+        }
+        bytes.append(contentsOf: prefix)
+        bytes.append(contentsOf: value)
+        count += 1
+    }
+
+    private mutating func appendLength(_ length: Int) {
+        let value = UInt32(length)
+        bytes.append(UInt8(truncatingIfNeeded: value))
+        bytes.append(UInt8(truncatingIfNeeded: value >> 8))
+        bytes.append(UInt8(truncatingIfNeeded: value >> 16))
+        bytes.append(UInt8(truncatingIfNeeded: value >> 24))
+    }
+
+    /// The headers, in order (tests, and whoever wants to read a request back).
+    public var fields: [(name: String, value: String, sensitive: Bool)] {
+        var fields: [(name: String, value: String, sensitive: Bool)] = []
+        bytes.withUnsafeBufferPointer { buffer in
+            Self.forEach(in: buffer) { name, value, sensitive in
+                fields.append((String(decoding: name, as: UTF8.self), String(decoding: value, as: UTF8.self), sensitive))
+            }
+        }
+        return fields
+    }
+
+    /// Calls `body` with each header's name and value bytes (views into `buffer`) and its flag, in order.
+    static func forEach(
+        in buffer: UnsafeBufferPointer<UInt8>,
+        _ body: (UnsafeBufferPointer<UInt8>, UnsafeBufferPointer<UInt8>, Bool) throws -> Void
+    ) rethrows {
+        var offset = 0
+        while offset < buffer.count {
+            let sensitive = buffer[offset] != 0
+            let nameLength = length(in: buffer, at: offset + 1)
+            let valueLength = length(in: buffer, at: offset + 5)
+            let nameStart = offset + entryHead
+            try body(
+                UnsafeBufferPointer(rebasing: buffer[nameStart..<nameStart + nameLength]),
+                UnsafeBufferPointer(rebasing: buffer[nameStart + nameLength..<nameStart + nameLength + valueLength]), sensitive)
+            offset = nameStart + nameLength + valueLength
+        }
+    }
+
+    private static func length(in buffer: UnsafeBufferPointer<UInt8>, at offset: Int) -> Int {
+        (0..<4).reduce(0) { $0 | Int(buffer[offset + $1]) << (8 * $1) }
+    }
+}
