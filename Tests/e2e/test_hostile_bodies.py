@@ -2,7 +2,8 @@
 one does, and the app's `GET /devices/:id` keeps answering 200 while four clients send such bodies in a loop.
 
 No clock is asserted on: the relay's own CPU time (utime + stime in /proc/<pid>/stat) per shaped request is
-compared with its CPU time per plain request of the same size, a ratio that load on the machine does not change."""
+compared with its CPU time per plain request of the same size, a ratio that load moves far less than it moves
+seconds (see the bound's comment)."""
 import os
 import threading
 
@@ -70,7 +71,7 @@ def ingest(relay_binary, tmp_path):
 
 
 @pytest.mark.parametrize("shape", SHAPES)
-def test_a_shaped_body_costs_at_most_about_ten_plain_ones(ingest, shape):
+def test_a_shaped_body_costs_at_most_twenty_plain_ones(ingest, shape):
     body, content_type = SHAPES[shape]
     assert len(body) <= SIZE and len(PLAIN) <= SIZE
     # The body is read before the device is looked up: both are answered 404 for the unknown id, after parsing.
@@ -78,7 +79,10 @@ def test_a_shaped_body_costs_at_most_about_ten_plain_ones(ingest, shape):
     plain, plain_statuses = cpu_per_request(ingest, PLAIN, content_type)
     shaped, shaped_statuses = cpu_per_request(ingest, body, content_type)
     assert plain_statuses == shaped_statuses == {404}
-    assert shaped <= 10 * plain, f"{shape}: {shaped * 1000:.1f} ms of CPU per request against {plain * 1000:.1f} ms plain"
+    # Twenty: the search's worst shape measured 7x unloaded and 10.3-11.4x on the release build beside a release
+    # build (cache contention weighs on the long scan, not on the plain request); what this guards against, a
+    # reader without a budget, measured 160x, the old form reader 350x. The byte counts of ParserWorkTests hold 10x.
+    assert shaped <= 20 * plain, f"{shape}: {shaped * 1000:.1f} ms of CPU per request against {plain * 1000:.1f} ms plain"
 
 
 def test_device_lookups_answer_while_four_clients_send_shaped_bodies(ingest):
