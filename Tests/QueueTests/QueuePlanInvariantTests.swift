@@ -7,9 +7,11 @@ import Testing
 /// queue kept in memory applies `EnqueuePlan` and `FinishPlan` writes as the stores' statements do (what each
 /// write's doc comment says), through random batches, claims, verdicts, late answers, digests, replaced tokens and
 /// deleted devices. After every step: at most one head per device, and one whenever it has live jobs; its live
-/// count equals its live jobs and never passes the cap; at most one waiting Test; and no alert lost (every alert
-/// accepted is in a job, was delivered, or went with its device), which holds only if merged jobs are settled
-/// just when unchanged.
+/// count equals its live jobs and never passes the cap, but for one job while a digest's jobs are sealed
+/// (`DigestCarry`); at most one waiting Test; no alert lost (every alert accepted is in a job, was delivered, or went
+/// with its device), which holds only if merged jobs are settled just when unchanged; and no alert shown twice (the
+/// alerts the delivered pushes showed are those delivered), which holds only if no alert is folded into a job a
+/// digest in flight carries.
 @Suite struct QueuePlanInvariantTests {
     @Test(arguments: [1, 2, 3, 5, 1_000])
     func randomTrafficKeepsEveryInvariant(cap: Int) {
@@ -69,6 +71,8 @@ struct ModelQueue {
         var live = 0
         var token = "t0"
         var down: Set<String> = []
+        /// `digest_sealed_through`: positions are ids here, as on PostgreSQL.
+        var sealedThrough: Int64 = 0
     }
 
     let cap: Int
@@ -79,6 +83,8 @@ struct ModelQueue {
     var accepted = 0
     var delivered = 0
     var removed = 0
+    /// Alerts the delivered pushes showed: a head's, its folded ones, and those of the jobs its digest carried.
+    var shown = 0
     /// Claimed and not yet answered, with the pending jobs read for a digest at claim time.
     var inFlight: [(job: ClaimedJob, worker: String, merged: [MergedJob])] = []
 
@@ -108,7 +114,8 @@ struct ModelQueue {
         var states: [String: EnqueuePlan.DeviceState] = [:]
         for id in Set(batch.map(\.deviceID)) {
             guard let row = devices[id] else { continue }
-            states[id] = EnqueuePlan.DeviceState(storedLive: row.live, hasHead: jobs(of: id).contains(where: \.isHead), downMonitors: row.down)
+            states[id] = EnqueuePlan.DeviceState(
+                storedLive: row.live, hasHead: jobs(of: id).contains(where: \.isHead), downMonitors: row.down, sealedThrough: row.sealedThrough)
         }
         let reads = EnqueuePlan.reads(for: batch, devices: states, cap: cap)
         for id in reads.waitingTests {
@@ -150,10 +157,13 @@ struct ModelQueue {
                 id: id, publicID: job.publicID, deviceID: job.device, deviceToken: devices[job.device]!.token, downNotificationLevel: .normal,
                 payload: job.payload, attempt: job.attempt, createdAt: 0, expiresAt: .max, reportsOutcome: job.reportsOutcome,
                 folded: job.folded)
-            // A digest carries the pending alerts behind the head, as read now (a Test job stops it).
-            let merged = jobs(of: job.device).filter { $0.state == .pending }.prefix { !$0.reportsOutcome }.prefix(3).map {
-                MergedJob(id: $0.id, foldedCount: $0.folded.count)
-            }
+            // A digest carries the pending alerts behind the head, as read and sealed now (`carryBacklog`).
+            let waiting = Array(jobs(of: job.device).filter { $0.state == .pending }.prefix(3))
+            let carry = DigestCarry.decide(
+                waiting.map { DigestCarry.Waiting(position: $0.id, reportsOutcome: $0.reportsOutcome) },
+                sealedThrough: devices[job.device]!.sealedThrough, minimum: 0)
+            if let seal = carry.sealThrough { devices[job.device]!.sealedThrough = seal }
+            let merged = waiting.prefix(carry.count).map { MergedJob(id: $0.id, foldedCount: $0.folded.count) }
             inFlight.append((claimed, worker, Array(merged)))
         }
     }
@@ -185,6 +195,9 @@ struct ModelQueue {
         for device in FinishPlan.devicesToReadTokensOf(outcomes) { tokens[device] = devices[device]?.token }
         let plan = FinishPlan.plan(outcomes, FinishPlan.State(held: held, tokens: tokens), now: 0)
         #expect(plan.applied == outcomes.map { held[$0.jobID] == $0.attempt })
+        for outcome in outcomes where held[outcome.jobID] == outcome.attempt && outcome.kind == .delivered {
+            shown += 1 + (jobs[outcome.jobID]?.folded.count ?? 0) + outcome.merged.reduce(0) { $0 + 1 + $1.foldedCount }
+        }
         for id in plan.deletes {
             delivered += 1 + (jobs[id]?.folded.count ?? 0)
             jobs[id] = nil
@@ -254,11 +267,13 @@ struct ModelQueue {
             let live = jobs(of: id).filter(\.isLive)
             #expect(live.filter(\.isHead).count == (live.isEmpty ? 0 : 1), "one head per device with live jobs (step \(step))")
             #expect(device.live == live.count, "live count equals live jobs (step \(step), device \(id))")
-            #expect(live.count <= cap, "never past the cap (step \(step))")
+            let sealed = live.contains { $0.state == .pending && $0.id <= device.sealedThrough }
+            #expect(live.count <= cap + (sealed ? 1 : 0), "never past the cap, but for one job beside a sealed one (step \(step))")
             #expect(live.filter(\.reportsOutcome).count <= 1, "one waiting Test at most (step \(step))")
         }
         #expect(jobs.values.allSatisfy { devices[$0.device] != nil }, "no job outlives its device")
         let held = jobs.values.reduce(0) { $0 + 1 + $1.folded.count }
         #expect(accepted == held + delivered + removed, "no alert lost (step \(step))")
+        #expect(shown == delivered, "no alert shown twice (step \(step))")
     }
 }
