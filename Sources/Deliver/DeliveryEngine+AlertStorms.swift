@@ -16,7 +16,8 @@ extension DeliveryEngine {
 
     /// Alert storms (SPEC §3): when the device has had more than DEVICE_BURST pushes sent or waiting within a
     /// minute, the jobs waiting behind this head (oldest first, up to a Test-button job) go out with it as one digest,
-    /// sealed by the store so that no alert is folded into them while it is in flight (`DigestCarry`). A device with
+    /// sealed by the store so that no alert is folded into them while it is in flight, and near DEVICE_QUEUE_MAX
+    /// without the newest, into which ingest folds meanwhile (`DigestCarry`). A device with
     /// no push in the last minute is never merged, so a first alert always goes out alone and at once.
     func stormBacklog(of job: ClaimedJob, now: Int64) -> [PendingJob] {
         guard let burst = configuration.deviceBurst else { return [] }
@@ -24,6 +25,8 @@ extension DeliveryEngine {
         let recent = job.recentPushes
         guard recent > 0 else { return [] }
         // Pushes sent and waiting, this head included, past the burst: `recent + waiting + 1 > burst`.
-        return (try? store.carryBacklog(deviceID: job.deviceID, limit: configuration.maximumMerged, minimum: burst - recent)) ?? []
+        return
+            (try? store.carryBacklog(
+                deviceID: job.deviceID, limit: configuration.maximumMerged, minimum: burst - recent, deviceCap: configuration.deviceQueueMax)) ?? []
     }
 }

@@ -31,7 +31,7 @@ import Testing
         let store = db.store
         let result = Mutex<Result<[PendingJob], StoreError>?>(nil)
         let reading = Thread {
-            let carried = Result { () throws(StoreError) in try store.carryBacklog(deviceID: device, limit: 10, minimum: 0) }
+            let carried = Result { () throws(StoreError) in try store.carryBacklog(deviceID: device, limit: 10, minimum: 0, deviceCap: .max) }
             result.withLock { $0 = carried }
         }
         reading.start()

@@ -40,7 +40,7 @@ import Testing
             try db.enqueue(device, "head \(round)", "waiting \(round)")
             let head = try #require(try db.claim().first)
             let before = store.writerRoundTrips
-            let carried = try db.store.carryBacklog(deviceID: device, limit: 10, minimum: 0)
+            let carried = try db.store.carryBacklog(deviceID: device, limit: 10, minimum: 0, deviceCap: .max)
             #expect(carried.count == 1)
             if round == 1 { #expect(store.writerRoundTrips - before == 2, "BEGIN, lock and read; then the seal and COMMIT") }
             _ = try db.store.finish([JobOutcome(head, kind: .delivered, merged: carried.map(\.asMerged))], worker: "w1", now: t0)
