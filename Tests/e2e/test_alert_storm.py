@@ -1,9 +1,7 @@
 """Alert storms end to end (issue #20, SPEC §2.4 and §3 "Alert storms"): a shared dependency fails and a large
 Uptime Kuma posts one webhook per monitor at once, with its own HTTP client (real axios, uptime_kuma_client.js),
 never retrying. Every alert is acknowledged, the phone (the independent APNs fake) gets a handful of digests whose
-titles account for every alert, and the database never holds more than DEVICE_QUEUE_MAX live jobs per device, plus
-one while a digest is in flight (alerts arriving then wait in a job of their own, never in one the digest carries,
-which would show them twice)."""
+titles account for every alert, and the database never holds more than DEVICE_QUEUE_MAX live jobs per device."""
 import collections
 import concurrent.futures
 import re
@@ -153,9 +151,9 @@ def test_a_1500_monitor_outage_and_its_recovery_reach_one_phone_whole(relays, fa
     first_up = min(i for i, p in enumerate(pushes) if p["up"])
     assert last_down <= first_up, pushes
     assert fake_apns.pushes(token(1), status=None) == fake_apns.pushes(token(1)), "APNs refused a digest"
-    # The device never held more than its cap of live jobs (plus the one that takes alerts while a digest carrying
-    # its waiting jobs is in flight), and it did reach it (alerts were folded).
-    assert live.samples > 0 and 0 < live.most[device_id] <= DEFAULT_DEVICE_QUEUE_MAX + 1, live.most
+    # The device never held more than its cap of live jobs, and it did reach it (alerts were folded). Digests were in
+    # flight meanwhile: near the cap each left out the job ingest folds into (DigestCarry), so none added a job.
+    assert live.samples > 0 and 0 < live.most[device_id] <= DEFAULT_DEVICE_QUEUE_MAX, live.most
     assert merged > 0
 
 
@@ -209,6 +207,5 @@ def test_a_storm_over_three_phones_does_not_hold_back_another_uptime_kumas_alert
         pushes = pushed(fake_apns, token(10 + n))
         assert sum(pushes, collections.Counter()) == {"down": per_phone, "up": per_phone}, pushes
         assert len(pushes) <= 25, pushes
-    # The cap, plus one job while a digest is in flight (see the first test).
-    assert live.samples > 0 and set(live.most) == set(devices) and max(live.most.values()) <= cap + 1, live.most
+    assert live.samples > 0 and set(live.most) == set(devices) and max(live.most.values()) <= cap, live.most
     assert merged > 0
