@@ -31,6 +31,25 @@ import Testing
         #expect(queue.delivered > 0 && queue.accepted > 0, "the run delivered something")
     }
 
+    /// The same traffic with a v0.1.0 ingest through a rolling upgrade, which ignores the seal: sharing the cap, the
+    /// deliverer never carries the job ingest folds into, so still no alert is shown twice and no device passes it.
+    @Test(arguments: [2, 3, 5])
+    func anIngestIgnoringTheSealKeepsEveryInvariantBesideADelivererOnTheSameCap(cap: Int) {
+        var queue = ModelQueue(cap: cap, ingestReadsSeal: false)
+        var random = SeededGenerator(seed: UInt64(cap) + 200)
+        for step in 0..<3_000 {
+            switch random.next() % 10 {
+            case 0...3: queue.enqueueRandomBatch(&random)
+            case 4...5: queue.claim(worker: ["w1", "w2"].randomElement(using: &random)!, limit: Int(random.next() % 4) + 1)
+            case 6...7: queue.finishSome(&random)
+            case 8: queue.expireLeases()
+            default: queue.disturb(&random)
+            }
+            queue.checkInvariants(step: step)
+        }
+        #expect(queue.delivered > 0 && queue.accepted > 0, "the run delivered something")
+    }
+
     /// The same traffic with the deliverer on a larger DEVICE_QUEUE_MAX than ingest's (here none): its digests seal
     /// the job ingest folds into, so ingest stores the alert past the cap (`EnqueuePlan`'s safety net), one job at
     /// most, and still no alert is shown twice.
@@ -99,6 +118,8 @@ struct ModelQueue {
     /// DEVICE_QUEUE_MAX as ingest applies it, and as the deliverer's digests read it (`DigestCarry`).
     let cap: Int
     let delivererCap: Int
+    /// false: ingest as v0.1.0's, which knows no seal (every device read as unsealed).
+    let ingestReadsSeal: Bool
     var jobs: [Int64: Job] = [:]
     var devices: [String: DeviceRow] = ["A": DeviceRow(), "B": DeviceRow(), "C": DeviceRow()]
     var nextID: Int64 = 1
@@ -111,9 +132,10 @@ struct ModelQueue {
     /// Claimed and not yet answered, with the pending jobs read for a digest at claim time.
     var inFlight: [(job: ClaimedJob, worker: String, merged: [MergedJob])] = []
 
-    init(cap: Int, delivererCap: Int? = nil) {
+    init(cap: Int, delivererCap: Int? = nil, ingestReadsSeal: Bool = true) {
         self.cap = cap
         self.delivererCap = delivererCap ?? cap
+        self.ingestReadsSeal = ingestReadsSeal
     }
 
     static func alert(_ monitor: Int, down: Bool) -> [UInt8] { Array(#"{"k":"monitor","s":\#(down ? 0 : 1),"id":\#(monitor)}"#.utf8) }
@@ -141,7 +163,8 @@ struct ModelQueue {
         for id in Set(batch.map(\.deviceID)) {
             guard let row = devices[id] else { continue }
             states[id] = EnqueuePlan.DeviceState(
-                storedLive: row.live, hasHead: jobs(of: id).contains(where: \.isHead), downMonitors: row.down, sealedThrough: row.sealedThrough)
+                storedLive: row.live, hasHead: jobs(of: id).contains(where: \.isHead), downMonitors: row.down,
+                sealedThrough: ingestReadsSeal ? row.sealedThrough : 0)
         }
         let reads = EnqueuePlan.reads(for: batch, devices: states, cap: cap)
         for id in reads.waitingTests {
