@@ -163,8 +163,9 @@ extension EnqueuePlan {
                     batch.results.append(.deviceFull)
                     return
                 }
-                // Its tail sealed, the alert waits in a new row past the cap, into which the next ones fold: the
-                // device then holds its cap plus one job while the digest is in flight (`DigestCarry` keeps it one).
+                // Its tail sealed, the alert waits in a new row past the cap, into which the next ones fold. The
+                // safety net: a deliverer on ingest's cap never seals the tail (`DigestCarry` leaves it out), one on a
+                // larger cap (a misconfiguration) may, and the device then holds its cap plus one job meanwhile.
                 guard !device.tailIsSealed else {
                     store(job, waits: false, badge: badge, on: &device)
                     return
