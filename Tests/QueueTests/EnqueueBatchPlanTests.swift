@@ -69,7 +69,8 @@ import Testing
     }
 
     /// A tail a digest in flight carries (at or below the device's seal) is never folded into: the alert waits in a
-    /// new row past the cap (cap + 1), and the next alert folds into that row.
+    /// new row past the cap (cap + 1), and the next alert folds into that row. The safety net: only a deliverer on a
+    /// larger DEVICE_QUEUE_MAX than ingest's seals the job ingest folds into (`DigestCarry`).
     @Test func pastTheCapASealedTailGetsANewRowThatTheNextAlertFoldsInto() {
         let sealed = EnqueuePlan.StoredTail(id: 900, position: 7, folded: FoldedAlerts())
         let device = State(storedLive: 2, hasHead: true, tail: sealed, sealedThrough: 7)
@@ -79,7 +80,7 @@ import Testing
         #expect(plan.rows.map(\.job.publicID) == ["a"])
         #expect(plan.rows.first?.isHead == false)
         #expect(plan.rows.first?.folded.count == 1)
-        #expect(plan.liveCounts == ["D": 3], "the cap plus one while the digest is in flight")
+        #expect(plan.liveCounts == ["D": 3], "the cap plus one while that digest is in flight")
     }
 
     @Test func aTailPastTheSealIsFoldedInto() {
