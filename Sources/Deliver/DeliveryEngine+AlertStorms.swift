@@ -15,15 +15,18 @@ extension DeliveryEngine {
     }
 
     /// Alert storms (SPEC §3): when the device has had more than DEVICE_BURST pushes sent or waiting within a
-    /// minute, the jobs waiting behind this head (oldest first, up to a Test-button job) go out with it as one digest.
-    /// A device with no push in the last minute is never merged, so a first alert always goes out alone and at once.
+    /// minute, the jobs waiting behind this head (oldest first, up to a Test-button job) go out with it as one digest,
+    /// sealed by the store so that no alert is folded into them while it is in flight, and near DEVICE_QUEUE_MAX
+    /// without the newest, into which ingest folds meanwhile (`DigestCarry`). A device with
+    /// no push in the last minute is never merged, so a first alert always goes out alone and at once.
     func stormBacklog(of job: ClaimedJob, now: Int64) -> [PendingJob] {
         guard let burst = configuration.deviceBurst else { return [] }
         // Counted in the database by every deliverer (a process of its own would see only its share).
         let recent = job.recentPushes
-        guard recent > 0, let pending = try? store.pendingJobs(deviceID: job.deviceID, limit: configuration.maximumMerged),
-            recent + pending.count + 1 > burst
-        else { return [] }
-        return Array(pending.prefix { !$0.reportsOutcome })
+        guard recent > 0 else { return [] }
+        // Pushes sent and waiting, this head included, past the burst: `recent + waiting + 1 > burst`.
+        return
+            (try? store.carryBacklog(
+                deviceID: job.deviceID, limit: configuration.maximumMerged, minimum: burst - recent, deviceCap: configuration.deviceQueueMax)) ?? []
     }
 }

@@ -25,6 +25,8 @@ public final class DeliveryEngine: Sendable {
         public var deviceBurst: Int?
         /// Most alerts one digest merges.
         public var maximumMerged = 1000
+        /// DEVICE_QUEUE_MAX, as ingest applies it: near it a digest leaves the job ingest folds into (`DigestCarry`).
+        public var deviceQueueMax: Int
         /// Over its burst, a device gets at most one push per window; what arrives meanwhile waits and goes out as
         /// one digest.
         public var digestWindow: Duration = .seconds(5)
@@ -49,6 +51,7 @@ public final class DeliveryEngine: Sendable {
             deadLetterRetention = settings.deadLetterRetention
             tombstoneRetention = settings.tombstoneRetention
             deviceBurst = settings.deviceBurst
+            deviceQueueMax = settings.deviceQueueMax
             stallTimeout = settings.stallTimeout
             deadLetterMax = settings.deadLetterMax
             environment = settings.apnsEnvironment

@@ -45,8 +45,14 @@ public protocol JobQueue: Sendable {
     /// Applies outcomes in one transaction. Returns, per outcome, whether the job was still leased to `worker` at
     /// that attempt (false: the lease expired and the answer was ignored).
     func finish(_ outcomes: [JobOutcome], worker: String, now: Int64) throws(StoreError) -> [Bool]
-    /// The oldest `limit` jobs waiting behind the device's head, in order (for alert-storm digests).
+    /// The oldest `limit` jobs waiting behind the device's head, in order: a look, which seals nothing (tools and
+    /// tests). A digest takes its jobs with `carryBacklog`.
     func pendingJobs(deviceID: String, limit: Int) throws(StoreError) -> [PendingJob]
+    /// The jobs a digest of the device's claimed head carries (alert storms), oldest first: `DigestCarry`'s rule over
+    /// the oldest `limit` jobs waiting behind the head, none unless at least `minimum` wait, and near `deviceCap`
+    /// (DEVICE_QUEUE_MAX, as ingest applies it) never the job ingest folds into. In the same transaction it seals
+    /// them, so that enqueue folds no alert into them while the digest is in flight or waits for a retry.
+    func carryBacklog(deviceID: String, limit: Int, minimum: Int, deviceCap: Int) throws(StoreError) -> [PendingJob]
     /// Gives leased jobs back unsent (graceful shutdown): due at `now`, attempt not counted.
     func release(jobIDs: [Int64], worker: String, now: Int64) throws(StoreError) -> Int
     /// Makes jobs whose lease expired (crashed worker) due again. Returns how many.

@@ -32,6 +32,110 @@ import Testing
         #expect(tail.folded.entries.allSatisfy { $0.status == .down && $0.kind == .monitor })
     }
 
+    /// Names of the alerts one push shows: its own and those folded into it.
+    func shown(_ payload: [UInt8], _ folded: FoldedAlerts) -> [String] {
+        [AlertEvent(jobPayload: payload)?.monitorName ?? "?"] + folded.entries.map(\.name)
+    }
+
+    /// At the cap, a digest leaves the device's newest waiting job out (`DigestCarry`): alerts arriving while it is
+    /// in flight fold into that job, the device never holds more than its cap, and every alert is shown once, by the
+    /// digest or by the push after it.
+    @Test(arguments: StoreKind.allCases) func atTheCapAlertsDuringADigestFoldIntoTheJobItLeavesOut(_ kind: StoreKind) throws {
+        let db = try TestDatabase(kind)
+        let device = try db.device(1)
+        #expect(try db.store.enqueue((1...4).map { alert(device, $0) }, now: t0, ttl: .seconds(60), deviceCap: 3).last == .merged)
+        let head = try #require(try db.claim().first)
+        let carried = try db.store.carryBacklog(deviceID: device, limit: 10, minimum: 0, deviceCap: 3)
+        #expect(carried.map { AlertEvent(jobPayload: $0.payload)?.monitorName } == ["M2"], "M3, with M4 folded in, left out")
+        for monitor in 5...7 {
+            #expect(try db.store.enqueue([alert(device, monitor)], now: t0, ttl: .seconds(60), deviceCap: 3) == [.merged])
+            #expect(try db.store.liveJobCount() == 3, "never past the cap")
+        }
+        _ = try db.store.finish([JobOutcome(head, kind: .delivered, merged: carried.map(\.asMerged))], worker: "w1", now: t0)
+        #expect(try db.store.liveJobCount() == 1, "every job the digest carried settled with it")
+        let next = try #require(try db.claim().first)
+        _ = try db.store.finish([JobOutcome(next, kind: .delivered)], worker: "w1", now: t0)
+        #expect(try db.store.liveJobCount() == 0)
+        let digest = shown(head.payload, head.folded) + carried.flatMap { shown($0.payload, $0.folded) }
+        #expect(digest + shown(next.payload, next.folded) == (1...7).map { "M\($0)" }, "seven alerts sent, each shown once")
+    }
+
+    /// One below the cap, a digest leaves the newest waiting job out too: a Test request may take the last place,
+    /// and the alert after it folds into that job rather than past the cap.
+    @Test(arguments: StoreKind.allCases) func aTestTakingTheLastPlaceDuringADigestLeavesTheCapWhole(_ kind: StoreKind) throws {
+        let db = try TestDatabase(kind)
+        let device = try db.device(1)
+        _ = try db.store.enqueue((1...2).map { alert(device, $0) }, now: t0, ttl: .seconds(60), deviceCap: 3)
+        _ = try #require(try db.claim().first)
+        #expect(try db.store.carryBacklog(deviceID: device, limit: 10, minimum: 0, deviceCap: 3).isEmpty, "M2 left out")
+        #expect(try db.store.enqueue([alert(device, 3, test: true)], now: t0, ttl: .seconds(60), deviceCap: 3) == [.queued])
+        #expect(try db.store.enqueue([alert(device, 4)], now: t0, ttl: .seconds(60), deviceCap: 3) == [.merged])
+        #expect(try db.store.liveJobCount() == 3, "never past the cap")
+        #expect(try pending(db, device).first?.folded.entries.map(\.name) == ["M4"], "folded into M2's job")
+    }
+
+    /// The safety net, for a deliverer on a larger DEVICE_QUEUE_MAX than ingest's (here none: it never leaves the
+    /// newest waiting job out). Alerts arriving while its digest is in flight are not folded into the jobs it carries
+    /// (sealed), but into a job of their own past the cap. The digest's jobs all settle with it, and every alert is
+    /// shown once: folded into a carried job, an alert left that job behind to go out again with the alerts the
+    /// digest had already shown.
+    @Test(arguments: StoreKind.allCases) func alertsArrivingWhileADigestIsInFlightAreShownOnce(_ kind: StoreKind) throws {
+        let db = try TestDatabase(kind)
+        let device = try db.device(1)
+        _ = try db.store.enqueue((1...4).map { alert(device, $0) }, now: t0, ttl: .seconds(60), deviceCap: 3)
+        let head = try #require(try db.claim().first)
+        let carried = try db.store.carryBacklog(deviceID: device, limit: 10, minimum: 0, deviceCap: .max)
+        #expect(carried.map { AlertEvent(jobPayload: $0.payload)?.monitorName } == ["M2", "M3"])
+        let shown = 1 + carried.reduce(0) { $0 + 1 + $1.folded.count }
+        #expect(shown == 4, "M1, M2, M3 and M4 folded into M3")
+        let meanwhile = try db.store.enqueue([alert(device, 5), alert(device, 6)], now: t0, ttl: .seconds(60), deviceCap: 3)
+        #expect(meanwhile == [.queued, .merged])
+        #expect(try db.store.liveJobCount() == 4, "the cap plus one job while the digest is in flight")
+        _ = try db.store.finish([JobOutcome(head, kind: .delivered, merged: carried.map(\.asMerged))], worker: "w1", now: t0)
+        #expect(try db.store.liveJobCount() == 1, "every job the digest carried settled with it")
+        let next = try #require(try db.claim().first)
+        #expect(AlertEvent(jobPayload: next.payload)?.monitorName == "M5")
+        #expect(next.folded.entries.map(\.name) == ["M6"])
+        #expect(shown + 1 + next.folded.count == 6, "six alerts sent, six shown")
+    }
+
+    /// The safety net again (a deliverer on a larger cap): a digest that waits for a retry keeps its jobs sealed and,
+    /// attempted again, carries the same jobs: not the job ingest added past the cap meanwhile, which stays open for
+    /// the next alerts (the device never passes its cap plus one).
+    @Test(arguments: StoreKind.allCases) func aRetriedDigestCarriesWhatItCarriedBefore(_ kind: StoreKind) throws {
+        let db = try TestDatabase(kind)
+        let device = try db.device(1)
+        _ = try db.store.enqueue((1...3).map { alert(device, $0) }, now: t0, ttl: .seconds(60), deviceCap: 3)
+        let head = try #require(try db.claim().first)
+        let carried = try db.store.carryBacklog(deviceID: device, limit: 10, minimum: 0, deviceCap: .max)
+        _ = try db.store.enqueue([alert(device, 4)], now: t0, ttl: .seconds(60), deviceCap: 3)
+        _ = try db.store.finish([.retry(head, at: t0 + 1000)], worker: "w1", now: t0)
+        let again = try #require(try db.claim(at: t0 + 1000).first)
+        #expect(again.id == head.id)
+        #expect(try db.store.carryBacklog(deviceID: device, limit: 10, minimum: 0, deviceCap: .max) == carried)
+        #expect(try db.store.enqueue([alert(device, 5)], now: t0, ttl: .seconds(60), deviceCap: 3) == [.merged])
+        #expect(try db.store.liveJobCount() == 4)
+        #expect(try pending(db, device).last?.folded.entries.map(\.name) == ["M5"], "folded into M4's job")
+    }
+
+    /// At the cap, a retried digest carries what it carried the first time, and the job it left out keeps taking
+    /// alerts: the device stays at its cap through the retry.
+    @Test(arguments: StoreKind.allCases) func atTheCapARetriedDigestCarriesWhatItCarriedBefore(_ kind: StoreKind) throws {
+        let db = try TestDatabase(kind)
+        let device = try db.device(1)
+        _ = try db.store.enqueue((1...3).map { alert(device, $0) }, now: t0, ttl: .seconds(60), deviceCap: 3)
+        let head = try #require(try db.claim().first)
+        let carried = try db.store.carryBacklog(deviceID: device, limit: 10, minimum: 0, deviceCap: 3)
+        #expect(carried.map { AlertEvent(jobPayload: $0.payload)?.monitorName } == ["M2"])
+        #expect(try db.store.enqueue([alert(device, 4)], now: t0, ttl: .seconds(60), deviceCap: 3) == [.merged])
+        _ = try db.store.finish([.retry(head, at: t0 + 1000)], worker: "w1", now: t0)
+        _ = try #require(try db.claim(at: t0 + 1000).first)
+        #expect(try db.store.carryBacklog(deviceID: device, limit: 10, minimum: 0, deviceCap: 3) == carried)
+        #expect(try db.store.enqueue([alert(device, 5)], now: t0, ttl: .seconds(60), deviceCap: 3) == [.merged])
+        #expect(try db.store.liveJobCount() == 3)
+        #expect(try pending(db, device).last?.folded.entries.map(\.name) == ["M4", "M5"], "folded into M3's job")
+    }
+
     /// An alert folded into an older job is kept for its own JOB_TTL: the job it joined lives that long (its push
     /// asks APNs for it, and it is not dead-lettered as expired before then). Each job reports its expiry to the
     /// digest that merges it.

@@ -68,6 +68,28 @@ import Testing
         #expect(plan.rows[0].folded.isEmpty, "never into the head")
     }
 
+    /// A tail a digest in flight carries (at or below the device's seal) is never folded into: the alert waits in a
+    /// new row past the cap (cap + 1), and the next alert folds into that row. The safety net: only a deliverer on a
+    /// larger DEVICE_QUEUE_MAX than ingest's seals the job ingest folds into (`DigestCarry`).
+    @Test func pastTheCapASealedTailGetsANewRowThatTheNextAlertFoldsInto() {
+        let sealed = EnqueuePlan.StoredTail(id: 900, position: 7, folded: FoldedAlerts())
+        let device = State(storedLive: 2, hasHead: true, tail: sealed, sealedThrough: 7)
+        let plan = EnqueuePlan.plan([alert("a", monitor: 1), alert("b", monitor: 2)], devices: ["D": device], cap: 2)
+        #expect(plan.results == [.queued, .merged])
+        #expect(plan.tailFolds.isEmpty, "nothing folded into the sealed tail, whose id (900) is past the seal but not its position")
+        #expect(plan.rows.map(\.job.publicID) == ["a"])
+        #expect(plan.rows.first?.isHead == false)
+        #expect(plan.rows.first?.folded.count == 1)
+        #expect(plan.liveCounts == ["D": 3], "the cap plus one while that digest is in flight")
+    }
+
+    @Test func aTailPastTheSealIsFoldedInto() {
+        let open = EnqueuePlan.StoredTail(id: 12, position: 8, folded: FoldedAlerts())
+        let plan = EnqueuePlan.plan([alert("a")], devices: ["D": State(storedLive: 3, hasHead: true, tail: open, sealedThrough: 7)], cap: 2)
+        #expect(plan.results == [.merged])
+        #expect(plan.tailFolds.map(\.id) == [12])
+    }
+
     @Test func withNoTailOrAnUnreadablePayloadTheAlertIsRefusedForThisDeviceOnly() {
         let full = EnqueuePlan.plan([alert("a")], devices: ["D": State(storedLive: 1, hasHead: true)], cap: 1)
         #expect(full.results == [.deviceFull])

@@ -30,6 +30,23 @@ import Testing
         #expect(try db.liveLabels(device).isEmpty)
     }
 
+    /// A digest's backlog read seals what it carries (`DigestCarry`): the device lock and the read in one round trip,
+    /// the seal with the COMMIT in a second.
+    @Test func aDigestsSealedBacklogReadIsTwoRoundTrips() throws {
+        let db = try TestDatabase(.postgres)
+        let store = try #require(db.store as? PostgresStore)
+        let device = try db.device(1)
+        for round in 0..<2 {  // the first round prepares the statements, which costs round trips once per connection
+            try db.enqueue(device, "head \(round)", "waiting \(round)")
+            let head = try #require(try db.claim().first)
+            let before = store.writerRoundTrips
+            let carried = try db.store.carryBacklog(deviceID: device, limit: 10, minimum: 0, deviceCap: .max)
+            #expect(carried.count == 1)
+            if round == 1 { #expect(store.writerRoundTrips - before == 2, "BEGIN, lock and read; then the seal and COMMIT") }
+            _ = try db.store.finish([JobOutcome(head, kind: .delivered, merged: carried.map(\.asMerged))], worker: "w1", now: t0)
+        }
+    }
+
     /// Every verdict's writes travel with the COMMIT (`FinishPlan`): a batch of outcomes is the locked read and the
     /// commit, whatever it holds (retries, dead letters, give-backs and removed devices each took round trips of
     /// their own before).

@@ -7,14 +7,56 @@ import Testing
 /// queue kept in memory applies `EnqueuePlan` and `FinishPlan` writes as the stores' statements do (what each
 /// write's doc comment says), through random batches, claims, verdicts, late answers, digests, replaced tokens and
 /// deleted devices. After every step: at most one head per device, and one whenever it has live jobs; its live
-/// count equals its live jobs and never passes the cap; at most one waiting Test; and no alert lost (every alert
-/// accepted is in a job, was delivered, or went with its device), which holds only if merged jobs are settled
-/// just when unchanged.
+/// count equals its live jobs and never passes the cap (with a deliverer on a larger cap than ingest's, a
+/// misconfiguration, by one job at most, beside a digest's sealed jobs: `DigestCarry`); at most one waiting Test; no
+/// alert lost (every alert accepted is in a job, was delivered, or went
+/// with its device), which holds only if merged jobs are settled just when unchanged; and no alert shown twice (the
+/// alerts the delivered pushes showed are those delivered), which holds only if no alert is folded into a job a
+/// digest in flight carries.
 @Suite struct QueuePlanInvariantTests {
     @Test(arguments: [1, 2, 3, 5, 1_000])
     func randomTrafficKeepsEveryInvariant(cap: Int) {
         var queue = ModelQueue(cap: cap)
         var random = SeededGenerator(seed: UInt64(cap))
+        for step in 0..<3_000 {
+            switch random.next() % 10 {
+            case 0...3: queue.enqueueRandomBatch(&random)
+            case 4...5: queue.claim(worker: ["w1", "w2"].randomElement(using: &random)!, limit: Int(random.next() % 4) + 1)
+            case 6...7: queue.finishSome(&random)
+            case 8: queue.expireLeases()
+            default: queue.disturb(&random)
+            }
+            queue.checkInvariants(step: step)
+        }
+        #expect(queue.delivered > 0 && queue.accepted > 0, "the run delivered something")
+    }
+
+    /// The same traffic with a v0.1.0 ingest through a rolling upgrade, which ignores the seal: sharing the cap, the
+    /// deliverer never carries the job ingest folds into, so still no alert is shown twice and no device passes it.
+    @Test(arguments: [2, 3, 5])
+    func anIngestIgnoringTheSealKeepsEveryInvariantBesideADelivererOnTheSameCap(cap: Int) {
+        var queue = ModelQueue(cap: cap, ingestReadsSeal: false)
+        var random = SeededGenerator(seed: UInt64(cap) + 200)
+        for step in 0..<3_000 {
+            switch random.next() % 10 {
+            case 0...3: queue.enqueueRandomBatch(&random)
+            case 4...5: queue.claim(worker: ["w1", "w2"].randomElement(using: &random)!, limit: Int(random.next() % 4) + 1)
+            case 6...7: queue.finishSome(&random)
+            case 8: queue.expireLeases()
+            default: queue.disturb(&random)
+            }
+            queue.checkInvariants(step: step)
+        }
+        #expect(queue.delivered > 0 && queue.accepted > 0, "the run delivered something")
+    }
+
+    /// The same traffic with the deliverer on a larger DEVICE_QUEUE_MAX than ingest's (here none): its digests seal
+    /// the job ingest folds into, so ingest stores the alert past the cap (`EnqueuePlan`'s safety net), one job at
+    /// most, and still no alert is shown twice.
+    @Test(arguments: [2, 3, 5])
+    func withTheDelivererOnALargerCapADeviceGoesOneJobPastItAtMost(cap: Int) {
+        var queue = ModelQueue(cap: cap, delivererCap: .max)
+        var random = SeededGenerator(seed: UInt64(cap) + 100)
         for step in 0..<3_000 {
             switch random.next() % 10 {
             case 0...3: queue.enqueueRandomBatch(&random)
@@ -69,9 +111,15 @@ struct ModelQueue {
         var live = 0
         var token = "t0"
         var down: Set<String> = []
+        /// `digest_sealed_through`: positions are ids here, as on PostgreSQL.
+        var sealedThrough: Int64 = 0
     }
 
+    /// DEVICE_QUEUE_MAX as ingest applies it, and as the deliverer's digests read it (`DigestCarry`).
     let cap: Int
+    let delivererCap: Int
+    /// false: ingest as v0.1.0's, which knows no seal (every device read as unsealed).
+    let ingestReadsSeal: Bool
     var jobs: [Int64: Job] = [:]
     var devices: [String: DeviceRow] = ["A": DeviceRow(), "B": DeviceRow(), "C": DeviceRow()]
     var nextID: Int64 = 1
@@ -79,10 +127,16 @@ struct ModelQueue {
     var accepted = 0
     var delivered = 0
     var removed = 0
+    /// Alerts the delivered pushes showed: a head's, its folded ones, and those of the jobs its digest carried.
+    var shown = 0
     /// Claimed and not yet answered, with the pending jobs read for a digest at claim time.
     var inFlight: [(job: ClaimedJob, worker: String, merged: [MergedJob])] = []
 
-    init(cap: Int) { self.cap = cap }
+    init(cap: Int, delivererCap: Int? = nil, ingestReadsSeal: Bool = true) {
+        self.cap = cap
+        self.delivererCap = delivererCap ?? cap
+        self.ingestReadsSeal = ingestReadsSeal
+    }
 
     static func alert(_ monitor: Int, down: Bool) -> [UInt8] { Array(#"{"k":"monitor","s":\#(down ? 0 : 1),"id":\#(monitor)}"#.utf8) }
     static let test: [UInt8] = Array(#"{"k":"test","m":"Uptime Kuma testing"}"#.utf8)
@@ -108,7 +162,9 @@ struct ModelQueue {
         var states: [String: EnqueuePlan.DeviceState] = [:]
         for id in Set(batch.map(\.deviceID)) {
             guard let row = devices[id] else { continue }
-            states[id] = EnqueuePlan.DeviceState(storedLive: row.live, hasHead: jobs(of: id).contains(where: \.isHead), downMonitors: row.down)
+            states[id] = EnqueuePlan.DeviceState(
+                storedLive: row.live, hasHead: jobs(of: id).contains(where: \.isHead), downMonitors: row.down,
+                sealedThrough: ingestReadsSeal ? row.sealedThrough : 0)
         }
         let reads = EnqueuePlan.reads(for: batch, devices: states, cap: cap)
         for id in reads.waitingTests {
@@ -150,10 +206,16 @@ struct ModelQueue {
                 id: id, publicID: job.publicID, deviceID: job.device, deviceToken: devices[job.device]!.token, downNotificationLevel: .normal,
                 payload: job.payload, attempt: job.attempt, createdAt: 0, expiresAt: .max, reportsOutcome: job.reportsOutcome,
                 folded: job.folded)
-            // A digest carries the pending alerts behind the head, as read now (a Test job stops it).
-            let merged = jobs(of: job.device).filter { $0.state == .pending }.prefix { !$0.reportsOutcome }.prefix(3).map {
-                MergedJob(id: $0.id, foldedCount: $0.folded.count)
-            }
+            // A digest carries the pending alerts behind the head, as read and sealed now (`carryBacklog`).
+            let waiting = Array(jobs(of: job.device).filter { $0.state == .pending }.prefix(3))
+            let device = DigestCarry.Device(
+                sealedThrough: devices[job.device]!.sealedThrough, live: devices[job.device]!.live,
+                foldTarget: jobs(of: job.device).last { $0.state == .pending && !$0.reportsOutcome }?.id)
+            let carry = DigestCarry.decide(
+                waiting.map { DigestCarry.Waiting(position: $0.id, reportsOutcome: $0.reportsOutcome) }, device: device, cap: delivererCap,
+                minimum: 0)
+            if let seal = carry.sealThrough { devices[job.device]!.sealedThrough = seal }
+            let merged = waiting.prefix(carry.count).map { MergedJob(id: $0.id, foldedCount: $0.folded.count) }
             inFlight.append((claimed, worker, Array(merged)))
         }
     }
@@ -185,6 +247,9 @@ struct ModelQueue {
         for device in FinishPlan.devicesToReadTokensOf(outcomes) { tokens[device] = devices[device]?.token }
         let plan = FinishPlan.plan(outcomes, FinishPlan.State(held: held, tokens: tokens), now: 0)
         #expect(plan.applied == outcomes.map { held[$0.jobID] == $0.attempt })
+        for outcome in outcomes where held[outcome.jobID] == outcome.attempt && outcome.kind == .delivered {
+            shown += 1 + (jobs[outcome.jobID]?.folded.count ?? 0) + outcome.merged.reduce(0) { $0 + 1 + $1.foldedCount }
+        }
         for id in plan.deletes {
             delivered += 1 + (jobs[id]?.folded.count ?? 0)
             jobs[id] = nil
@@ -254,11 +319,17 @@ struct ModelQueue {
             let live = jobs(of: id).filter(\.isLive)
             #expect(live.filter(\.isHead).count == (live.isEmpty ? 0 : 1), "one head per device with live jobs (step \(step))")
             #expect(device.live == live.count, "live count equals live jobs (step \(step), device \(id))")
-            #expect(live.count <= cap, "never past the cap (step \(step))")
+            if delivererCap == cap {
+                #expect(live.count <= cap, "never past the cap (step \(step))")
+            } else {
+                let sealed = live.contains { $0.state == .pending && $0.id <= device.sealedThrough }
+                #expect(live.count <= cap + (sealed ? 1 : 0), "past the cap by one job at most, beside a sealed one (step \(step))")
+            }
             #expect(live.filter(\.reportsOutcome).count <= 1, "one waiting Test at most (step \(step))")
         }
         #expect(jobs.values.allSatisfy { devices[$0.device] != nil }, "no job outlives its device")
         let held = jobs.values.reduce(0) { $0 + 1 + $1.folded.count }
         #expect(accepted == held + delivered + removed, "no alert lost (step \(step))")
+        #expect(shown == delivered, "no alert shown twice (step \(step))")
     }
 }

@@ -34,6 +34,9 @@ open class ForwardingStore: RelayStore, @unchecked Sendable {
         try inner.release(jobIDs: jobIDs, worker: worker, now: now)
     }
     open func pendingJobs(deviceID: String, limit: Int) throws(StoreError) -> [PendingJob] { try inner.pendingJobs(deviceID: deviceID, limit: limit) }
+    open func carryBacklog(deviceID: String, limit: Int, minimum: Int, deviceCap: Int) throws(StoreError) -> [PendingJob] {
+        try inner.carryBacklog(deviceID: deviceID, limit: limit, minimum: minimum, deviceCap: deviceCap)
+    }
     open func rescueExpiredLeases(now: Int64) throws(StoreError) -> Int { try inner.rescueExpiredLeases(now: now) }
     open func leaseHolders() throws(StoreError) -> [String] { try inner.leaseHolders() }
     open func takeBackLeases(of worker: String, now: Int64) throws(StoreError) -> Int { try inner.takeBackLeases(of: worker, now: now) }

@@ -20,15 +20,20 @@ extension EnqueuePlan {
         public var tail: StoredTail?
         /// The live job a Test request waits on; read only when `reads(for:)` names the device.
         public var waitingTest: WaitingTest?
+        /// `devices.digest_sealed_through`: the newest position a digest of this device carried (`DigestCarry`).
+        /// A tail at or below it is sealed: never folded into.
+        public var sealedThrough: Int64
 
         public init(
-            storedLive: Int, hasHead: Bool, downMonitors: Set<String> = [], tail: StoredTail? = nil, waitingTest: WaitingTest? = nil
+            storedLive: Int, hasHead: Bool, downMonitors: Set<String> = [], tail: StoredTail? = nil, waitingTest: WaitingTest? = nil,
+            sealedThrough: Int64 = 0
         ) {
             self.storedLive = storedLive
             self.hasHead = hasHead
             self.downMonitors = downMonitors
             self.tail = tail
             self.waitingTest = waitingTest
+            self.sealedThrough = sealedThrough
         }
 
         /// Its live jobs. Every live job waits behind its device's head, so without a head there is none: a count
@@ -40,10 +45,14 @@ extension EnqueuePlan {
     /// A stored waiting job an alert past the cap may be folded into.
     public struct StoredTail: Sendable, Equatable {
         public var id: Int64
+        /// Its place in the device's queue, compared with the seal (`DigestCarry.Waiting.position`): SQLite's
+        /// `device_seq`; by default its id (PostgreSQL).
+        public var position: Int64
         public var folded: FoldedAlerts
 
-        public init(id: Int64, folded: FoldedAlerts) {
+        public init(id: Int64, position: Int64? = nil, folded: FoldedAlerts) {
             self.id = id
+            self.position = position ?? id
             self.folded = folded
         }
     }
@@ -117,6 +126,13 @@ extension EnqueuePlan {
         var downMonitors: Set<String>
         var tail: Tail?
         var waitingTest: WaitingTest?
+        var sealedThrough: Int64
+
+        /// Its tail went out with a digest still in flight or to be retried (`DigestCarry`): folding an alert into
+        /// it would send the alerts the digest showed again. A row of this batch is never sealed.
+        var tailIsSealed: Bool {
+            if case .stored(let stored) = tail { stored.position <= sealedThrough } else { false }
+        }
     }
 
     private enum Tail {
@@ -147,6 +163,13 @@ extension EnqueuePlan {
                     batch.results.append(.deviceFull)
                     return
                 }
+                // Its tail sealed, the alert waits in a new row past the cap, into which the next ones fold. The
+                // safety net: a deliverer on ingest's cap never seals the tail (`DigestCarry` leaves it out), one on a
+                // larger cap (a misconfiguration) may, and the device then holds its cap plus one job meanwhile.
+                guard !device.tailIsSealed else {
+                    store(job, waits: false, badge: badge, on: &device)
+                    return
+                }
                 switch tail {
                 case .stored(var stored):
                     stored.folded.add(event)
@@ -158,16 +181,22 @@ extension EnqueuePlan {
                 }
                 batch.results.append(.merged)
             case .store(let waits):
-                batch.rows.append(Row(job: job, isHead: !device.hasHead, waits: waits, badge: badge))
-                if waits {
-                    device.waitingTest = WaitingTest(publicID: job.publicID, payload: job.payload)
-                } else if device.hasHead {
-                    device.tail = .row(batch.rows.count - 1)
-                }
-                device.hasHead = true
-                device.live += 1
-                batch.results.append(waits || !job.reportsOutcome ? .queued : .queuedAsAlert)
+                store(job, waits: waits, badge: badge, on: &device)
             }
+        }
+
+        /// A row of its own for `job`: the device's head, or waiting behind it (then its tail, unless a Test
+        /// request waits on it).
+        private mutating func store(_ job: NewJob, waits: Bool, badge: Int, on device: inout Working) {
+            batch.rows.append(Row(job: job, isHead: !device.hasHead, waits: waits, badge: badge))
+            if waits {
+                device.waitingTest = WaitingTest(publicID: job.publicID, payload: job.payload)
+            } else if device.hasHead {
+                device.tail = .row(batch.rows.count - 1)
+            }
+            device.hasHead = true
+            device.live += 1
+            batch.results.append(waits || !job.reportsOutcome ? .queued : .queuedAsAlert)
         }
     }
 
@@ -177,7 +206,7 @@ extension EnqueuePlan {
             Working(
                 storedLive: $0.storedLive, healed: !$0.hasHead && $0.storedLive != 0, live: $0.live, hasHead: $0.hasHead,
                 downMonitors: $0.downMonitors, tail: $0.tail.map(Tail.stored),
-                waitingTest: $0.waitingTest)
+                waitingTest: $0.waitingTest, sealedThrough: $0.sealedThrough)
         }
         var planner = Planner(cap: cap)
         planner.batch.results.reserveCapacity(jobs.underestimatedCount)

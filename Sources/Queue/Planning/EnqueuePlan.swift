@@ -1,5 +1,6 @@
 /// What becomes of one arriving job, decided once for both stores (SPEC §4 "No single point of trouble": no device
-/// ever holds more than `DEVICE_QUEUE_MAX` live jobs, whatever is posted to it).
+/// ever holds more than `DEVICE_QUEUE_MAX` live jobs, whatever is posted to it; the one exception, a deliverer with a
+/// larger DEVICE_QUEUE_MAX than ingest's, is `plan`'s sealed-tail fallback, see `DigestCarry`).
 ///
 /// The stores read the device as the batch has left it so far (SQLite row by row, PostgreSQL per chunk) and apply
 /// the decision in their own dialect; the rule itself lives only here.
@@ -34,6 +35,8 @@ public enum EnqueuePlan {
         case store(waits: Bool)
         /// At the cap: folded into the device's newest waiting job that does not report an outcome, whose push (a
         /// digest) accounts for it; with no such job it is refused for this device only (`EnqueueResult.deviceFull`).
+        /// When a digest in flight carries that job (sealed, `DigestCarry`: only with a deliverer on a larger cap),
+        /// the batch stores the alert as a job of its own instead (`plan`).
         case foldIntoTail
         /// A Test request whose push is the one the device's waiting Test job already carries (the Test button
         /// pressed again): nothing is stored, and the request is answered with that job's id at once.

@@ -201,6 +201,15 @@ enum PostgresMigrations {
                 -- device, dead letters included. This partial index holds only those few rows. (Version 12 is
                 -- SQLite's alone.) Only adds an index: processes of the previous release go on working beside it.
                 CREATE INDEX jobs_waiting_tests ON jobs (device_id) WHERE reports_outcome AND state <> 'discarded';
+                """),
+        Migration(
+            version: 14, name: "what an alert-storm digest in flight carries, sealed",
+            sql: """
+                -- The newest job id a digest of this device carried. Enqueue folds no alert into a job at or below it:
+                -- folded while the digest was in flight, the alert left the job behind, to go out again with the
+                -- alerts the digest had shown. Only adds a column with a constant default (no table rewrite):
+                -- processes of the previous release go on working beside it (ignoring the seal).
+                ALTER TABLE devices ADD COLUMN digest_sealed_through BIGINT NOT NULL DEFAULT 0;
                 """)
     ]
 

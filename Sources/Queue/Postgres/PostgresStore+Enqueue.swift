@@ -103,16 +103,18 @@ extension PostgresStore {
         // Every job's badge counts the device's down monitors, so they are read for every chunk.
         let rows = try db.rows(
             """
-            SELECT 'device', id, NULL, live_jobs FROM devices WHERE id \(match)
+            SELECT 'device', id, NULL, live_jobs, digest_sealed_through FROM devices WHERE id \(match)
             UNION ALL
-            SELECT 'head', device_id, NULL, 0 FROM jobs WHERE device_id \(match) AND state IN \(headStates)
+            SELECT 'head', device_id, NULL, 0, 0 FROM jobs WHERE device_id \(match) AND state IN \(headStates)
             UNION ALL
-            SELECT 'down', device_id, monitor, 0 FROM monitor_states
+            SELECT 'down', device_id, monitor, 0, 0 FROM monitor_states
             WHERE device_id \(match) AND down AND updated_at >= $2::bigint
             """, [single.map { .text($0) } ?? .texts(ids), .integer(context.badgeSince)],
-            { (kind: $0.text(0), device: $0.text(1), monitor: $0.optionalText(2), live: $0.int(3)) })
+            { (kind: $0.text(0), device: $0.text(1), monitor: $0.optionalText(2), live: $0.int(3), sealed: $0.int64(4)) })
         var devices: [String: EnqueuePlan.DeviceState] = [:]
-        for row in rows where row.kind == "device" { devices[row.device] = .init(storedLive: row.live, hasHead: false) }
+        for row in rows where row.kind == "device" {
+            devices[row.device] = .init(storedLive: row.live, hasHead: false, sealedThrough: row.sealed)
+        }
         for row in rows {
             switch row.kind {
             case "head": devices[row.device]?.hasHead = true
@@ -133,6 +135,7 @@ extension PostgresStore {
             }
         }
         if !reads.tails.isEmpty {
+            // The newest waiting alert of each device, sealed or not: that is `EnqueuePlan`'s to judge.
             for (device, id, folded) in try db.rows(
                 """
                 SELECT DISTINCT ON (device_id) device_id, id, folded FROM jobs

@@ -293,6 +293,15 @@ enum Migrations {
                 -- index holds only those few rows, so alerts never touch it. Only adds an index: processes of the
                 -- previous release go on working beside it.
                 CREATE INDEX jobs_waiting_tests ON jobs (device_id) WHERE reports_outcome = 1 AND state != 'discarded';
+                """),
+        Migration(
+            version: 14, name: "what an alert-storm digest in flight carries, sealed",
+            sql: """
+                -- The newest job (by device_seq: a rowid may be given again once the newest rows are deleted) a digest
+                -- of this device carried. Enqueue folds no alert into a job at or below it: folded while the digest
+                -- was in flight, the alert left the job behind, to go out again with the alerts the digest had shown.
+                -- Only adds a column: processes of the previous release go on working beside it (ignoring the seal).
+                ALTER TABLE devices ADD COLUMN digest_sealed_through INTEGER NOT NULL DEFAULT 0;
                 """)
     ]
 

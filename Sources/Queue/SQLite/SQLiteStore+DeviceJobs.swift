@@ -48,18 +48,21 @@ extension SQLiteStore {
         WHERE device_seq = ?1 AND device_id = ?2 AND state = 'pending'
         """
 
-    /// The device's pending jobs, oldest first, at most `limit`.
-    static func pendingJobs(device: String, limit: Int, _ db: SQLiteConnection) throws -> [PendingJob] {
+    /// The device's pending jobs, oldest first, at most `limit`, each with its number.
+    static func pendingJobs(device: String, limit: Int, _ db: SQLiteConnection) throws -> [(seq: Int64, job: PendingJob)] {
         guard limit > 0, let numbers = try jobNumbers(device: device, db), let head = numbers.head else { return [] }
         let job = try db.statement(pendingJobNumbered)
-        var pending: [PendingJob] = []
+        var pending: [(seq: Int64, job: PendingJob)] = []
         var seq = head + 1
         while seq < numbers.next, pending.count < limit {
-            pending += try job.rows([.integer(seq), .text(device)]) {
-                PendingJob(
-                    id: $0.int64(0), payload: $0.blob(1), createdAt: $0.int64(2), reportsOutcome: $0.int(3) == 1,
-                    folded: $0.isNull(4) ? FoldedAlerts() : FoldedAlerts(encoded: $0.blob(4)),
-                    badge: $0.isNull(5) ? nil : $0.int(5), expiresAt: $0.int64(6))
+            pending += try job.rows([.integer(seq), .text(device)]) { [seq] in
+                (
+                    seq,
+                    PendingJob(
+                        id: $0.int64(0), payload: $0.blob(1), createdAt: $0.int64(2), reportsOutcome: $0.int(3) == 1,
+                        folded: $0.isNull(4) ? FoldedAlerts() : FoldedAlerts(encoded: $0.blob(4)),
+                        badge: $0.isNull(5) ? nil : $0.int(5), expiresAt: $0.int64(6))
+                )
             }
             seq += 1
         }
@@ -73,13 +76,16 @@ extension SQLiteStore {
         """
 
     /// The device's newest pending job that does not report its outcome (the one SPEC §2.4 folds an alert into):
-    /// its id and folded alerts, or nil.
-    static func newestFoldableJob(device: String, _ db: SQLiteConnection) throws -> (id: Int64, folded: [UInt8])? {
+    /// its id, number and folded alerts, or nil. Whether a digest sealed it is `EnqueuePlan`'s to judge.
+    static func newestFoldableJob(device: String, _ db: SQLiteConnection) throws -> EnqueuePlan.StoredTail? {
         guard let numbers = try jobNumbers(device: device, db), let head = numbers.head else { return nil }
         let job = try db.statement(foldableJobNumbered)
         var seq = numbers.next - 1
         while seq > head {
-            if let found = try job.rows([.integer(seq), .text(device)], { (id: $0.int64(0), folded: $0.isNull(1) ? [] : $0.blob(1)) }).first {
+            if let found = try job.rows(
+                [.integer(seq), .text(device)],
+                { [seq] in EnqueuePlan.StoredTail(id: $0.int64(0), position: seq, folded: FoldedAlerts(encoded: $0.isNull(1) ? [] : $0.blob(1))) }
+            ).first {
                 return found
             }
             seq -= 1

@@ -1,14 +1,15 @@
 import Common
 
 extension SQLiteStore {
-    /// The device's live jobs, whether it has a head (read from `jobs_one_head_per_device`) and the number its next
-    /// job gets (SQLiteStore+DeviceJobs.swift), then one row per monitor whose last word within the retention (since
-    /// ?2) was "down"; no row when the device is gone.
+    /// The device's live jobs, whether it has a head (read from `jobs_one_head_per_device`), the number its next
+    /// job gets (SQLiteStore+DeviceJobs.swift) and its digest's seal (`DigestCarry`), then one row per monitor whose
+    /// last word within the retention (since ?2) was "down"; no row when the device is gone.
     static let readDevice = """
-        SELECT 'device', d.live_jobs, EXISTS (SELECT 1 FROM jobs h WHERE h.device_id = d.id AND \(isHead("h"))), d.next_seq, NULL
+        SELECT 'device', d.live_jobs, EXISTS (SELECT 1 FROM jobs h WHERE h.device_id = d.id AND \(isHead("h"))), d.next_seq, NULL,
+               d.digest_sealed_through
         FROM devices d WHERE d.id = ?1
         UNION ALL
-        SELECT 'down', 0, 0, 0, m.monitor FROM monitor_states m WHERE m.device_id = ?1 AND m.down = 1 AND m.updated_at >= ?2
+        SELECT 'down', 0, 0, 0, m.monitor, 0 FROM monitor_states m WHERE m.device_id = ?1 AND m.down = 1 AND m.updated_at >= ?2
         """
 
     /// A new job: its state (head or pending), folded alerts and badge decided by `EnqueuePlan`. `VALUES`, not
@@ -56,11 +57,12 @@ extension SQLiteStore {
             var seen: Set<String> = []
             seen.reserveCapacity(batch.count)
             for id in batch.map(\.deviceID) where seen.insert(id).inserted {
-                for (kind, live, hasHead, next, monitor) in try read.rows(
-                    [.text(id), .integer(badgeSince)], { ($0.text(0), $0.int(1), $0.int(2) == 1, $0.int64(3), $0.isNull(4) ? "" : $0.text(4)) })
+                for (kind, live, hasHead, next, monitor, sealed) in try read.rows(
+                    [.text(id), .integer(badgeSince)],
+                    { ($0.text(0), $0.int(1), $0.int(2) == 1, $0.int64(3), $0.isNull(4) ? "" : $0.text(4), $0.int64(5)) })
                 {
                     if kind == "device" {
-                        devices[id] = EnqueuePlan.DeviceState(storedLive: live, hasHead: hasHead)
+                        devices[id] = EnqueuePlan.DeviceState(storedLive: live, hasHead: hasHead, sealedThrough: sealed)
                         numbers[id] = next
                     } else {
                         devices[id]?.downMonitors.insert(monitor)
@@ -69,11 +71,7 @@ extension SQLiteStore {
             }
             let reads = EnqueuePlan.reads(for: batch, devices: devices, cap: deviceCap)
             for id in reads.waitingTests { devices[id]?.waitingTest = try Self.waitingTest(device: id, db) }
-            for id in reads.tails {
-                devices[id]?.tail = try Self.newestFoldableJob(device: id, db).map {
-                    EnqueuePlan.StoredTail(id: $0.id, folded: FoldedAlerts(encoded: $0.folded))
-                }
-            }
+            for id in reads.tails { devices[id]?.tail = try Self.newestFoldableJob(device: id, db) }
             let plan = EnqueuePlan.plan(batch, devices: devices, cap: deviceCap)
             try Self.apply(plan, numbers: numbers, now: now, expiresAt: expiresAt, db)
             return plan.results
@@ -175,7 +173,7 @@ extension SQLiteStore {
     }
 
     public func pendingJobs(deviceID: String, limit: Int) throws(StoreError) -> [PendingJob] {
-        try read { db in try Self.pendingJobs(device: deviceID, limit: limit, db) }
+        try read { db in try Self.pendingJobs(device: deviceID, limit: limit, db).map(\.job) }
     }
 
     public func reportedOutcome(publicID: String) throws(StoreError) -> ReportedOutcome? {
