@@ -26,8 +26,8 @@ import Testing
         for label in ["first", "second", "third"] {
             try h.enqueue(device.id, [label], through: ingest)
             sent.append(label)
-            #expect(h.waitUntil(timeout: .seconds(60)) { h.acceptedBodies(device.token) == sent }, "\(label) was never sent")
-            #expect(try h.waitUntil(timeout: .seconds(60)) { try h.store.liveJobCount() == 0 })
+            try #require(h.waitUntil(timeout: .seconds(60)) { h.acceptedBodies(device.token) == sent }, "\(label) was never sent")
+            try #require(try h.waitUntil(timeout: .seconds(60)) { try h.store.liveJobCount() == 0 })
         }
     }
 

@@ -1,0 +1,41 @@
+import Common
+import Foundation
+import TestSupport
+import Testing
+
+@testable import Queue
+
+/// The thread that owns a deliverer's LISTEN connection (`PostgresListenerThread`): it reports a server it cannot
+/// reach, ends when asked even while it waits out a backoff, and its count never goes back, so a deliverer comparing
+/// counts never misses a change across a restart of the thread. (`PostgresWakeUpTests` has it wake an engine.)
+@Suite struct PostgresListenerThreadTests {
+    /// Waits (with a deadline) until `condition` holds.
+    func eventually(_ condition: () -> Bool) -> Bool {
+        let deadline = ContinuousClock.now + .seconds(60)
+        while !condition() && ContinuousClock.now < deadline { Thread.sleep(forTimeInterval: 0.005) }
+        return condition()
+    }
+
+    @Test(.timeLimit(.minutes(1))) func aThreadThatCannotConnectReportsItAndStopsWhenAsked() {
+        let options = PGConnection.Options(statementTimeout: .seconds(5), connectTimeoutSeconds: 2)
+        let thread = PostgresListenerThread(
+            conninfo: "host=127.0.0.1 port=1 dbname=none", options: options, failover: FailoverSignal(), startingAt: 7)
+        #expect(eventually { (try? thread.changes()) == nil }, "the failure is reported")
+        #expect(thread.isRunning, "and the thread waits to try again")
+        thread.stop()
+        #expect(!thread.isRunning)
+        #expect(thread.lastChanges == 7)
+    }
+
+    @Test func theCountGoesOnFromWhereAStoppedThreadLeftIt() throws {
+        let db = try TestDatabase(.postgres)
+        let store = try #require(db.store as? PostgresStore)
+        #expect(eventually { ((try? store.changeCounter()) ?? 0) > 0 }, "connected: the count moved once by itself")
+        let before = try store.changeCounter()
+        store.stopWakingOnChanges()
+        #expect(!store.isListening)
+        #expect(eventually { (try? store.changeCounter()) != before }, "a new thread connected")
+        #expect(try store.changeCounter() > before)
+        #expect(store.isListening)
+    }
+}
