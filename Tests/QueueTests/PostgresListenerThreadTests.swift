@@ -44,4 +44,27 @@ import Testing
         #expect(try store.changeCounter() > before)
         #expect(store.isListening)
     }
+
+    /// Another connection of the store found its server read-only (a failover fenced the old primary): with no NOTIFY
+    /// to wake it, the thread still looks at the signal, and LISTENs again on a new connection.
+    @Test func aFailoverSignalMovesTheListenConnectionWithoutANotify() throws {
+        let url = try PostgresServer.shared().createDatabase()
+        _ = try PostgresStore(url: url, now: TestDatabase.t0)  // migrated
+        let admin = try RawPostgres(url)
+        let failover = FailoverSignal()
+        let options = PGConnection.Options(statementTimeout: .seconds(5), connectTimeoutSeconds: 2)
+        let thread = PostgresListenerThread(conninfo: url, options: options, failover: failover, startingAt: 0)
+        defer { thread.stop() }
+        #expect(eventually { (try? Self.listenBackends(admin).count) == 1 && (try? thread.changes()) == 1 }, "listening")
+        let first = try Self.listenBackends(admin)
+        failover.raise()
+        #expect(eventually { (try? Self.listenBackends(admin)).map { $0.count == 1 && $0 != first } ?? false }, "moved")
+        #expect(eventually { (try? thread.changes()) == 2 }, "and the count moved once, for what it may have missed")
+    }
+
+    static func listenBackends(_ admin: RawPostgres) throws -> [String] {
+        try admin.query(
+            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND query = 'LISTEN kumapush_jobs'"
+        ).map { $0[0] }
+    }
 }
