@@ -91,8 +91,15 @@ public protocol JobQueue: Sendable {
     func currentPause(since: Int64) throws(StoreError) -> String?
     /// A number that changes whenever another connection, in any process, commits work to the database: polling it
     /// is how a deliverer notices new jobs written by another process (SQLite: PRAGMA data_version, no disk I/O;
-    /// PostgreSQL: a sequence advanced after each such commit).
+    /// PostgreSQL: the NOTIFYs such commits send, counted on a LISTEN connection).
     func changeCounter() throws(StoreError) -> Int64
+    /// Calls `wake`, from a thread of the store's, as soon as another connection commits work that moves
+    /// `changeCounter()`, until `stopWakingOnChanges()`: a deliverer then hears of a job at its commit instead of at
+    /// its next poll of the counter, which stays the fallback. PostgreSQL: the LISTEN connection's thread, at each
+    /// NOTIFY; SQLite: nothing (no process hears of another's commit).
+    func wakeOnChanges(_ wake: @escaping @Sendable () -> Void)
+    /// Stops what `wakeOnChanges` started, and waits for it to end.
+    func stopWakingOnChanges()
     /// Jobs not yet finished (everything but dead letters).
     func liveJobCount() throws(StoreError) -> Int
     /// Whether a job is waiting to be claimed now (the deliverer's stall check).

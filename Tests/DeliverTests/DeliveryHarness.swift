@@ -29,17 +29,21 @@ final class DeliveryHarness {
     let tokens: ProviderTokenSource
     let clock = MovableClock()
     let metrics = MetricsRegistry()
+    /// The PostgreSQL database's connection string (nil on SQLite), for a second store as another process would open.
+    let databaseURL: String?
     static let topic = "com.example.kumapush"
 
     init(
         streams: UInt32 = 1000, connections: Int = 2, requestTimeout: Duration = .seconds(5), ttl: Duration = .seconds(3600),
         deviceBurst: Int? = nil, stallTimeout: Duration = .seconds(30), withSandbox: Bool = false,
         leaseBeyondRequest: Duration = .seconds(30), retryBackoff: Backoff = Backoff(base: .milliseconds(10), cap: .milliseconds(200)),
-        onPostgres: Bool = false, engineStore: (SQLiteStore) -> any RelayStore = { $0 }
+        onPostgres: Bool = false, pollInterval: Duration = .milliseconds(2), idlePollInterval: Duration? = nil,
+        engineStore: (SQLiteStore) -> any RelayStore = { $0 }
     ) throws {
         let storeForEngine: any RelayStore
-        if onPostgres {
-            let postgres = try PostgresStore(url: try PostgresServer.shared().createDatabase(), now: SystemClock().nowMillis())
+        databaseURL = onPostgres ? try PostgresServer.shared().createDatabase() : nil
+        if let databaseURL {
+            let postgres = try PostgresStore(url: databaseURL, now: SystemClock().nowMillis())
             store = postgres
             storeForEngine = postgres
         } else {
@@ -77,7 +81,8 @@ final class DeliveryHarness {
         settings.deviceBurst = deviceBurst
         settings.stallTimeout = stallTimeout
         var configuration = DeliveryEngine.Configuration(settings: settings, worker: "test-worker")
-        configuration.pollInterval = .milliseconds(2)
+        configuration.pollInterval = pollInterval
+        if let idlePollInterval { configuration.idlePollInterval = idlePollInterval }
         let tls = try TLSContext.client(extraCAFile: TLSFixtures.caFile)
         other = sandbox.map { sandbox in
             var sandboxConnection = connection
@@ -115,9 +120,11 @@ final class DeliveryHarness {
     }
 
     /// Enqueues a monitor-down alert whose message is `label`.
-    /// `acceptedAgo`: the jobs are stored as if their webhook came that long ago (LATE_NOTICE).
+    /// `acceptedAgo`: the jobs are stored as if their webhook came that long ago (LATE_NOTICE). `through`: another
+    /// store on the same database, as a separate ingest process would write, which does not wake the engine itself.
     func enqueue(
-        _ deviceID: String, _ labels: [String], test: Bool = false, ttl: Duration = .seconds(3600), acceptedAgo: Duration = .zero
+        _ deviceID: String, _ labels: [String], test: Bool = false, ttl: Duration = .seconds(3600), acceptedAgo: Duration = .zero,
+        through ingest: (any RelayStore)? = nil
     ) throws {
         let jobs = labels.map { label in
             let event = test ? AlertEvent.test(label) : AlertEvent(kind: .monitor, status: .down, monitorID: 1, monitorName: "DB", message: label)
@@ -125,8 +132,8 @@ final class DeliveryHarness {
                 deviceID: deviceID, publicID: UUID().uuidString.lowercased(), payload: event.jobPayload,
                 reportsOutcome: test)
         }
-        _ = try store.enqueue(jobs, now: clock.nowMillis() - acceptedAgo.wholeMilliseconds, ttl: ttl)
-        engine.wake()
+        _ = try (ingest ?? store).enqueue(jobs, now: clock.nowMillis() - acceptedAgo.wholeMilliseconds, ttl: ttl)
+        if ingest == nil { engine.wake() }
     }
 
     /// Waits (with a deadline) until `condition` holds.

@@ -90,7 +90,7 @@ import Testing
 
     /// A deliverer opens its LISTEN connection from its loop after start-up, maybe while the server fails over: the
     /// first failed attempt must start the backoff, so that the next polls fail at once instead of each trying to
-    /// connect again (every few milliseconds, on the delivery thread).
+    /// connect again (every few milliseconds, on the LISTEN thread).
     @Test func aListenerThatCannotConnectBacksOffFromItsFirstAttempt() {
         let options = PGConnection.Options(statementTimeout: .seconds(5), connectTimeoutSeconds: 2)
         let listener = PostgresListener(conninfo: "host=127.0.0.1 port=1 dbname=none", options: options)

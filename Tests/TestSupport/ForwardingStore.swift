@@ -65,5 +65,7 @@ open class ForwardingStore: RelayStore, @unchecked Sendable {
     open func reportedOutcome(publicID: String) throws(StoreError) -> ReportedOutcome? { try inner.reportedOutcome(publicID: publicID) }
     open func purgeReportedOutcomes(before: Int64) throws(StoreError) -> Int { try inner.purgeReportedOutcomes(before: before) }
     open func changeCounter() throws(StoreError) -> Int64 { try inner.changeCounter() }
+    open func wakeOnChanges(_ wake: @escaping @Sendable () -> Void) { inner.wakeOnChanges(wake) }
+    open func stopWakingOnChanges() { inner.stopWakingOnChanges() }
     open func stats() throws(StoreError) -> QueueStats { try inner.stats() }
 }

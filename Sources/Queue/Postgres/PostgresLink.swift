@@ -58,6 +58,9 @@ final class PostgresLink: @unchecked Sendable {
     /// The connection broke and the backoff has not passed: `connected()` would fail at once.
     var isBackingOff: Bool { (connection == nil || connection?.isBroken == true) && ContinuousClock.now < nextAttempt }
 
+    /// When `connected()` may try again after a failed attempt (in the past when it may now).
+    var nextAttemptAt: ContinuousClock.Instant { nextAttempt }
+
     /// A live connection, reconnecting first if the last one broke. A connection that breaks while in use is
     /// noticed here on the next call (libpq marks it bad) and replaced.
     func connected() throws -> PGConnection {

@@ -61,9 +61,10 @@ public final class PostgresStore: Sendable {
     /// never `reader`, which answers the app's device calls, `/health`, Test polls and the deliverer's checks
     /// (SPEC §2.3).
     private let statsReader = Mutex<PostgresLink?>(nil)
-    /// Opened on the first `changeCounter()`: only deliverers listen, so ingest processes hold two connections (three
-    /// once their group commits overlap, `secondWriter`).
-    private let listener = Mutex<PostgresListener?>(nil)
+    /// The LISTEN connection on its own thread, started by the first `changeCounter()` or `wakeOnChanges`: only
+    /// deliverers listen, so ingest processes hold two connections (three once their group commits overlap,
+    /// `secondWriter`). `lastChanges`: where a thread started after `stopWakingOnChanges` counts on from.
+    private let listener = Mutex<(thread: PostgresListenerThread?, lastChanges: Int64)>((nil, 0))
     private let url: String
     /// Raised by a connection whose server turned read-only: every connection of the store then finds the primary.
     private let failover = FailoverSignal()
@@ -239,16 +240,46 @@ public final class PostgresStore: Sendable {
         _ = try read { db in try db.rows("SELECT count(*) FROM schema_migrations") { $0.int(0) } }
     }
 
-    /// Counts NOTIFYs heard on a dedicated LISTEN connection (`PostgresListener`): no round trip per poll.
+    /// Counts NOTIFYs heard on a dedicated LISTEN connection, read and counted by its own thread
+    /// (`PostgresListenerThread`): no round trip, no system call. 0 until that thread first connects.
     public func changeCounter() throws(StoreError) -> Int64 {
-        do {
-            return try listener.withLock { listener in
-                if listener == nil { listener = PostgresListener(conninfo: url, options: options.connection, failover: failover) }
-                return try listener!.poll()
-            }
-        } catch {
-            throw Self.storeError(error)
+        try listenerThread().changes()
+    }
+
+    /// `wake` is called by the LISTEN connection's thread as soon as a NOTIFY arrives (and once after each reconnect),
+    /// until `stopWakingOnChanges()`.
+    public func wakeOnChanges(_ wake: @escaping @Sendable () -> Void) {
+        listenerThread().setWake(wake)
+    }
+
+    /// Ends the LISTEN connection's thread and closes its connection (waiting for it: see
+    /// `PostgresListenerThread.requestStop`). A later `changeCounter()` starts another, counting on.
+    public func stopWakingOnChanges() {
+        let stopping = listener.withLock { listener -> PostgresListenerThread? in
+            guard let thread = listener.thread else { return nil }
+            listener = (nil, thread.lastChanges)
+            return thread
         }
+        stopping?.setWake(nil)
+        stopping?.stop()
+    }
+
+    /// Tests: whether the LISTEN connection's thread runs.
+    package var isListening: Bool { listener.withLock { $0.thread?.isRunning ?? false } }
+
+    private func listenerThread() -> PostgresListenerThread {
+        listener.withLock { listener in
+            if let thread = listener.thread { return thread }
+            let thread = PostgresListenerThread(
+                conninfo: url, options: options.connection, failover: failover, startingAt: listener.lastChanges)
+            listener.thread = thread
+            return thread
+        }
+    }
+
+    deinit {
+        // Without waiting: the thread holds none of the store, and ends by itself once asked.
+        listener.withLock { $0.thread }?.requestStop()
     }
 
     public func hasDueJobs(now: Int64) throws(StoreError) -> Bool {

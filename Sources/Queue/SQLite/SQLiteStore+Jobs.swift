@@ -207,6 +207,12 @@ extension SQLiteStore {
         try read { db in try db.statement("PRAGMA data_version").rows { $0.int64(0) }.first ?? 0 }
     }
 
+    /// Nothing: SQLite tells no other process of a commit, so a deliverer in a process of its own polls
+    /// `changeCounter()` (PRAGMA data_version: no disk I/O), and `serve`'s ingest wakes its engine itself.
+    public func wakeOnChanges(_ wake: @escaping @Sendable () -> Void) {}
+
+    public func stopWakingOnChanges() {}
+
     public func release(jobIDs: [Int64], worker: String, now: Int64) throws(StoreError) -> Int {
         try write { db in
             let release = try db.statement(

@@ -220,6 +220,16 @@ final class PGConnection {
         return count
     }
 
+    /// Sleeps until the server sends something (a notification, or the end of the session), `interrupt` is raised,
+    /// or `timeout` passes (poll(2) on `PQsocket`). Only for a connection that LISTENs and runs nothing else: no
+    /// statement may be waiting for its answer. Reads nothing: `drainNotifications` does.
+    func waitForInput(orInterrupt interrupt: PGInterrupt, timeout: Duration) -> PGInputWait {
+        let socket = PQsocket(handle)
+        // No socket: the connection is gone, which the next drain reports at once.
+        guard socket >= 0 else { return .input }
+        return interrupt.wait(for: socket, timeout: timeout)
+    }
+
     static var libraryVersion: String {
         let version = PQlibVersion()
         return "\(version / 10_000).\(version % 10_000)"
