@@ -127,6 +127,45 @@ ROWS = [
 ]
 
 
+# The picture's third panel: each figure with a numeric target, as how far it is from that target. A "≥" target
+# plots figure / target, a "≤" one target / figure, so 1.0 is the target met exactly and every bar right of it passes;
+# the whiskers are the spread over the runs where the figure has one.
+TARGETS = [
+    ("ingest / nginx ≥ 0.50", "ingest.ratio_nginx", 0.50, "≥"),
+    ("pushes/s / h2load ≥ 0.50", "deliver.ratio_h2load", 0.50, "≥"),
+    ("above floor / h2load CPU ≤ 3", lambda r: above_floor(r) / get(r, "deliver.h2load_cpu_us_per_request"), 3.0, "≤"),
+    ("floor / bare SQLite ≤ 2", lambda r: get(r, "queue.claim_cpu_us_10k") / get(r, "queue.floor_bare_cpu_us"), 2.0, "≤"),
+    ("pushes/s / aioapns ≥ 10", "deliver.ratio_aioapns", 10.0, "≥"),
+    ("pushes/s at 30 ms ≥ 10,000", "deliver.relay_pps_30ms", 10000.0, "≥"),
+    ("latency p99 ≤ 10 ms", "latency_ms.p99", 10.0, "≤"),
+    ("p99 scraped / not ≤ 1.10", "latency_ms.ratio_scraped", 1.10, "≤"),
+    ("claim 1M / 10k ≥ 0.80", "queue.claim_ratio", 0.80, "≥"),
+    ("PostgreSQL ingest / SQLite ≥ 0.50", "postgres.ingest.ratio_sqlite", 0.50, "≥"),
+    ("PostgreSQL claim 1M / 10k ≥ 0.80", "postgres.queue.claim_ratio", 0.80, "≥"),
+    ("PostgreSQL latency p99 ≤ 10 ms", "postgres.latency_ms.p99", 10.0, "≤"),
+]
+
+
+def against_targets(results):
+    """[(label, median, low, high)] with each figure as a share of its target (≥ 1 passes); figures this run did not
+    measure are left out."""
+    bars = []
+    for label, figure, target, direction in TARGETS:
+        try:
+            if callable(figure):
+                low = mid = high = figure(results)
+            else:
+                value = results
+                for key in figure.split("."):
+                    value = value[key]
+                low, mid, high = (value["min"], value["median"], value["max"]) if isinstance(value, dict) else (value,) * 3
+        except (KeyError, TypeError, ZeroDivisionError):
+            continue
+        share = (lambda v: v / target) if direction == "≥" else (lambda v: target / v if v else float("inf"))
+        shares = sorted(share(v) for v in (low, mid, high))
+        bars.append((label, share(mid), shares[0], shares[-1]))
+    return bars
+
 def table(results):
     rows = ["| Figure | Relay | Ceiling | Ratio | Target | Pass |", "|---|---|---|---|---|---|"]
     for name, value, ceiling, ratio, target, passed in ROWS:
@@ -151,7 +190,7 @@ def write_outputs(results, series, latencies, command, full):
     (RESULTS / f"{stamp}.json").write_text(json.dumps(results, indent=2) + "\n")
     (RESULTS / f"{stamp}.md").write_text(markdown)
     if series or latencies:
-        plot(series, latencies, RESULTS / f"{stamp}.png")
+        plot(series, latencies, against_targets(results), RESULTS / f"{stamp}.png")
     if full:
         for suffix in ("json", "md", "png"):
             if (RESULTS / f"{stamp}.{suffix}").exists():
@@ -168,11 +207,11 @@ def platform_memory():
         return "unknown memory"
 
 
-def plot(series, latencies, path):
+def plot(series, latencies, targets, path):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    figure, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
+    figure, (left, right, third) = plt.subplots(1, 3, figsize=(19, 5), gridspec_kw={"width_ratios": [1, 1, 1.2]})
     for label, points in series.items():
         if len(points) > 1:
             rates = [(t1, (d1 - d0) / (t1 - t0)) for (t0, d0), (t1, d1) in zip(points, points[1:]) if t1 > t0]
@@ -190,5 +229,24 @@ def plot(series, latencies, path):
     right.set_title("Webhook sent → APNs request received, 1,000 webhooks/s")
     right.set_xlabel("milliseconds")
     right.set_ylabel("pushes")
+    plot_targets(third, targets)
     figure.tight_layout()
     figure.savefig(path, dpi=100)
+
+
+def plot_targets(axes, targets):
+    """Each figure as a share of its target on a log scale: right of the line at 1 passes."""
+    labels = [label for label, *_ in targets]
+    shares = [share for _, share, _, _ in targets]
+    spread = [[share - low for _, share, low, _ in targets], [high - share for _, share, _, high in targets]]
+    colours = ["tab:green" if share >= 1 else "tab:red" for share in shares]
+    axes.barh(labels, shares, xerr=spread, color=colours, capsize=3)
+    axes.axvline(1, color="black", linestyle="--")
+    axes.set_xscale("log")
+    ticks = [0.125, 0.25, 0.5, 1, 2, 4, 8]
+    axes.set_xticks(ticks, [f"{t:g}" for t in ticks])
+    axes.minorticks_off()
+    axes.invert_yaxis()
+    axes.tick_params(axis="y", labelsize=8)
+    axes.set_title("Each figure against its target (1 = met; right passes)")
+    axes.set_xlabel("figure ÷ target (≥ targets) or target ÷ figure (≤ targets)")
