@@ -25,8 +25,14 @@ extension DeliveryEngine {
         let recent = job.recentPushes
         guard recent > 0 else { return [] }
         // Pushes sent and waiting, this head included, past the burst: `recent + waiting + 1 > burst`.
+        let minimum = burst - recent
+        // A look first: `carryBacklog` is a write that locks the device (it seals), and every push to a device with
+        // a push in the last minute comes here, storm or not. Only a device with enough jobs waiting pays for it;
+        // jobs arriving after this look wait for the next push, as they would after the sealed read.
+        let needed = max(minimum, 1)
+        guard let waiting = try? store.pendingJobs(deviceID: job.deviceID, limit: needed), waiting.count >= needed else { return [] }
         return
             (try? store.carryBacklog(
-                deviceID: job.deviceID, limit: configuration.maximumMerged, minimum: burst - recent, deviceCap: configuration.deviceQueueMax)) ?? []
+                deviceID: job.deviceID, limit: configuration.maximumMerged, minimum: minimum, deviceCap: configuration.deviceQueueMax)) ?? []
     }
 }

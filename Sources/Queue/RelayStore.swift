@@ -45,8 +45,8 @@ public protocol JobQueue: Sendable {
     /// Applies outcomes in one transaction. Returns, per outcome, whether the job was still leased to `worker` at
     /// that attempt (false: the lease expired and the answer was ignored).
     func finish(_ outcomes: [JobOutcome], worker: String, now: Int64) throws(StoreError) -> [Bool]
-    /// The oldest `limit` jobs waiting behind the device's head, in order: a look, which seals nothing (tools and
-    /// tests). A digest takes its jobs with `carryBacklog`.
+    /// The oldest `limit` jobs waiting behind the device's head, in order: a look, which seals nothing (the engine's
+    /// check whether a digest is due, tools and tests). A digest takes its jobs with `carryBacklog`.
     func pendingJobs(deviceID: String, limit: Int) throws(StoreError) -> [PendingJob]
     /// The jobs a digest of the device's claimed head carries (alert storms), oldest first: `DigestCarry`'s rule over
     /// the oldest `limit` jobs waiting behind the head, none unless at least `minimum` wait, and near `deviceCap`

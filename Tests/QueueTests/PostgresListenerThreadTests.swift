@@ -16,9 +16,9 @@ import Testing
         return condition()
     }
 
-    @Test func aThreadThatCannotConnectReportsItAndStopsWhenAsked() {
+    @Test func aThreadThatCannotConnectReportsItAndStopsWhenAsked() throws {
         let options = PGConnection.Options(statementTimeout: .seconds(5), connectTimeoutSeconds: 2)
-        let thread = PostgresListenerThread(
+        let thread = try PostgresListenerThread(
             conninfo: "host=127.0.0.1 port=1 dbname=none", options: options, failover: FailoverSignal(), startingAt: 7)
         #expect(eventually { (try? thread.changes()) == nil }, "the failure is reported")
         #expect(thread.isRunning, "and the thread waits to try again")
@@ -53,7 +53,7 @@ import Testing
         let admin = try RawPostgres(url)
         let failover = FailoverSignal()
         let options = PGConnection.Options(statementTimeout: .seconds(5), connectTimeoutSeconds: 2)
-        let thread = PostgresListenerThread(conninfo: url, options: options, failover: failover, startingAt: 0)
+        let thread = try PostgresListenerThread(conninfo: url, options: options, failover: failover, startingAt: 0)
         defer { thread.stop() }
         #expect(eventually { (try? Self.listenBackends(admin).count) == 1 && (try? thread.changes()) == 1 }, "listening")
         let first = try Self.listenBackends(admin)

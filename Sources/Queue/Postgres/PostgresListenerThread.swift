@@ -26,14 +26,21 @@ final class PostgresListenerThread: Sendable {
         var wake: (@Sendable () -> Void)?
     }
 
+    /// How long `stop()` waits for the thread to end: a connect under way finishes first (`connect_timeout` per
+    /// host), and a frozen server may never answer the LISTEN. A deliverer's shutdown must not hang on it: its leases
+    /// are released by then, and the thread ends by itself once the wait it is in does.
+    static let stopWait: Duration = .seconds(5)
+
     private let published: Mutex<Published>
-    private let stopRequest = PGInterrupt()
+    private let stopRequest: PGInterrupt
     private let ended = DispatchSemaphore(value: 0)
     private let alive = Atomic<Bool>(true)
 
     /// Starts the thread, which connects at once. `startingAt`: the count a previous thread of the store reached, so
     /// the counter never goes back.
-    init(conninfo: String, options: PGConnection.Options, failover: FailoverSignal, startingAt: Int64) {
+    /// Throws when the process cannot make the pipe that stops it (out of file descriptors).
+    init(conninfo: String, options: PGConnection.Options, failover: FailoverSignal, startingAt: Int64) throws(StoreError) {
+        stopRequest = try PGInterrupt()
         published = Mutex(Published(changes: startingAt))
         let thread = Thread { [self] in run(conninfo: conninfo, options: options, failover: failover, base: startingAt) }
         thread.name = "postgres-listen"
@@ -62,10 +69,12 @@ final class PostgresListenerThread: Sendable {
     /// `connect_timeout` per host) or waiting for the answer to its LISTEN (`statement_timeout` at most).
     func requestStop() { stopRequest.raise() }
 
-    /// Ends the thread and waits for it: the connection is closed when this returns. Once only.
+    /// Ends the thread and waits for it, at most `stopWait`: the connection is closed when this returns, unless the
+    /// thread was stuck in a connect or a LISTEN (it then closes it when that ends). Once only.
     func stop() {
         requestStop()
-        ended.wait()
+        let (seconds, attoseconds) = Self.stopWait.components
+        _ = ended.wait(timeout: .now() + .nanoseconds(Int(seconds) * 1_000_000_000 + Int(attoseconds / 1_000_000_000)))
     }
 
     private func run(conninfo: String, options: PGConnection.Options, failover: FailoverSignal, base: Int64) {

@@ -63,8 +63,8 @@ public final class PostgresStore: Sendable {
     private let statsReader = Mutex<PostgresLink?>(nil)
     /// The LISTEN connection on its own thread, started by the first `changeCounter()` or `wakeOnChanges`: only
     /// deliverers listen, so ingest processes hold two connections (three once their group commits overlap,
-    /// `secondWriter`). `lastChanges`: where a thread started after `stopWakingOnChanges` counts on from.
-    private let listener = Mutex<(thread: PostgresListenerThread?, lastChanges: Int64)>((nil, 0))
+    /// `secondWriter`).
+    private let listener = Mutex<ListenerSlot>(ListenerSlot())
     private let url: String
     /// Raised by a connection whose server turned read-only: every connection of the store then finds the primary.
     private let failover = FailoverSignal()
@@ -247,30 +247,38 @@ public final class PostgresStore: Sendable {
     }
 
     /// `wake` is called by the LISTEN connection's thread as soon as a NOTIFY arrives (and once after each reconnect),
-    /// until `stopWakingOnChanges()`.
+    /// until `stopWakingOnChanges()`. Without a thread (the process is out of file descriptors) nothing wakes the
+    /// engine: it finds work at its next poll, and `changeCounter()` reports the failure.
     public func wakeOnChanges(_ wake: @escaping @Sendable () -> Void) {
-        listenerThread().setWake(wake)
+        (try? listenerThread())?.setWake(wake)
     }
 
-    /// Ends the LISTEN connection's thread and closes its connection (waiting for it: see
-    /// `PostgresListenerThread.requestStop`). A later `changeCounter()` starts another, counting on.
+    /// Ends the LISTEN connection's thread and closes its connection, waiting for that at most
+    /// `PostgresListenerThread.stopWait` (a connect under way finishes first; a frozen server may never answer its
+    /// LISTEN). A later `changeCounter()` starts another thread, counting on from where this one stopped.
     public func stopWakingOnChanges() {
         let stopping = listener.withLock { listener -> PostgresListenerThread? in
             guard let thread = listener.thread else { return nil }
-            listener = (nil, thread.lastChanges)
+            listener.thread = nil
+            listener.stopping = thread
             return thread
         }
-        stopping?.setWake(nil)
-        stopping?.stop()
+        guard let stopping else { return }
+        stopping.setWake(nil)
+        stopping.stop()
+        // Read after the thread ended, so that a NOTIFY it counted while stopping is not counted again from below.
+        listener.withLock { $0.lastChanges = max($0.lastChanges, stopping.lastChanges) }
     }
 
-    /// Tests: whether the LISTEN connection's thread runs.
-    package var isListening: Bool { listener.withLock { $0.thread?.isRunning ?? false } }
+    /// Tests: whether a LISTEN thread of this store runs (one being stopped included).
+    package var isListening: Bool {
+        listener.withLock { ($0.thread?.isRunning ?? false) || ($0.stopping?.isRunning ?? false) }
+    }
 
-    private func listenerThread() -> PostgresListenerThread {
-        listener.withLock { listener in
+    private func listenerThread() throws(StoreError) -> PostgresListenerThread {
+        try listener.withLock { (listener) throws(StoreError) -> PostgresListenerThread in
             if let thread = listener.thread { return thread }
-            let thread = PostgresListenerThread(
+            let thread = try PostgresListenerThread(
                 conninfo: url, options: options.connection, failover: failover, startingAt: listener.lastChanges)
             listener.thread = thread
             return thread
@@ -350,4 +358,12 @@ public final class PostgresStore: Sendable {
             throw Self.storeError(error)
         }
     }
+}
+
+/// The store's LISTEN thread, the one being stopped (until it has ended: tests ask whether it still runs), and
+/// where a thread started after `stopWakingOnChanges` counts on from.
+private struct ListenerSlot {
+    var thread: PostgresListenerThread?
+    var stopping: PostgresListenerThread?
+    var lastChanges: Int64 = 0
 }

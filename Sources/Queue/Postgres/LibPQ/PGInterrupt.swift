@@ -7,9 +7,10 @@ final class PGInterrupt: Sendable {
     private let readEnd: Int32
     private let writeEnd: Int32
 
-    init() {
+    /// Throws when the process cannot make a pipe (out of file descriptors): an environment's failure, not a bug.
+    init() throws(StoreError) {
         var ends: [Int32] = [-1, -1]
-        precondition(pipe(&ends) == 0, "pipe failed: \(errno)")
+        guard pipe(&ends) == 0 else { throw StoreError(.unavailable, "cannot make the LISTEN thread's pipe: \(String(cString: strerror(errno)))") }
         for end in ends {
             _ = fcntl(end, F_SETFD, FD_CLOEXEC)
             _ = fcntl(end, F_SETFL, fcntl(end, F_GETFL) | O_NONBLOCK)
