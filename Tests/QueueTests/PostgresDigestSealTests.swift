@@ -44,15 +44,4 @@ import Testing
         let carried = try #require(try result.withLock { try $0?.get() })
         #expect(carried.map(\.folded.count) == [1], "carried with the alert folded in before the read")
     }
-
-    /// Polls `condition` until it holds, failing after 30 s (a deadline, not a timing assertion).
-    private func waitUntil(_ what: String, _ condition: () throws -> Bool) throws {
-        let deadline = ContinuousClock.now + .seconds(30)
-        while try !condition() {
-            guard ContinuousClock.now < deadline else { throw TimedOut(what: what) }
-            Thread.sleep(forTimeInterval: 0.02)
-        }
-    }
-
-    private struct TimedOut: Error { let what: String }
 }

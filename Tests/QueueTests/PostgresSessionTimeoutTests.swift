@@ -125,15 +125,4 @@ import Testing
     private func job(_ device: String, _ label: String) -> NewJob {
         NewJob(deviceID: device, publicID: UUID().uuidString.lowercased(), payload: Array(label.utf8))
     }
-
-    /// Polls `condition` until it holds, failing after 30 s (a deadline, not a timing assertion).
-    private func waitUntil(_ what: String, _ condition: () throws -> Bool) throws {
-        let deadline = ContinuousClock.now + .seconds(30)
-        while try !condition() {
-            guard ContinuousClock.now < deadline else { throw TimedOut(what: what) }
-            Thread.sleep(forTimeInterval: 0.02)
-        }
-    }
-
-    private struct TimedOut: Error { let what: String }
 }

@@ -14,10 +14,11 @@ import Testing
 /// alerts the delivered pushes showed are those delivered), which holds only if no alert is folded into a job a
 /// digest in flight carries.
 @Suite struct QueuePlanInvariantTests {
-    @Test(arguments: [1, 2, 3, 5, 1_000])
-    func randomTrafficKeepsEveryInvariant(cap: Int) {
-        var queue = ModelQueue(cap: cap)
-        var random = SeededGenerator(seed: UInt64(cap))
+    /// 3,000 random steps of traffic (batches, claims by two workers, answers, expired leases, disturbances), the
+    /// invariants checked after each.
+    static func run(_ start: ModelQueue, seed: UInt64) {
+        var queue = start
+        var random = SeededGenerator(seed: seed)
         for step in 0..<3_000 {
             switch random.next() % 10 {
             case 0...3: queue.enqueueRandomBatch(&random)
@@ -29,6 +30,11 @@ import Testing
             queue.checkInvariants(step: step)
         }
         #expect(queue.delivered > 0 && queue.accepted > 0, "the run delivered something")
+    }
+
+    @Test(arguments: [1, 2, 3, 5, 1_000])
+    func randomTrafficKeepsEveryInvariant(cap: Int) {
+        Self.run(ModelQueue(cap: cap), seed: UInt64(cap))
     }
 
     /// The same traffic with an ingest that ignores the seal but, like this release's, keeps at most one waiting
@@ -37,19 +43,7 @@ import Testing
     /// webhook past the cap; beside it an alert may still be shown twice, as docs/operations.md says. Not modelled.)
     @Test(arguments: [2, 3, 5])
     func anIngestIgnoringTheSealKeepsEveryInvariantBesideADelivererOnTheSameCap(cap: Int) {
-        var queue = ModelQueue(cap: cap, ingestReadsSeal: false)
-        var random = SeededGenerator(seed: UInt64(cap) + 200)
-        for step in 0..<3_000 {
-            switch random.next() % 10 {
-            case 0...3: queue.enqueueRandomBatch(&random)
-            case 4...5: queue.claim(worker: ["w1", "w2"].randomElement(using: &random)!, limit: Int(random.next() % 4) + 1)
-            case 6...7: queue.finishSome(&random)
-            case 8: queue.expireLeases()
-            default: queue.disturb(&random)
-            }
-            queue.checkInvariants(step: step)
-        }
-        #expect(queue.delivered > 0 && queue.accepted > 0, "the run delivered something")
+        Self.run(ModelQueue(cap: cap, ingestReadsSeal: false), seed: UInt64(cap) + 200)
     }
 
     /// The same traffic with the deliverer on a larger DEVICE_QUEUE_MAX than ingest's (here none): its digests seal
@@ -57,19 +51,7 @@ import Testing
     /// most, and still no alert is shown twice.
     @Test(arguments: [2, 3, 5])
     func withTheDelivererOnALargerCapADeviceGoesOneJobPastItAtMost(cap: Int) {
-        var queue = ModelQueue(cap: cap, delivererCap: .max)
-        var random = SeededGenerator(seed: UInt64(cap) + 100)
-        for step in 0..<3_000 {
-            switch random.next() % 10 {
-            case 0...3: queue.enqueueRandomBatch(&random)
-            case 4...5: queue.claim(worker: ["w1", "w2"].randomElement(using: &random)!, limit: Int(random.next() % 4) + 1)
-            case 6...7: queue.finishSome(&random)
-            case 8: queue.expireLeases()
-            default: queue.disturb(&random)
-            }
-            queue.checkInvariants(step: step)
-        }
-        #expect(queue.delivered > 0 && queue.accepted > 0, "the run delivered something")
+        Self.run(ModelQueue(cap: cap, delivererCap: .max), seed: UInt64(cap) + 100)
     }
 
     /// A count left high on a device without a head (an older deliverer through an upgrade) is healed by the next
