@@ -98,6 +98,8 @@ struct HTTP2ClientConnectionState<Request, Reply> {
     static var maxResponseBody: Int { 1 << 20 }
 
     let requestTimeout: Duration
+    /// A tenth of the timeout: the least a request must have left to be sent (`requestsToSubmit`).
+    var leastTimeToSend: Duration { requestTimeout / 10 }
     let connectTimeout: Duration
     let idlePingInterval: Duration
     let pingTimeout: Duration
@@ -268,9 +270,12 @@ struct HTTP2ClientConnectionState<Request, Reply> {
         return armed.contains(.deadline) ? [] : armDeadline(now: now)
     }
 
-    /// The requests to submit now, as many as the server's limit leaves room for, oldest first. One whose deadline
-    /// passed while it waited (the loop ran late) never goes and fails as refused: it was never sent, so it says
-    /// nothing of the server's health.
+    /// The requests to submit now, as many as the server's limit leaves room for, oldest first. One with less than
+    /// `leastTimeToSend` of its timeout left (it waited for a slot that long, or the loop ran late) never goes and
+    /// fails as refused: sent, it would rarely be answered in time, and its timeout would spend the push's attempt
+    /// and count towards the outage breaker, though it says nothing of the server's health. Refused, it is resent
+    /// at once. (A slot freed by one stream's timeout used to go to the next request, queued a moment later, which
+    /// then timed out microseconds after it was sent.)
     mutating func requestsToSubmit(now: ContinuousClock.Instant) -> [Action] {
         guard lifecycle == .ready, !waiting.isEmpty else { return [] }
         var actions: [Action] = []
@@ -278,7 +283,7 @@ struct HTTP2ClientConnectionState<Request, Reply> {
         while taken < waiting.count, streams.count + submitting < streamLimit {
             let next = waiting[taken]
             taken += 1
-            if next.deadline > now {
+            if next.deadline - now >= leastTimeToSend {
                 submitting += 1
                 actions.append(.submit(next))
             } else {

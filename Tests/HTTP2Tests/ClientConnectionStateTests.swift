@@ -322,6 +322,22 @@ import Testing
         #expect(state.requestsToSubmit(now: t0 + .seconds(30)) == [.complete("a", .failure(.refused))])
     }
 
+    /// A slot freed by one stream's timeout must not go to a request queued a moment after it: sent with almost
+    /// nothing of its timeout left, it would time out too and count towards the outage breaker. Under a tenth
+    /// left, it is refused (resent at once); with a tenth or more, it is sent.
+    @Test func aRequestWithUnderATenthOfItsTimeoutLeftIsRefusedNotSent() {
+        var state = ready()  // 30 s timeout, one stream
+        _ = state.requestQueued("a", reply: "a", now: t0)
+        _ = state.requestQueued("b", reply: "b", now: t0 + .milliseconds(2))
+        _ = state.requestQueued("c", reply: "c", now: t0 + .seconds(3))
+        submitAll(&state, now: t0)
+        #expect(completions(state.timerFired(.deadline, now: t0 + .seconds(30))) == ["a": .failure(.timedOut)])
+        let actions = state.requestsToSubmit(now: t0 + .seconds(30))
+        #expect(actions.first == .complete("b", .failure(.refused)))
+        let sent = actions.compactMap { if case .submit(let submission) = $0 { submission.request } else { nil } }
+        #expect(sent == ["c"], "c, with exactly 3 s (a tenth) left, is sent")
+    }
+
     // MARK: Keep-alive
 
     @Test func anIdleConnectionIsPingedAndClosedWithoutAnAck() {

@@ -89,8 +89,9 @@ extension HTTP2ConnectionTests {
         }
         let seen = results.withLock { $0 }
         #expect((try? seen["/first"]?.result.get())?.status == 200)
-        // The second's reset frees the slot while the third, queued with it, is already past its deadline: it is
-        // failed, never sent — as refused, since it never reached the server (`requestsThatNeverGetAStreamFailAsRefused`).
+        // The second's reset frees the slot while the third, queued with it, has under a tenth of its timeout left
+        // (or is past it): it is failed, never sent — as refused, since it never reached the server
+        // (`requestsThatNeverGetAStreamFailAsRefused`, `aRequestWithUnderATenthOfItsTimeoutLeftIsRefusedNotSent`).
         #expect(!seenByServer.withLock { $0 }.contains("/third"))
         #expect(seen["/second"]?.result == .failure(.timedOut))
         #expect(seen["/third"]?.result == .failure(.refused))

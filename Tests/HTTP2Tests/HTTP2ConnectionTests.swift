@@ -228,16 +228,28 @@ import Testing
     /// was processed), not as timed out, which a deliverer counts as an APNs outage and a spent attempt. A server
     /// that lowers its stream limit (APNs goes to 1 after a rejected push) must not open the outage breaker for
     /// pushes that never left.
+    ///
+    /// The three deadlines pass together by moving the loop's clock past all of them at once. On the real clock
+    /// (as this test first did, with a 300 ms timeout) the first request's deadline could pass alone when the
+    /// test thread queued the others more than a timer tick later (seen once under AddressSanitizer on a loaded
+    /// CI machine); its reset then rightly freed the slot for the second, which went out and timed out itself.
     @Test func requestsThatNeverGetAStreamFailAsRefused() throws {
-        let server = try server(streams: 1) { _, _ in }
+        let seenByServer = Mutex<[String]>([])
+        let server = try server(streams: 1) { request, _ in seenByServer.withLock { $0.append(request.path) } }
         defer { server.stop() }
-        let connection = try client(server.port, timeout: .milliseconds(300))
-        let deadline = ContinuousClock.now + .seconds(10)
-        while !(connection.currentStatus.isReady && connection.currentStatus.streamLimit == 1) && ContinuousClock.now < deadline {
-            Thread.sleep(forTimeInterval: 0.005)
+        let connection = try client(server.port, timeout: .seconds(30))
+        #expect(waitUntil { connection.currentStatus.isReady && connection.currentStatus.streamLimit == 1 })
+        let results = Mutex<[Int: Result<HTTP2Response, HTTP2Failure>]>([:])
+        for index in 0..<3 {
+            connection.send(HTTP2Request(path: "/x\(index)")) { outcome in results.withLock { $0[index] = outcome } }
         }
-        let results = sendMany(connection, (0..<3).map { HTTP2Request(path: "/x\($0)") })
-        #expect(results == [.failure(.timedOut), .failure(.refused), .failure(.refused)])
+        // The first holds the one stream; the other two wait for it (queued before the clock moves: loop tasks run
+        // in order).
+        #expect(waitUntil { seenByServer.withLock { $0 } == ["/x0"] })
+        _ = connection.advanceClock(by: .seconds(31))
+        #expect(waitUntil { results.withLock { $0.count } == 3 })
+        #expect((0..<3).map { index in results.withLock { $0[index] } } == [.failure(.timedOut), .failure(.refused), .failure(.refused)])
+        #expect(seenByServer.withLock { $0 } == ["/x0"], "the two refused never reached the server")
     }
 
     /// A pool may recycle a connection whose connect still waits its turn on the reconnect queue. Closed before it
