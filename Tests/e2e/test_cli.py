@@ -142,3 +142,26 @@ def test_healthcheck_exits_0_only_while_readiness_answers_200(relay, relay_binar
     finally:
         server.shutdown()
         thread.join(10)
+
+
+def test_healthcheck_asks_the_port_and_base_path_it_is_given(relay, relay_binary, tmp_path):
+    """Under socket activation the relay listens where its .socket unit says, and HOST/PORT are ignored: a unit's
+    health check must be able to ask that address (`--port`, `--base-path`: the setting flags every command takes)
+    whatever the environment's PORT and BASE_PATH say."""
+    from relayproc import Relay, free_port, relay_env
+
+    env = relay_env(tmp_path, BASE_PATH="/relay")
+    ingest = Relay(relay_binary, "ingest", env, tmp_path / "ingest.log").wait_healthy()
+    elsewhere = {"PORT": str(free_port()), "HOST": "127.0.0.1", "BASE_PATH": ""}
+    try:
+        asked = relay("healthcheck", "--port", env["PORT"], "--base-path", "/relay/", env=elsewhere)
+        assert asked.returncode == 0, asked.stderr
+        default = relay("healthcheck", env=elsewhere)
+        assert default.returncode == 1 and "cannot connect" in default.stderr, default.stderr
+        wrong_path = relay("healthcheck", f"--port={env['PORT']}", env=elsewhere)
+        assert wrong_path.returncode == 1 and "/readyz answered 404" in wrong_path.stderr, wrong_path.stderr
+    finally:
+        ingest.stop()
+    for bad in (["--port", "0"], ["--port", "http"], ["--base-path", "relay"]):
+        result = relay("healthcheck", *bad, env=elsewhere)
+        assert result.returncode == 2, (bad, result.returncode, result.stderr)
