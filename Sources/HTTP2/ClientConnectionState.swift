@@ -317,12 +317,13 @@ struct HTTP2ClientConnectionState<Request, Reply> {
         return actions
     }
 
+    mutating func statusReceived(_ id: Int32, status: Int) {
+        streams[id]?.status = status
+    }
+
+    /// A response header other than `:status` (only on a connection that `keepsResponseHeaders`).
     mutating func headerReceived(_ id: Int32, name: String, value: String) {
-        if name == ":status" {
-            streams[id]?.status = Int(value) ?? 0
-        } else {
-            streams[id]?.headers[name] = value
-        }
+        streams[id]?.headers[name] = value
     }
 
     /// False: the body would pass `maxResponseBody`; nghttp2 then resets the stream.

@@ -31,6 +31,10 @@ public final class HTTP2ClientConnection: Sendable {
         /// A PING is sent after this long without traffic; no PING ACK within `pingTimeout` closes the connection.
         public var idlePingInterval: Duration = .seconds(60)
         public var pingTimeout: Duration = .seconds(10)
+        /// False: responses carry their status and body only, and the response headers are never turned into
+        /// Strings and a dictionary (two Strings and a dictionary entry per header, on every request). The deliverer
+        /// reads none: APNs says why in the body.
+        public var keepsResponseHeaders = true
 
         public init(host: String, port: UInt16) {
             self.host = host
@@ -228,9 +232,11 @@ final class ClientCore: HTTP2Transport, HTTP2SessionDelegate, @unchecked Sendabl
     private let timers: TimerSlots<Timer>
     /// The pseudo-headers before `:path` for the method of the last request (every request is a POST to APNs).
     private var pseudoHeaders: (method: String, block: HTTP2HeaderBlock)
+    private let keepsResponseHeaders: Bool
 
     init(owner: HTTP2ClientConnection, fd: Int32, tls: TLSConnection) {
         self.owner = owner
+        keepsResponseHeaders = owner.configuration.keepsResponseHeaders
         timers = TimerSlots(loop: owner.loop)
         pseudoHeaders = Self.pseudoHeaders("POST", authority: owner.configuration.authority)
         connection = State(configuration: owner.configuration, now: owner.loop.now)
@@ -348,8 +354,25 @@ final class ClientCore: HTTP2Transport, HTTP2SessionDelegate, @unchecked Sendabl
 
     func streamOpened(_ stream: Int32) {}
 
-    func headerReceived(_ stream: Int32, name: String, value: String) {
-        connection.headerReceived(stream, name: name, value: value)
+    func headerReceived(_ stream: Int32, name: UnsafeRawBufferPointer, value: UnsafeRawBufferPointer) {
+        if name.elementsEqual(Self.statusName) {
+            connection.statusReceived(stream, status: Self.decimal(value))
+        } else if keepsResponseHeaders {
+            connection.headerReceived(stream, name: String(decoding: name, as: UTF8.self), value: String(decoding: value, as: UTF8.self))
+        }
+    }
+
+    private static let statusName = Array(":status".utf8)
+
+    /// `:status`'s three digits, without a String; 0 for anything else (no valid response, as `Int(value) ?? 0`).
+    static func decimal(_ bytes: UnsafeRawBufferPointer) -> Int {
+        guard (1...9).contains(bytes.count) else { return 0 }
+        var number = 0
+        for byte in bytes {
+            guard (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(byte) else { return 0 }
+            number = number * 10 + Int(byte - UInt8(ascii: "0"))
+        }
+        return number
     }
 
     func dataReceived(_ stream: Int32, _ bytes: UnsafeRawBufferPointer) -> Bool {

@@ -261,8 +261,10 @@ final class ServerCore: HTTP2Transport, HTTP2SessionDelegate, @unchecked Sendabl
 
     func streamOpened(_ stream: Int32) { requests[stream] = HTTP2Server.Request() }
 
-    func headerReceived(_ stream: Int32, name: String, value: String) {
+    func headerReceived(_ stream: Int32, name nameBytes: UnsafeRawBufferPointer, value valueBytes: UnsafeRawBufferPointer) {
         guard requests[stream] != nil else { return }
+        let name = String(decoding: nameBytes, as: UTF8.self)
+        let value = String(decoding: valueBytes, as: UTF8.self)
         switch name {
         case ":method": requests[stream]!.method = value
         case ":path": requests[stream]!.path = value

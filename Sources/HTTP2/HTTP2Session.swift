@@ -6,7 +6,9 @@ import Foundation
 protocol HTTP2SessionDelegate: AnyObject {
     /// Server side: a peer opened a stream (request headers follow).
     func streamOpened(_ stream: Int32)
-    func headerReceived(_ stream: Int32, name: String, value: String)
+    /// A header of a request (server side) or response (client side), as nghttp2 decoded it: the bytes are valid
+    /// only during the call, so each side turns into Strings only what it keeps.
+    func headerReceived(_ stream: Int32, name: UnsafeRawBufferPointer, value: UnsafeRawBufferPointer)
     func dataReceived(_ stream: Int32, _ bytes: UnsafeRawBufferPointer) -> Bool
     /// The peer finished sending on `stream` (END_STREAM on HEADERS or DATA).
     func streamEnded(_ stream: Int32)
@@ -316,9 +318,9 @@ private let onBeginHeaders: nghttp2_on_begin_headers_callback = { _, frame, user
 
 private let onHeader: nghttp2_on_header_callback = { _, frame, name, nameLength, value, valueLength, _, userData in
     guard let frame, let name else { return 0 }
-    let nameText = String(decoding: UnsafeBufferPointer(start: name, count: nameLength), as: UTF8.self)
-    let valueText = value.map { String(decoding: UnsafeBufferPointer(start: $0, count: valueLength), as: UTF8.self) } ?? ""
-    session(userData).sessionDelegate.headerReceived(frame.pointee.hd.stream_id, name: nameText, value: valueText)
+    session(userData).sessionDelegate.headerReceived(
+        frame.pointee.hd.stream_id, name: UnsafeRawBufferPointer(start: name, count: nameLength),
+        value: UnsafeRawBufferPointer(start: value, count: value == nil ? 0 : valueLength))
     return 0
 }
 

@@ -24,8 +24,7 @@ final class DeliveryRuntime: Sendable {
         guard let endpoint = APNsEndpoint(settings.apnsBaseURL) else {
             throw ConfigurationError(variable: "APNS_URL", message: "cannot use \(settings.apnsBaseURL)")
         }
-        var connection = HTTP2ClientConnection.Configuration(host: endpoint.host, port: endpoint.port)
-        connection.requestTimeout = settings.apnsRequestTimeout
+        let connection = Self.connectionConfiguration(endpoint, settings: settings)
         // The pool needs to wake the engine, and the engine needs the pool: a late-bound reference breaks the knot.
         let waker = Waker()
         pool = APNsConnectionPool(
@@ -69,15 +68,22 @@ final class DeliveryRuntime: Sendable {
         other?.shutdown()
     }
 
+    /// Both environments' connections: one request timeout (the deliverer's lease check counts on it for every push
+    /// it sends), and no response headers kept (the engine reads the status and APNs's reason, which is in the body).
+    private static func connectionConfiguration(_ endpoint: APNsEndpoint, settings: Settings) -> HTTP2ClientConnection.Configuration {
+        var connection = HTTP2ClientConnection.Configuration(host: endpoint.host, port: endpoint.port)
+        connection.requestTimeout = settings.apnsRequestTimeout
+        connection.keepsResponseHeaders = false
+        return connection
+    }
+
     /// The other APNs environment's pool, opened on first use (nil when there is none: `Settings.otherAPNsBaseURL`).
     private static func otherEnvironment(settings: Settings, tls: TLSContext, logger: Logger, waker: Waker) throws -> OtherAPNsEnvironment? {
         guard let url = settings.otherAPNsBaseURL else { return nil }
         guard let endpoint = APNsEndpoint(url) else {
             throw ConfigurationError(variable: "APNS_SANDBOX_URL", message: "cannot use \(url)")
         }
-        var connection = HTTP2ClientConnection.Configuration(host: endpoint.host, port: endpoint.port)
-        // The same timeout as the main pool: the deliverer's lease check counts on it for every push it sends.
-        connection.requestTimeout = settings.apnsRequestTimeout
+        let connection = connectionConfiguration(endpoint, settings: settings)
         let environment = settings.otherAPNsEnvironment
         return OtherAPNsEnvironment(environment: environment) { [connection] in
             let pool = APNsConnectionPool(

@@ -112,7 +112,7 @@ import Testing
         var state = ready()
         _ = state.requestQueued("a", reply: "done-a", now: t0)
         submitAll(&state, now: t0)
-        state.headerReceived(1, name: ":status", value: "400")
+        state.statusReceived(1, status: 400)
         state.headerReceived(1, name: "apns-id", value: "x")
         let firstPart = state.dataReceived(1, Array("{\"reason\":".utf8))
         let secondPart = state.dataReceived(1, Array("\"BadDeviceToken\"}".utf8))
@@ -120,6 +120,13 @@ import Testing
         let body = Array("{\"reason\":\"BadDeviceToken\"}".utf8)
         #expect(state.streamEnded(1, now: t0) == [.complete("done-a", .success(HTTP2Response(status: 400, headers: ["apns-id": "x"], body: body)))])
         #expect(state.streamClosed(1, errorCode: 0) == [], "a stream already answered is not completed twice")
+    }
+
+    /// `:status` is read from its bytes (`ClientCore.decimal`), never made a String; anything but digits is 0, as
+    /// `Int(value) ?? 0` made it before.
+    @Test(arguments: [("200", 200), ("410", 410), ("", 0), ("2x0", 0), ("-1", 0), ("1234567890", 0)])
+    func theStatusIsReadFromItsDigits(text: String, status: Int) {
+        #expect(Array(text.utf8).withUnsafeBytes { ClientCore.decimal($0) } == status)
     }
 
     @Test func aBodyPastTheLimitIsRefused() {

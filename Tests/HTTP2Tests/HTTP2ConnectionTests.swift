@@ -217,6 +217,26 @@ import Testing
         #expect(releasedLoop == nil, "the loop, and with it its epoll and eventfd descriptors, was freed")
     }
 
+    /// The deliverer reads a response's status and body only; its connections never turn the headers into Strings
+    /// and a dictionary (`keepsResponseHeaders = false`, about 2,000 instructions a push). The status still arrives
+    /// whole, and the default connection still keeps every header.
+    @Test func aConnectionThatKeepsNoResponseHeadersStillGetsStatusAndBody() throws {
+        let server = try server { _, responder in
+            responder.respond(status: 410, headers: [("apns-id", "abc")], body: Array("{\"reason\":\"Unregistered\"}".utf8))
+        }
+        defer { server.stop() }
+        var configuration = HTTP2ClientConnection.Configuration(host: "127.0.0.1", port: server.port)
+        configuration.keepsResponseHeaders = false
+        let lean = HTTP2ClientConnection(configuration, tls: try TLSContext.client(extraCAFile: TLSFixtures.caFile), loop: loop) { _ in }
+        opened.withLock { $0.append(lean) }
+        lean.connect()
+        let response = try #require(try send(lean, HTTP2Request(path: "/3/device/aa"))?.get())
+        #expect(response.status == 410 && response.headers.isEmpty)
+        #expect(String(decoding: response.body, as: UTF8.self) == "{\"reason\":\"Unregistered\"}")
+        let full = try #require(try send(try client(server.port), HTTP2Request(path: "/3/device/aa"))?.get())
+        #expect(full.status == 410 && full.headers["apns-id"] == "abc")
+    }
+
     @Test func aServerThatNeverAnswersTimesOut() throws {
         let server = try server { _, _ in }
         defer { server.stop() }
