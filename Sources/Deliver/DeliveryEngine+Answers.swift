@@ -71,7 +71,7 @@ extension DeliveryEngine {
     private func verdict(for result: Result<HTTP2Response, HTTP2Failure>, of flight: InFlight) -> Verdict {
         switch result {
         case .success(let response):
-            metrics.observe("kumapush_apns_request_seconds", value: (ContinuousClock.now - flight.started).seconds)
+            perPush.apnsRequest.observe((ContinuousClock.now - flight.started).seconds)
             return Verdict.forResponse(status: response.status, reason: Verdict.reason(fromBody: response.body))
         case .failure(.refused):
             return .resend

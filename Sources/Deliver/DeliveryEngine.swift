@@ -101,6 +101,7 @@ public final class DeliveryEngine: Sendable {
     let clock: any WallClock
     let logger: Logger
     let metrics: MetricsRegistry
+    let perPush: DeliveryMetrics.PerPush
     private let shared = Mutex(Shared())
     /// Signalled with every change to `shared`; the delivery thread sleeps on it between rounds.
     private let wakeUp = WakeUp()
@@ -137,6 +138,7 @@ public final class DeliveryEngine: Sendable {
         loopState = ThreadConfined(
             DeliveryLoopState(breaker: OutageBreaker(probeTimeout: configuration.probeTimeout)), name: "delivery loop state")
         DeliveryMetrics.describe(metrics, pool: pool, tokens: tokens)
+        perPush = DeliveryMetrics.PerPush(metrics)
         DeliveryMetrics.describeState(metrics, engine: self)
     }
 
@@ -279,7 +281,7 @@ public final class DeliveryEngine: Sendable {
             return
         }
         for job in jobs where job.attempt == 1 {
-            metrics.observe("kumapush_claim_wait_seconds", value: Double(max(0, now - job.createdAt)) / 1000)
+            perPush.claimWait.observe(Double(max(0, now - job.createdAt)) / 1000)
         }
         if jobs.count == limit { state.claimDue = true }
         if allowance == .probe { state.probeFoundNothing = jobs.isEmpty }
@@ -382,7 +384,7 @@ public final class DeliveryEngine: Sendable {
             job: job, generation: generation, resends: resends, environment: environment,
             switched: attempt.switched, started: .now, merged: merged.map(\.asMerged), tokenRefused: attempt.tokenRefused)
         state.lastSentAt = .now
-        metrics.observe("kumapush_webhook_to_apns_seconds", value: Double(max(0, clock.nowMillis() - job.createdAt)) / 1000)
+        perPush.webhookToAPNs.observe(Double(max(0, clock.nowMillis() - job.createdAt)) / 1000)
         connection.send(request) { [weak self] result in
             guard let self else { return }
             self.shared.withLock { $0.answers.append(Answer(jobID: job.id, publicID: job.publicID, result: result, connection: connection)) }

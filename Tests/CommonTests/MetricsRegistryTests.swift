@@ -37,6 +37,26 @@ import Testing
         #expect(metrics.value("done_total", [("route", "a")]) == 6)
     }
 
+    /// A handle (`histogram(_:_:)`, resolved once by the deliverer for its per-push histograms) records into the same
+    /// series as `observe` by name; one made for a series past the family's cap counts every observation as dropped.
+    @Test func aHistogramHandleRecordsIntoItsSeriesAndOnePastTheCapCountsDrops() {
+        let metrics = MetricsRegistry()
+        metrics.describe("wait_seconds", .histogram, "test", buckets: [0.1, 1])
+        let handle = metrics.histogram("wait_seconds", [("route", "a")])
+        handle.observe(0.05)
+        metrics.observe("wait_seconds", [("route", "a")], value: 0.5)
+        handle.observe(2)
+        var text = metrics.exposition()
+        #expect(text.contains(#"wait_seconds_bucket{route="a",le="0.1"} 1"#) && text.contains(#"wait_seconds_count{route="a"} 3"#))
+        for index in 1..<MetricsRegistry.maxSeriesPerFamily { metrics.observe("wait_seconds", [("route", "\(index)")], value: 0) }
+        let refused = metrics.histogram("wait_seconds", [("route", "one too many")])
+        refused.observe(0.5)
+        refused.observe(0.5)
+        text = metrics.exposition()
+        #expect(text.contains("kumapush_metrics_series_dropped_total 2"), "one per observation, none for making the handle")
+        #expect(!text.contains("one too many"))
+    }
+
     @Test func labelValuesAreCutAndEscaped() {
         let metrics = MetricsRegistry()
         metrics.describe("t_total", .counter, "test")

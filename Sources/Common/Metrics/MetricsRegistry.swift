@@ -39,20 +39,44 @@ public final class MetricsRegistry: Sendable {
         }
     }
 
+    /// One histogram series, locked on its own: a `Histogram` handle records into it without the registry's lock or
+    /// a hash of the series.
+    final class HistogramCell: Sendable {
+        let state: Mutex<HistogramState>
+
+        init(buckets: [Double]) {
+            state = Mutex(HistogramState(buckets: buckets, bucketCounts: Array(repeating: 0, count: buckets.count)))
+        }
+    }
+
+    /// A histogram series resolved once, for a hot path that observes it on every push: one short lock per
+    /// observation, no hashing (`MetricsRegistry.histogram`). A series the family's cap refused counts each
+    /// observation as dropped, as `observe` does.
+    public struct Histogram: Sendable {
+        let cell: HistogramCell?
+        let registry: MetricsRegistry
+
+        public func observe(_ value: Double) {
+            guard let cell else { return registry.state.withLock { $0.droppedUpdates += 1 } }
+            cell.state.withLock { $0.record(value) }
+        }
+    }
+
     struct State: Sendable {
         var families: [String: Family] = [:]
         var values: [Series: Double] = [:]
-        var histograms: [Series: HistogramState] = [:]
+        var histograms: [Series: HistogramCell] = [:]
         var collectors: [@Sendable () -> [(name: String, labels: [(String, String)], value: Double)]] = []
         /// Series per metric name, for the cap.
         var seriesCounts: [String: Int] = [:]
         var droppedUpdates: Double = 0
 
-        /// Whether a new series of `name` may be created; counts it when so, counts a drop when not.
-        mutating func admitSeries(_ name: String) -> Bool {
+        /// Whether a new series of `name` may be created; counts it when so, and a dropped update when not (unless
+        /// the caller counts its updates itself: a `Histogram` handle made for a refused series).
+        mutating func admitSeries(_ name: String, countingDrop: Bool = true) -> Bool {
             let count = seriesCounts[name, default: 0]
             guard count < MetricsRegistry.maxSeriesPerFamily else {
-                droppedUpdates += 1
+                if countingDrop { droppedUpdates += 1 }
                 return false
             }
             seriesCounts[name] = count + 1
@@ -66,7 +90,7 @@ public final class MetricsRegistry: Sendable {
     public static let maxLabelValueBytes = 64
     static let droppedSeriesMetric = "kumapush_metrics_series_dropped_total"
 
-    private let state = Mutex(State())
+    let state = Mutex(State())
 
     public init() {
         describe(Self.droppedSeriesMetric, .counter, "Metric updates dropped because their family reached its series limit.")
@@ -101,19 +125,21 @@ public final class MetricsRegistry: Sendable {
     }
 
     public func observe(_ name: String, _ labels: [(String, String)] = [], value: Double) {
+        histogram(name, labels).observe(value)
+    }
+
+    /// The series `name` with `labels`, made (and counted against the family's cap) the first time. An existing
+    /// series keeps its family's bounds, so finding it hashes once (the series).
+    public func histogram(_ name: String, _ labels: [(String, String)] = []) -> Histogram {
         let series = Series(name: name, labels: Self.render(labels))
-        state.withLock { state in
-            // Updated in place: copying the state out and back copied its bucket array on every observation. An
-            // existing series keeps its family's bounds, so the hot path hashes once (the series), not twice.
-            if let index = state.histograms.index(forKey: series) {
-                state.histograms.values[index].record(value)
-            } else if state.admitSeries(name) {
-                let buckets = state.families[name]?.buckets ?? []
-                var histogram = HistogramState(buckets: buckets, bucketCounts: Array(repeating: 0, count: buckets.count))
-                histogram.record(value)
-                state.histograms[series] = histogram
-            }
+        let cell = state.withLock { state -> HistogramCell? in
+            if let cell = state.histograms[series] { return cell }
+            guard state.admitSeries(name, countingDrop: false) else { return nil }
+            let cell = HistogramCell(buckets: state.families[name]?.buckets ?? [])
+            state.histograms[series] = cell
+            return cell
         }
+        return Histogram(cell: cell, registry: self)
     }
 
     /// Adds a function that reports gauge values at scrape time.
@@ -140,9 +166,10 @@ public final class MetricsRegistry: Sendable {
         for (name, family) in snapshot.families.sorted(by: { $0.key < $1.key }) {
             out += "# HELP \(name) \(family.help)\n# TYPE \(name) \(family.kind.rawValue)\n"
             if family.kind == .histogram {
-                for (series, histogram) in snapshot.histograms.filter({ $0.key.name == name }).sorted(by: {
+                for (series, cell) in snapshot.histograms.filter({ $0.key.name == name }).sorted(by: {
                     $0.key.labels.lexicographicallyPrecedes($1.key.labels)
                 }) {
+                    let histogram = cell.state.withLock { $0 }
                     let labels = Self.formatted(series.labels)
                     for (index, bound) in histogram.buckets.enumerated() {
                         out += "\(name)_bucket\(Self.braces(labels + ["le=\"\(Self.number(bound))\""])) \(histogram.bucketCounts[index])\n"
