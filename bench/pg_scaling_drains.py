@@ -1,7 +1,9 @@
 """PostgreSQL deliver drains, several per process count, to tell a change in `make bench`'s scaling curve from its
 noise (the curve is one drain per point). Each run: a fresh database on a durable throwaway server, 50,000 jobs
-prefilled over 1,000 devices, `PROCESSES` deliver processes (DEVICE_BURST off, as the bench), timed from the first
-delivery to the last; also how many claims and completion batches the deliverers made (their store histograms).
+prefilled over 1,000 devices, `PROCESSES` deliver processes (DEVICE_BURST off, as `make bench`'s drain; polled every
+100 ms rather than its 250, so its figures compare with each other, and only roughly with the bench's points), timed
+from the first delivery to the last; also how many claims and completion batches the deliverers made (their store
+histograms). A run that hits the 180 s cap says so (`"complete": false`).
 
     .venv/bin/python bench/pg_scaling_drains.py RUNS PROCESSES
 
@@ -54,7 +56,8 @@ def drain_once(databases, processes, folder, number):
         stop(sim)
         databases.drop(name)
     return {"run": number, "processes": processes, "pps": round(delivered / max(last - (first or last), 0.1)),
-            "delivered": int(delivered), "claims": int(claims), "finishes": int(finishes)}
+            "delivered": int(delivered), "complete": delivered >= SCALING_JOBS, "claims": int(claims),
+            "finishes": int(finishes)}
 
 
 def main():

@@ -28,6 +28,7 @@ public struct HTTP2Request: Sendable {
 /// A complete response.
 public struct HTTP2Response: Sendable, Equatable {
     public var status: Int
+    /// Every header but `:status`; empty on a connection without `Configuration.keepsResponseHeaders`.
     public var headers: [String: String]
     public var body: [UInt8]
 

@@ -66,6 +66,7 @@ final class DeliveryHarness {
         tokens = ProviderTokenSource(key: key, keyID: "KEY1234567", teamID: "TEAM123456", clock: clock)
         var connection = HTTP2ClientConnection.Configuration(host: "127.0.0.1", port: simulator.port)
         connection.requestTimeout = requestTimeout
+        connection.keepsResponseHeaders = false  // as DeliveryRuntime's connections
         let logger = Logger(label: "test", level: .error)
         let waker = Waker()
         pool = APNsConnectionPool(
