@@ -166,7 +166,11 @@ extension DeliveryEngine {
     /// DEVICE_BURST (the store counts them as it records the delivery): failed attempts during an outage put
     /// nothing on the phone, and must not turn the backlog into digests.
     private func recordMetrics(of outcome: JobOutcome, for answered: AnsweredPush) {
-        metrics.increment("kumapush_deliveries_total", [("outcome", Self.label(outcome.kind)), ("reason", Self.reason(answered.verdict))])
+        if case .delivered = outcome.kind, case .delivered = answered.verdict {
+            perPush.delivered.increment()
+        } else {
+            metrics.increment("kumapush_deliveries_total", [("outcome", Self.label(outcome.kind)), ("reason", Self.reason(answered.verdict))])
+        }
         switch outcome.kind {
         case .removeDevice:
             metrics.increment("kumapush_devices_removed_total")

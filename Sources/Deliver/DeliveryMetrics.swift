@@ -2,14 +2,17 @@ import Common
 
 /// The delivery side's Prometheus metrics (SPEC §2.3).
 enum DeliveryMetrics {
-    /// The histograms every push observes, resolved once: by name, each observation hashed its series under the
-    /// registry's lock (about 1,000 instructions each, three per push).
+    /// The series every push updates, resolved once: by name, each update rendered its labels and hashed its series
+    /// under the registry's lock (about 1,000 instructions each, four per push).
     struct PerPush: Sendable {
         let webhookToAPNs: MetricsRegistry.Histogram
         let apnsRequest: MetricsRegistry.Histogram
         let claimWait: MetricsRegistry.Histogram
+        /// `kumapush_deliveries_total` of a push APNs accepted; other outcomes, rarer, are counted by name.
+        let delivered: MetricsRegistry.Counter
 
         init(_ metrics: MetricsRegistry) {
+            delivered = metrics.counter("kumapush_deliveries_total", [("outcome", "delivered"), ("reason", "")])
             webhookToAPNs = metrics.histogram("kumapush_webhook_to_apns_seconds")
             apnsRequest = metrics.histogram("kumapush_apns_request_seconds")
             claimWait = metrics.histogram("kumapush_claim_wait_seconds")

@@ -57,6 +57,25 @@ import Testing
         #expect(!text.contains("one too many"))
     }
 
+    /// A counter handle (the deliverer's `kumapush_deliveries_total` of an accepted push) adds to the series that
+    /// `increment` and `value` name; one past the cap counts its updates as dropped.
+    @Test func aCounterHandleAddsToItsSeriesAndOnePastTheCapCountsDrops() {
+        let metrics = MetricsRegistry()
+        metrics.describe("done_total", .counter, "test")
+        let handle = metrics.counter("done_total", [("outcome", "delivered")])
+        handle.increment()
+        metrics.increment("done_total", [("outcome", "delivered")], by: 2)
+        handle.increment(by: 3)
+        #expect(metrics.value("done_total", [("outcome", "delivered")]) == 6)
+        #expect(metrics.exposition().contains(#"done_total{outcome="delivered"} 6"#))
+        for index in 1..<MetricsRegistry.maxSeriesPerFamily { metrics.increment("done_total", [("outcome", "\(index)")]) }
+        let refused = metrics.counter("done_total", [("outcome", "one too many")])
+        refused.increment()
+        metrics.set("done_total", [("outcome", "another")], to: 5)
+        let text = metrics.exposition()
+        #expect(text.contains("kumapush_metrics_series_dropped_total 2") && !text.contains("one too many"))
+    }
+
     @Test func labelValuesAreCutAndEscaped() {
         let metrics = MetricsRegistry()
         metrics.describe("t_total", .counter, "test")

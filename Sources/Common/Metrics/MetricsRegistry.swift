@@ -49,6 +49,22 @@ public final class MetricsRegistry: Sendable {
         }
     }
 
+    /// One counter or gauge series, locked on its own (see `HistogramCell`).
+    final class ValueCell: Sendable {
+        let value = Mutex<Double>(0)
+    }
+
+    /// A counter series resolved once, for a hot path (`MetricsRegistry.counter`); as `Histogram`.
+    public struct Counter: Sendable {
+        let cell: ValueCell?
+        let registry: MetricsRegistry
+
+        public func increment(by amount: Double = 1) {
+            guard let cell else { return registry.state.withLock { $0.droppedUpdates += 1 } }
+            cell.value.withLock { $0 += amount }
+        }
+    }
+
     /// A histogram series resolved once, for a hot path that observes it on every push: one short lock per
     /// observation, no hashing (`MetricsRegistry.histogram`). A series the family's cap refused counts each
     /// observation as dropped, as `observe` does.
@@ -64,7 +80,7 @@ public final class MetricsRegistry: Sendable {
 
     struct State: Sendable {
         var families: [String: Family] = [:]
-        var values: [Series: Double] = [:]
+        var values: [Series: ValueCell] = [:]
         var histograms: [Series: HistogramCell] = [:]
         var collectors: [@Sendable () -> [(name: String, labels: [(String, String)], value: Double)]] = []
         /// Series per metric name, for the cap.
@@ -105,22 +121,29 @@ public final class MetricsRegistry: Sendable {
     }
 
     public func increment(_ name: String, _ labels: [(String, String)] = [], by amount: Double = 1) {
-        let series = Series(name: name, labels: Self.render(labels))
-        state.withLock { state in
-            // One hash of the series for an existing one (the hot path: every request and push updates a few).
-            if let index = state.values.index(forKey: series) {
-                state.values.values[index] += amount
-            } else if state.admitSeries(name) {
-                state.values[series] = amount
-            }
-        }
+        counter(name, labels).increment(by: amount)
     }
 
     public func set(_ name: String, _ labels: [(String, String)] = [], to value: Double) {
+        guard let cell = valueCell(name, labels) else { return state.withLock { $0.droppedUpdates += 1 } }
+        cell.value.withLock { $0 = value }
+    }
+
+    /// The counter `name` with `labels`, made (and counted against the family's cap) the first time.
+    public func counter(_ name: String, _ labels: [(String, String)] = []) -> Counter {
+        Counter(cell: valueCell(name, labels), registry: self)
+    }
+
+    /// One hash of the series for an existing one; nil when the family's cap refuses a new one (the caller counts
+    /// the dropped update).
+    private func valueCell(_ name: String, _ labels: [(String, String)]) -> ValueCell? {
         let series = Series(name: name, labels: Self.render(labels))
-        state.withLock { state in
-            guard state.values[series] != nil || state.admitSeries(name) else { return }
-            state.values[series] = value
+        return state.withLock { state -> ValueCell? in
+            if let cell = state.values[series] { return cell }
+            guard state.admitSeries(name, countingDrop: false) else { return nil }
+            let cell = ValueCell()
+            state.values[series] = cell
+            return cell
         }
     }
 
@@ -149,13 +172,13 @@ public final class MetricsRegistry: Sendable {
 
     /// The value of a counter or gauge series (tests and the bench read these).
     public func value(_ name: String, _ labels: [(String, String)] = []) -> Double {
-        state.withLock { $0.values[Series(name: name, labels: Self.render(labels))] ?? 0 }
+        state.withLock { $0.values[Series(name: name, labels: Self.render(labels))] }?.value.withLock { $0 } ?? 0
     }
 
     /// The whole registry as Prometheus text.
     public func exposition() -> String {
         let snapshot = state.withLock { $0 }
-        var values = snapshot.values
+        var values = snapshot.values.mapValues { cell in cell.value.withLock { $0 } }
         for collector in snapshot.collectors {
             for sample in collector() { values[Series(name: sample.name, labels: Self.render(sample.labels))] = sample.value }
         }
