@@ -154,9 +154,11 @@ final class ClaimCounter: Sendable {
     let count = Atomic<Int>(0)
     /// Jobs the claims returned (an empty claim adds none).
     let jobs = Atomic<Int>(0)
+    /// The digest's sealed backlog reads (`carryBacklog`: a write that locks the device), for `DigestLookTests`.
+    let sealedReads = Atomic<Int>(0)
 }
 
-/// Counts the claims the engine makes (each is a write transaction).
+/// Counts the claims and the sealed backlog reads the engine makes (each is a write transaction).
 /// @unchecked Sendable: as ForwardingStore; the one added property is a Sendable counter.
 final class ClaimCounting: ForwardingStore, @unchecked Sendable {
     let counter: ClaimCounter
@@ -169,5 +171,9 @@ final class ClaimCounting: ForwardingStore, @unchecked Sendable {
         let claimed = try super.claim(worker: worker, limit: limit, now: now, lease: lease)
         counter.jobs.add(claimed.count, ordering: .relaxed)
         return claimed
+    }
+    override func carryBacklog(deviceID: String, limit: Int, minimum: Int, deviceCap: Int) throws(StoreError) -> [PendingJob] {
+        counter.sealedReads.add(1, ordering: .relaxed)
+        return try super.carryBacklog(deviceID: deviceID, limit: limit, minimum: minimum, deviceCap: deviceCap)
     }
 }

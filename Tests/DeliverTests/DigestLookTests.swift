@@ -1,7 +1,6 @@
 import Common
 import Foundation
 import Queue
-import Synchronization
 import TestSupport
 import Testing
 
@@ -10,42 +9,22 @@ import Testing
 /// waiting pays for it (a review found a locking write per push to every active device, storm or not).
 @Suite struct DigestLookTests {
     @Test func pushesOneAtATimeTakeNoSealedReadAndAStormStillDoes() throws {
-        let counting = SealedReadCounter()
-        let h = try DeliveryHarness(deviceBurst: 3, engineStore: { SealedReadCounting(inner: $0, counter: counting) })
+        let counting = ClaimCounter()
+        let h = try DeliveryHarness(deviceBurst: 3, engineStore: { ClaimCounting(inner: $0, counter: counting) })
         defer { h.stop() }
         let device = try h.device(1)
         for label in ["a", "b", "c"] {  // each delivered before the next arrives: nothing ever waits behind a head
             try h.enqueue(device.id, [label])
             #expect(h.waitUntil { h.acceptedBodies(device.token).last == label })
         }
-        #expect(counting.reads.load(ordering: .relaxed) == 0, "no digest was due, so no device lock was taken")
+        #expect(counting.sealedReads.load(ordering: .relaxed) == 0, "no digest was due, so no device lock was taken")
 
         h.clock.advance(.seconds(6))  // past the digest window of the last push
         _ = try h.store.enqueue(
             (1...4).map { AlertStormCapTests.alert(device.id, $0) }, now: h.clock.nowMillis(), ttl: .seconds(3600))
         h.engine.wake()
         #expect(h.waitUntil { (try? h.store.liveJobCount()) == 0 })
-        #expect(counting.reads.load(ordering: .relaxed) >= 1, "over the burst with jobs waiting: the digest's sealed read")
+        #expect(counting.sealedReads.load(ordering: .relaxed) >= 1, "over the burst with jobs waiting: the digest's sealed read")
         #expect(h.metrics.value("kumapush_digests_total") == 1)
-    }
-}
-
-final class SealedReadCounter: Sendable {
-    let reads = Atomic<Int>(0)
-}
-
-/// Counts the engine's sealed backlog reads.
-/// @unchecked Sendable: as ForwardingStore; the one added property is a Sendable counter.
-final class SealedReadCounting: ForwardingStore, @unchecked Sendable {
-    let counter: SealedReadCounter
-
-    init(inner: SQLiteStore, counter: SealedReadCounter) {
-        self.counter = counter
-        super.init(inner: inner)
-    }
-
-    override func carryBacklog(deviceID: String, limit: Int, minimum: Int, deviceCap: Int) throws(StoreError) -> [PendingJob] {
-        counter.reads.add(1, ordering: .relaxed)
-        return try super.carryBacklog(deviceID: deviceID, limit: limit, minimum: minimum, deviceCap: deviceCap)
     }
 }
