@@ -274,8 +274,8 @@ struct HTTP2ClientConnectionState<Request, Reply> {
     /// `leastTimeToSend` of its timeout left (it waited for a slot that long, or the loop ran late) never goes and
     /// fails as refused: sent, it would rarely be answered in time, and its timeout would spend the push's attempt
     /// and count towards the outage breaker, though it says nothing of the server's health. Refused, it is resent
-    /// (or given back, if its lease is too short), its attempt not spent. (A slot freed by one stream's timeout used to go to the next request, queued a moment later, which
-    /// then timed out microseconds after it was sent.)
+    /// (or given back, if its lease is too short), its attempt not spent. (A slot freed by one stream's timeout
+    /// used to go to the next request, queued a moment later, which then timed out microseconds after it was sent.)
     mutating func requestsToSubmit(now: ContinuousClock.Instant) -> [Action] {
         guard lifecycle == .ready, !waiting.isEmpty else { return [] }
         var actions: [Action] = []

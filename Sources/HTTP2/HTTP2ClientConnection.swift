@@ -364,7 +364,7 @@ final class ClientCore: HTTP2Transport, HTTP2SessionDelegate, @unchecked Sendabl
 
     private static let statusName = Array(":status".utf8)
 
-    /// `:status`'s three digits, without a String; 0 for anything else (no valid response, as `Int(value) ?? 0`).
+    /// `:status`'s digits (three, from any server that speaks HTTP), read without a String; 0 for anything else (no valid response, as `Int(value) ?? 0`).
     static func decimal(_ bytes: UnsafeRawBufferPointer) -> Int {
         guard (1...9).contains(bytes.count) else { return 0 }
         var number = 0

@@ -60,7 +60,7 @@ public final class MetricsRegistry: Sendable {
         let registry: MetricsRegistry
 
         public func increment(by amount: Double = 1) {
-            guard let cell else { return registry.state.withLock { $0.droppedUpdates += 1 } }
+            guard let cell else { return registry.countDroppedUpdate() }
             cell.value.withLock { $0 += amount }
         }
     }
@@ -73,7 +73,7 @@ public final class MetricsRegistry: Sendable {
         let registry: MetricsRegistry
 
         public func observe(_ value: Double) {
-            guard let cell else { return registry.state.withLock { $0.droppedUpdates += 1 } }
+            guard let cell else { return registry.countDroppedUpdate() }
             cell.state.withLock { $0.record(value) }
         }
     }
@@ -106,7 +106,7 @@ public final class MetricsRegistry: Sendable {
     public static let maxLabelValueBytes = 64
     static let droppedSeriesMetric = "kumapush_metrics_series_dropped_total"
 
-    let state = Mutex(State())
+    private let state = Mutex(State())
 
     public init() {
         describe(Self.droppedSeriesMetric, .counter, "Metric updates dropped because their family reached its series limit.")
@@ -125,8 +125,13 @@ public final class MetricsRegistry: Sendable {
     }
 
     public func set(_ name: String, _ labels: [(String, String)] = [], to value: Double) {
-        guard let cell = valueCell(name, labels) else { return state.withLock { $0.droppedUpdates += 1 } }
+        guard let cell = valueCell(name, labels) else { return countDroppedUpdate() }
         cell.value.withLock { $0 = value }
+    }
+
+    /// An update of a series the family's cap refused (`kumapush_metrics_series_dropped_total`).
+    func countDroppedUpdate() {
+        state.withLock { $0.droppedUpdates += 1 }
     }
 
     /// The counter `name` with `labels`, made (and counted against the family's cap) the first time.
@@ -134,15 +139,21 @@ public final class MetricsRegistry: Sendable {
         Counter(cell: valueCell(name, labels), registry: self)
     }
 
-    /// One hash of the series for an existing one; nil when the family's cap refuses a new one (the caller counts
-    /// the dropped update).
     private func valueCell(_ name: String, _ labels: [(String, String)]) -> ValueCell? {
+        cell(name, labels, in: \.values) { _ in ValueCell() }
+    }
+
+    /// The cell of series `name` with `labels` in `table`, made by `make` the first time; one hash of the series
+    /// for an existing one. Nil when the family's cap refuses a new one (the caller counts the dropped update).
+    private func cell<Cell: Sendable>(
+        _ name: String, _ labels: [(String, String)], in table: WritableKeyPath<State, [Series: Cell]>, make: (State) -> Cell
+    ) -> Cell? {
         let series = Series(name: name, labels: Self.render(labels))
-        return state.withLock { state -> ValueCell? in
-            if let cell = state.values[series] { return cell }
+        return state.withLock { state -> Cell? in
+            if let cell = state[keyPath: table][series] { return cell }
             guard state.admitSeries(name, countingDrop: false) else { return nil }
-            let cell = ValueCell()
-            state.values[series] = cell
+            let cell = make(state)
+            state[keyPath: table][series] = cell
             return cell
         }
     }
@@ -154,15 +165,7 @@ public final class MetricsRegistry: Sendable {
     /// The series `name` with `labels`, made (and counted against the family's cap) the first time. An existing
     /// series keeps its family's bounds, so finding it hashes once (the series).
     public func histogram(_ name: String, _ labels: [(String, String)] = []) -> Histogram {
-        let series = Series(name: name, labels: Self.render(labels))
-        let cell = state.withLock { state -> HistogramCell? in
-            if let cell = state.histograms[series] { return cell }
-            guard state.admitSeries(name, countingDrop: false) else { return nil }
-            let cell = HistogramCell(buckets: state.families[name]?.buckets ?? [])
-            state.histograms[series] = cell
-            return cell
-        }
-        return Histogram(cell: cell, registry: self)
+        Histogram(cell: cell(name, labels, in: \.histograms) { HistogramCell(buckets: $0.families[name]?.buckets ?? []) }, registry: self)
     }
 
     /// Adds a function that reports gauge values at scrape time.
