@@ -74,6 +74,27 @@ import Testing
         #expect(try deliverer.claim(worker: "w", limit: 10, now: TestDatabase.t0, lease: .seconds(60)).map(\.label) == ["a1"])
     }
 
+    /// Retries made due after an outage (`makeRetryableDue`) reach a deliverer of another process at once, as new
+    /// jobs do: on PostgreSQL the statement both stores share is followed by a NOTIFY (`jobsBecameDue`).
+    @Test(arguments: StoreKind.allCases) func retriesMadeDueMoveAnotherConnectionsChangeCounter(_ kind: StoreKind) throws {
+        let db = try TestDatabase(kind)
+        try db.enqueue(try db.device(1), "a1")
+        let jobs = try db.store.claim(worker: "w", limit: 10, now: TestDatabase.t0, lease: .seconds(60))
+        _ = try db.store.finish(
+            jobs.map { JobOutcome($0, kind: .retry(at: TestDatabase.t0 + 300_000, error: "503")) }, worker: "w", now: TestDatabase.t0)
+        // Opened after those commits, so none of their wake-ups is counted below.
+        let deliverer = try kind.open(db.location, now: TestDatabase.t0)
+        let connected = ContinuousClock.now + .seconds(10)
+        while try deliverer.changeCounter() == 0 && ContinuousClock.now < connected { Thread.sleep(forTimeInterval: 0.001) }
+        let before = try deliverer.changeCounter()
+        #expect(try db.store.makeRetryableDue(now: TestDatabase.t0 + 10) == 1)
+        let deadline = ContinuousClock.now + .seconds(10)
+        while try deliverer.changeCounter() == before && ContinuousClock.now < deadline {
+            Thread.sleep(forTimeInterval: 0.001)
+        }
+        #expect(try deliverer.changeCounter() != before)
+    }
+
     /// A process killed while holding leases: its jobs stay untouchable until LEASE_TIMEOUT, then are rescued and
     /// claimed again by someone else with the attempt counted.
     @Test(arguments: StoreKind.allCases) func aKilledProcessesLeasesAreRescuedAfterTheLeaseTimeout(_ kind: StoreKind) throws {

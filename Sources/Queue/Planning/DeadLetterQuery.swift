@@ -1,18 +1,12 @@
-/// A value bound to a store's statement, as both stores' values spell it (`SQLiteValue`, `PGValue`).
-protocol BoundValue {
-    static func text(_ value: String) -> Self
-    static func integer(_ value: Int64) -> Self
-}
-
 extension DeadLetterFilter {
-    /// The filter as one `WHERE` clause on `jobs` and its values, in order, for either store: `placeholder` spells
-    /// the n-th value (from 1) of the given PostgreSQL type in the store's dialect.
-    func conditions<Value: BoundValue>(placeholder: (_ number: Int, _ type: String) -> String) -> (String, [Value]) {
+    /// The filter as one `WHERE` clause on `jobs` and its values, in order, for either store: placeholders numbered
+    /// from `$1` (`QueryConnection`), so a statement's own parameters follow as `$\(values.count + 1)`.
+    func conditions<Value: BoundValue>() -> (String, [Value]) {
         var terms = ["state = 'discarded'"]
         var values: [Value] = []
         func add(_ test: String, _ value: Value, _ type: String) {
             values.append(value)
-            terms.append("\(test) \(placeholder(values.count, type))")
+            terms.append("\(test) $\(values.count)::\(type)")
         }
         if let reason { add("last_error =", .text(reason), "text") }
         if let deviceID { add("device_id =", .text(deviceID), "text") }

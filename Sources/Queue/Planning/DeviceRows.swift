@@ -1,12 +1,5 @@
 import Common
 
-/// A result row as both stores' wrappers hand it over (`SQLiteRow`, `PGRow`): what a `Device` is read from.
-protocol ResultRow {
-    func text(_ column: Int32) -> String
-    func int64(_ column: Int32) -> Int64
-    func optionalInt64(_ column: Int32) -> Int64?
-}
-
 extension Device {
     /// The columns `init(row:)` reads, in its order, on both stores.
     static let columns =

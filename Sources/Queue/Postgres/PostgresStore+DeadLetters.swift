@@ -1,27 +1,13 @@
 import Common
 
 extension PostgresStore {
-    /// `WHERE` terms and values for a dead-letter filter; placeholders numbered from `$1`.
-    static func conditions(_ filter: DeadLetterFilter) -> (String, [PGValue]) { filter.conditions { "$\($0)::\($1)" } }
-
-    public func countDeadLetters(_ filter: DeadLetterFilter) throws(StoreError) -> Int {
-        let (whereClause, values) = Self.conditions(filter)
-        return try read { db in
-            try db.rows("SELECT count(*) FROM jobs WHERE \(whereClause)", values, prepare: false) { $0.int(0) }.first ?? 0
-        }
-    }
-
     public func replayDeadLetters(
         _ filter: DeadLetterFilter, limit: Int, now: Int64, ttl: Duration, deviceCap: Int
     ) throws(StoreError) -> ReplayBatch {
-        let (whereClause, values) = Self.conditions(filter)
-        return try write { db in
-            let letters = try db.rows(
-                "SELECT id, device_id FROM jobs WHERE \(whereClause) ORDER BY id LIMIT $\(values.count + 1)::bigint",
-                values + [.integer(Int64(limit))], prepare: false
-            ) { ($0.int64(0), $0.text(1)) }
+        try write { db in
+            let letters = try Self.deadLetters(filter, limit: limit, db)
             // Whether a replayed job becomes its device's head depends on the device's other jobs: lock the devices.
-            Self.lockDevices(Set(letters.map(\.1)), db)
+            Self.lockDevices(Set(letters.map(\.device)), db)
             // One row at a time: whether a replayed job becomes its device's head depends on the rows before it.
             // It is stored again under a new id, so it queues behind every job its device already has (ids are
             // acceptance order; keeping the old id would put replayed jobs ahead of newer ones). Its badge is the
@@ -58,26 +44,7 @@ extension PostgresStore {
                 try db.run("DELETE FROM jobs WHERE id = $1::bigint AND state = 'discarded'", [.integer(id)])
             }
             if count > 0 { Self.notifyDeliverers(db) }
-            return ReplayBatch(replayed: count, leftAtCap: left, lastExamined: letters.last?.0)
-        }
-    }
-
-    public func purgeDeadLetters(keeping: Int) throws(StoreError) -> Int {
-        try writeStatement { db in
-            try db.run(
-                """
-                DELETE FROM jobs WHERE id IN (
-                    SELECT id FROM jobs WHERE state = 'discarded' ORDER BY finalized_at, id
-                    LIMIT greatest(0, (SELECT count(*) FROM jobs WHERE state = 'discarded') - $1::bigint))
-                """, [.integer(Int64(keeping))])
-        }
-    }
-
-    public func purgeDeadLetters(before: Int64) throws(StoreError) -> Int {
-        try writeStatement { db in
-            try db.run("DELETE FROM jobs WHERE state = 'discarded' AND finalized_at < $1::bigint", [.integer(before)])
+            return ReplayBatch(replayed: count, leftAtCap: left, lastExamined: letters.last?.id)
         }
     }
 }
-
-extension PGValue: BoundValue {}

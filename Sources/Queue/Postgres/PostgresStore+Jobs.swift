@@ -93,14 +93,6 @@ extension PostgresStore {
         }
     }
 
-    public func reportedOutcome(publicID: String) throws(StoreError) -> ReportedOutcome? {
-        try read { db in
-            try db.rows("SELECT outcome, reason FROM job_outcomes WHERE public_id = $1::text", [.text(publicID)]) {
-                ReportedOutcome(kind: ReportedOutcome.Kind(rawValue: $0.text(0)) ?? .rejected, reason: $0.text(1))
-            }.first
-        }
-    }
-
     public func reportedOutcomes(publicIDs: [String]) throws(StoreError) -> [String: ReportedOutcome] {
         guard !publicIDs.isEmpty else { return [:] }
         let rows = try read { db in
@@ -109,10 +101,6 @@ extension PostgresStore {
             }
         }
         return Dictionary(rows, uniquingKeysWith: { first, _ in first })
-    }
-
-    public func purgeReportedOutcomes(before: Int64) throws(StoreError) -> Int {
-        try writeStatement { db in try db.run("DELETE FROM job_outcomes WHERE finished_at < $1::bigint", [.integer(before)]) }
     }
 
     public func release(jobIDs: [Int64], worker: String, now: Int64) throws(StoreError) -> Int {
@@ -141,16 +129,6 @@ extension PostgresStore {
                 WHERE id IN (SELECT id FROM jobs WHERE state = 'running' AND lease_expires_at <= $1::bigint
                              FOR UPDATE SKIP LOCKED)
                 """, [.integer(now)])
-        }
-        if count > 0 { signalChange() }
-        return count
-    }
-
-    public func makeRetryableDue(now: Int64) throws(StoreError) -> Int {
-        let count = try writeStatement { db in
-            try db.run(
-                "UPDATE jobs SET scheduled_at = $1::bigint WHERE state = 'retryable' AND scheduled_at > $1::bigint",
-                [.integer(now)])
         }
         if count > 0 { signalChange() }
         return count

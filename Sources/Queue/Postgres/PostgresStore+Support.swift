@@ -24,21 +24,6 @@ extension PostgresStore: SupportQueries {
         }
     }
 
-    public func listDeadLetters(_ filter: DeadLetterFilter, limit: Int) throws(StoreError) -> [DeadLetter] {
-        let (whereClause, values) = Self.conditions(filter)
-        return try read { db in
-            try db.rows(
-                """
-                SELECT \(DeadLetter.columns) FROM jobs WHERE \(whereClause) ORDER BY id LIMIT $\(values.count + 1)::bigint
-                """, values + [.integer(Int64(limit))], prepare: false, DeadLetter.init(row:))
-        }
-    }
-
-    public func purgeDeadLetters(_ filter: DeadLetterFilter) throws(StoreError) -> Int {
-        let (whereClause, values) = Self.conditions(filter)
-        return try writeStatement { db in try db.run("DELETE FROM jobs WHERE \(whereClause)", values) }
-    }
-
     public func eraseDevice(id: String, reason: String, now: Int64) throws(StoreError) -> Bool {
         try write { db in try DeviceDeletion.erased(reason: reason, at: now).apply(to: id, in: PostgresDeviceDeletion(db: db)) }
     }

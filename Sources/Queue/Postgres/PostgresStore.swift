@@ -236,10 +236,6 @@ public final class PostgresStore: Sendable {
         }
     }
 
-    public func ping() throws(StoreError) {
-        _ = try read { db in try db.rows("SELECT count(*) FROM schema_migrations") { $0.int(0) } }
-    }
-
     /// Counts NOTIFYs heard on a dedicated LISTEN connection, read and counted by its own thread
     /// (`PostgresListenerThread`): no round trip, no system call. 0 until that thread first connects.
     public func changeCounter() throws(StoreError) -> Int64 {
@@ -288,45 +284,6 @@ public final class PostgresStore: Sendable {
     deinit {
         // Without waiting: the thread holds none of the store, and ends by itself once asked.
         listener.withLock { $0.thread }?.requestStop()
-    }
-
-    public func hasDueJobs(now: Int64) throws(StoreError) -> Bool {
-        try read { db in
-            try db.rows(
-                "SELECT EXISTS (SELECT 1 FROM jobs WHERE state IN ('available', 'retryable') AND scheduled_at <= $1::bigint)",
-                [.integer(now)]
-            ) { $0.bool(0) }.first ?? false
-        }
-    }
-
-    public func recordPause(worker: String, reason: String?, now: Int64) throws(StoreError) {
-        _ = try writeStatement { db in
-            if let reason {
-                try db.run(
-                    """
-                    INSERT INTO delivery_pauses (worker, reason, updated_at) VALUES ($1::text, $2::text, $3::bigint)
-                    ON CONFLICT (worker) DO UPDATE SET reason = excluded.reason, updated_at = excluded.updated_at
-                    """, [.text(worker), .text(reason), .integer(now)])
-            } else {
-                try db.run("DELETE FROM delivery_pauses WHERE worker = $1::text", [.text(worker)])
-            }
-        }
-    }
-
-    public func currentPause(since: Int64) throws(StoreError) -> String? {
-        try read { db in
-            try db.rows(
-                "SELECT reason FROM delivery_pauses WHERE updated_at >= $1::bigint ORDER BY updated_at DESC LIMIT 1",
-                [.integer(since)]
-            ) { $0.text(0) }.first
-        }
-    }
-
-    /// The sum of each device's live-job count, as SQLite reads it and DEVICE_QUEUE_MAX trusts: every ingest
-    /// process asks once a second (QUEUE_MAX), and counting the jobs themselves scanned the table — 182 ms of a
-    /// PostgreSQL core per call with a million queued, against 0.26 ms (`bench/pg_live_count.py`).
-    public func liveJobCount() throws(StoreError) -> Int {
-        try read { db in try db.rows("SELECT coalesce(sum(live_jobs), 0) FROM devices") { $0.int(0) }.first ?? 0 }
     }
 
     /// Counts by full scans, on a connection of its own (see `statsReader`).

@@ -1,23 +1,11 @@
 import Common
 
 extension SQLiteStore {
-    /// `WHERE` terms and values for a dead-letter filter; `?` placeholders in order.
-    static func conditions(_ filter: DeadLetterFilter) -> (String, [SQLiteValue]) { filter.conditions { _, _ in "?" } }
-
-    public func countDeadLetters(_ filter: DeadLetterFilter) throws(StoreError) -> Int {
-        let (whereClause, values) = Self.conditions(filter)
-        return try read { db in
-            try db.statement("SELECT count(*) FROM jobs WHERE \(whereClause)").rows(values) { $0.int(0) }.first ?? 0
-        }
-    }
-
     public func replayDeadLetters(
         _ filter: DeadLetterFilter, limit: Int, now: Int64, ttl: Duration, deviceCap: Int
     ) throws(StoreError) -> ReplayBatch {
-        let (whereClause, values) = Self.conditions(filter)
-        return try write { db in
-            let ids = try db.statement("SELECT id FROM jobs WHERE \(whereClause) ORDER BY id LIMIT ?")
-                .rows(values + [.integer(Int64(limit))]) { $0.int64(0) }
+        try write { db in
+            let letters = try Self.deadLetters(filter, limit: limit, db)
             // One row at a time: whether a replayed job becomes its device's head depends on the rows before it.
             // It is stored again under a new id and its device's next number, so it queues behind every job its
             // device already has (acceptance order; keeping the old id put replayed jobs ahead of newer ones). A
@@ -40,7 +28,7 @@ extension SQLiteStore {
             let deviceExists = try db.statement("SELECT 1 FROM jobs old JOIN devices d ON d.id = old.device_id WHERE old.id = ?")
             var count = 0
             var left = 0
-            for id in ids {
+            for (id, _) in letters {
                 let replayed = try requeue.run([
                     .integer(now), .integer(now + ttl.wholeMilliseconds), .integer(id), .integer(now - options.monitorRetention.wholeMilliseconds),
                     .integer(Int64(min(deviceCap, Int(Int64.max))))
@@ -53,27 +41,7 @@ extension SQLiteStore {
                 count += replayed
                 try remove.run([.integer(id)])
             }
-            return ReplayBatch(replayed: count, leftAtCap: left, lastExamined: ids.last)
-        }
-    }
-
-    public func purgeDeadLetters(keeping: Int) throws(StoreError) -> Int {
-        try write { db in
-            try db.statement(
-                """
-                DELETE FROM jobs WHERE id IN (
-                    SELECT id FROM jobs WHERE state = 'discarded' ORDER BY finalized_at, id
-                    LIMIT max(0, (SELECT count(*) FROM jobs WHERE state = 'discarded') - ?1))
-                """
-            ).run([.integer(Int64(keeping))])
-        }
-    }
-
-    public func purgeDeadLetters(before: Int64) throws(StoreError) -> Int {
-        try write { db in
-            try db.statement("DELETE FROM jobs WHERE state = 'discarded' AND finalized_at < ?").run([.integer(before)])
+            return ReplayBatch(replayed: count, leftAtCap: left, lastExamined: letters.last?.id)
         }
     }
 }
-
-extension SQLiteValue: BoundValue {}

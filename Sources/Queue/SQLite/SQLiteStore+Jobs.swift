@@ -176,14 +176,6 @@ extension SQLiteStore {
         try read { db in try Self.pendingJobs(device: deviceID, limit: limit, db).map(\.job) }
     }
 
-    public func reportedOutcome(publicID: String) throws(StoreError) -> ReportedOutcome? {
-        try read { db in
-            try db.statement("SELECT outcome, reason FROM job_outcomes WHERE public_id = ?").rows([.text(publicID)]) {
-                ReportedOutcome(kind: ReportedOutcome.Kind(rawValue: $0.text(0)) ?? .rejected, reason: $0.text(1))
-            }.first
-        }
-    }
-
     public func reportedOutcomes(publicIDs: [String]) throws(StoreError) -> [String: ReportedOutcome] {
         guard !publicIDs.isEmpty else { return [:] }
         return try read { db in
@@ -197,10 +189,6 @@ extension SQLiteStore {
             }
             return found
         }
-    }
-
-    public func purgeReportedOutcomes(before: Int64) throws(StoreError) -> Int {
-        try write { db in try db.statement("DELETE FROM job_outcomes WHERE finished_at < ?").run([.integer(before)]) }
     }
 
     public func changeCounter() throws(StoreError) -> Int64 {
@@ -239,12 +227,6 @@ extension SQLiteStore {
         }
     }
 
-    public func makeRetryableDue(now: Int64) throws(StoreError) -> Int {
-        try write { db in
-            try db.statement("UPDATE jobs SET scheduled_at = ?1 WHERE state = 'retryable' AND scheduled_at > ?1").run([.integer(now)])
-        }
-    }
-
     public func makeNextRetryDue(now: Int64) throws(StoreError) -> Bool {
         try write { db in
             // The state test repeats jobs_due's condition so SQLite walks that index in retry order.
@@ -256,43 +238,5 @@ extension SQLiteStore {
                 """
             ).run([.integer(now)])
         } == 1
-    }
-
-    public func hasDueJobs(now: Int64) throws(StoreError) -> Bool {
-        try read { db in
-            try db.statement(
-                """
-                SELECT EXISTS (SELECT 1 FROM jobs WHERE state IN ('available', 'retryable') AND scheduled_at <= ?)
-                """
-            ).rows([.integer(now)]) { $0.int(0) == 1 }.first ?? false
-        }
-    }
-
-    public func liveJobCount() throws(StoreError) -> Int {
-        try read { db in
-            // The per-device live counts (migrations 7 and 11): counting the jobs themselves scanned the whole
-            // table, once a second on ingest's writer thread (QUEUE_MAX), a million rows deep in a backlog.
-            try db.statement("SELECT coalesce(sum(live_jobs), 0) FROM devices").rows { $0.int(0) }.first ?? 0
-        }
-    }
-}
-
-extension SQLiteStore {
-    public func recordPause(worker: String, reason: String?, now: Int64) throws(StoreError) {
-        _ = try write { db in
-            if let reason {
-                try db.statement("INSERT OR REPLACE INTO delivery_pauses (worker, reason, updated_at) VALUES (?, ?, ?)")
-                    .run([.text(worker), .text(reason), .integer(now)])
-            } else {
-                try db.statement("DELETE FROM delivery_pauses WHERE worker = ?").run([.text(worker)])
-            }
-        }
-    }
-
-    public func currentPause(since: Int64) throws(StoreError) -> String? {
-        try read { db in
-            try db.statement("SELECT reason FROM delivery_pauses WHERE updated_at >= ? ORDER BY updated_at DESC LIMIT 1")
-                .rows([.integer(since)]) { $0.text(0) }.first
-        }
     }
 }

@@ -20,22 +20,6 @@ extension SQLiteStore: SupportQueries {
         }
     }
 
-    public func listDeadLetters(_ filter: DeadLetterFilter, limit: Int) throws(StoreError) -> [DeadLetter] {
-        let (whereClause, values) = Self.conditions(filter)
-        return try read { db in
-            try db.statement(
-                """
-                SELECT \(DeadLetter.columns) FROM jobs WHERE \(whereClause) ORDER BY id LIMIT ?
-                """
-            ).rows(values + [.integer(Int64(limit))], DeadLetter.init(row:))
-        }
-    }
-
-    public func purgeDeadLetters(_ filter: DeadLetterFilter) throws(StoreError) -> Int {
-        let (whereClause, values) = Self.conditions(filter)
-        return try write { db in try db.statement("DELETE FROM jobs WHERE \(whereClause)").run(values) }
-    }
-
     public func eraseDevice(id: String, reason: String, now: Int64) throws(StoreError) -> Bool {
         try write { db in try DeviceDeletion.erased(reason: reason, at: now).apply(to: id, in: SQLiteDeviceDeletion(db: db)) }
     }

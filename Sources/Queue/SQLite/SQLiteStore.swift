@@ -149,10 +149,6 @@ public final class SQLiteStore: Sendable {
         try withConnection { try $0.execute("PRAGMA wal_checkpoint(TRUNCATE)") }
     }
 
-    public func ping() throws(StoreError) {
-        _ = try read { db in try db.statement("SELECT count(*) FROM schema_migrations").rows { $0.int(0) } }
-    }
-
     /// Counts by full scans, on a connection of its own (see `statsReader`).
     public func stats() throws(StoreError) -> QueueStats {
         try withStatsConnection { db in

@@ -8,9 +8,6 @@ enum PGValue {
     case boolean(Bool)
     case null
 
-    static func optional(_ value: Int64?) -> PGValue { value.map { .integer($0) } ?? .null }
-    static func optional(_ value: String?) -> PGValue { value.map { .text($0) } ?? .null }
-
     /// An integer array parameter in text format (`{1,2,3}`), so the SQL may cast it to `bigint[]` or `integer[]`.
     static func integerArray(_ values: some Sequence<Int64>) -> PGValue {
         .text("{" + values.map(String.init).joined(separator: ",") + "}")

@@ -89,13 +89,22 @@ final class SQLiteConnection {
         }
     }
 
-    /// The cached prepared statement for `sql`, prepared on first use.
     /// Statements prepared and kept so far (tests check that the cache stays bounded).
     var preparedStatementCount: Int { statements.count }
 
+    /// The cached prepared statement for `sql`, prepared on first use.
     func statement(_ sql: String) throws -> SQLiteStatement {
         if let cached = statements[sql] { return cached }
         let statement = try SQLiteStatement(connection: handle, sql: sql)
+        statements[sql] = statement
+        return statement
+    }
+
+    /// The cached prepared statement for `sql` written with PostgreSQL's placeholders (`SQLitePlaceholders`),
+    /// rewritten once, when first prepared.
+    func statement(portable sql: String) throws -> SQLiteStatement {
+        if let cached = statements[sql] { return cached }
+        let statement = try SQLiteStatement(connection: handle, sql: SQLitePlaceholders.numbered(sql))
         statements[sql] = statement
         return statement
     }

@@ -121,6 +121,7 @@ struct SQLiteRow {
     }
 
     func optionalText(_ column: Int32) -> String? { isNull(column) ? nil : text(column) }
+    func bool(_ column: Int32) -> Bool { int64(column) != 0 }
 
     func blob(_ column: Int32) -> [UInt8] {
         let count = Int(sqlite3_column_bytes(handle, column))

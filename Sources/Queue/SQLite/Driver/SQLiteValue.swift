@@ -4,7 +4,4 @@ enum SQLiteValue {
     case text(String)
     case blob([UInt8])
     case null
-
-    static func optional(_ value: Int64?) -> SQLiteValue { value.map { .integer($0) } ?? .null }
-    static func optional(_ value: String?) -> SQLiteValue { value.map { .text($0) } ?? .null }
 }
