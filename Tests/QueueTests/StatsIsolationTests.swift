@@ -30,11 +30,3 @@ import Testing
         #expect(try db.store.stats().jobsByState.values.reduce(0, +) == 2)
     }
 }
-
-/// The stores' test hook: hold the connection `stats()` scans with, as a scrape under way does.
-protocol StatsConnectionHolder {
-    func holdingStatsConnection(_ body: () -> Void) throws(StoreError)
-}
-
-extension SQLiteStore: StatsConnectionHolder {}
-extension PostgresStore: StatsConnectionHolder {}

@@ -33,13 +33,11 @@ enum DeviceRegistration {
         throw StoreError(.failed, "cannot register: five fresh device ids were all taken")
     }
 
-    /// The statement `insert` runs, with `values` the store's placeholders for the id, token, auth token hash and
-    /// time: a known token is no conflict (its auth token is replaced, and the environment learnt for it forgotten).
-    static func insert(values: String) -> String {
-        """
-        INSERT INTO devices (id, device_token, auth_token_hash, date_added) VALUES (\(values))
+    /// The statement `insert` runs with the id, token, auth token hash and time: a known token is no conflict (its
+    /// auth token is replaced, and the environment learnt for it forgotten).
+    static let insert = """
+        INSERT INTO devices (id, device_token, auth_token_hash, date_added) VALUES ($1::text, $2::text, $3::text, $4::bigint)
         ON CONFLICT (device_token) DO UPDATE SET auth_token_hash = excluded.auth_token_hash, apns_environment = NULL
         RETURNING \(Device.columns)
         """
-    }
 }

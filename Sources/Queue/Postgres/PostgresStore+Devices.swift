@@ -1,55 +1,6 @@
 import Common
 
 extension PostgresStore {
-    public func registerDevice(token: String, authTokenHash: String, now: Int64, newID: () throws -> String) throws(StoreError) -> Registration {
-        let insert = DeviceRegistration.insert(values: "$1::text, $2::text, $3::text, $4::bigint")
-        return try DeviceRegistration.register(newID: newID) { candidate throws(StoreError) in
-            try write { db -> [Device]? in
-                do {
-                    return try db.rows(insert, [.text(candidate), .text(token), .text(authTokenHash), .integer(now)], Device.init(row:))
-                } catch let error as PGError where error.isUniqueViolation && error.constraint == "devices_pkey" {
-                    // The transaction is aborted (its COMMIT becomes a rollback); another id is tried.
-                    return nil
-                }
-            }
-        }
-    }
-
-    public func updateDevice(id: String, token: String?, level: Device.DownNotificationLevel?) throws(StoreError) -> Device? {
-        enum Update: Sendable {
-            case updated(Device?)
-            case tokenTaken
-        }
-        let update = try write { db -> Update in
-            do {
-                // A new token is a new phone or a reinstall: the old token's delivery error no longer applies.
-                return .updated(
-                    try db.rows(
-                        """
-                        UPDATE devices SET
-                            last_delivery_error = CASE WHEN $1::text IS NOT NULL AND $1::text <> device_token THEN '' ELSE last_delivery_error END,
-                            apns_environment = CASE WHEN $1::text IS NOT NULL AND $1::text <> device_token THEN NULL ELSE apns_environment END,
-                            device_token = coalesce($1::text, device_token),
-                            down_notification_level = coalesce($2::text, down_notification_level)
-                        WHERE id = $3::text
-                        RETURNING \(Device.columns)
-                        """, [.optional(token), .optional(level?.rawValue), .text(id)], Device.init(row:)
-                    ).first)
-            } catch let error as PGError where error.isUniqueViolation && error.constraint == "devices_device_token_key" {
-                // The transaction is aborted (its COMMIT becomes a rollback).
-                return .tokenTaken
-            }
-        }
-        switch update {
-        case .updated(let device): return device
-        case .tokenTaken: throw StoreError(.tokenConflict, "device token already registered")
-        }
-    }
-
-    public func deleteDevice(id: String, now: Int64) throws(StoreError) -> Bool {
-        try write { db in try DeviceDeletion.deletedByApp(at: now).apply(to: id, in: PostgresDeviceDeletion(db: db)) }
-    }
-
     /// The same as `SQLiteStore.deleteDevice(_:reporting:tombstone:_:)`, inside the caller's PostgreSQL
     /// transaction (`PostgresDeviceDeletion`).
     static func deleteDevice(

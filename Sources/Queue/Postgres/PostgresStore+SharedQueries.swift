@@ -1,8 +1,15 @@
 import Common
 
 /// PostgreSQL runs the statements both stores share (`SharedQueries`) as written, each prepared once per connection.
-extension PostgresStore: SharedQueries {
+extension PostgresStore: SharedQueries, StatsConnectionHolder {
     func jobsBecameDue() { signalChange() }
+
+    func deletion(in db: PGConnection) -> PostgresDeviceDeletion { PostgresDeviceDeletion(db: db) }
+
+    func isDuplicate(_ error: any Error, _ key: DeviceKey) -> Bool {
+        guard let error = error as? PGError, error.isUniqueViolation else { return false }
+        return error.constraint == (key == .id ? "devices_pkey" : "devices_device_token_key")
+    }
 }
 
 extension PGConnection: QueryConnection {

@@ -23,8 +23,4 @@ extension PostgresStore: SupportQueries {
                 deadLettersByReason: reasons)
         }
     }
-
-    public func eraseDevice(id: String, reason: String, now: Int64) throws(StoreError) -> Bool {
-        try write { db in try DeviceDeletion.erased(reason: reason, at: now).apply(to: id, in: PostgresDeviceDeletion(db: db)) }
-    }
 }

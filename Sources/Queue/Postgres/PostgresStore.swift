@@ -286,21 +286,9 @@ public final class PostgresStore: Sendable {
         listener.withLock { $0.thread }?.requestStop()
     }
 
-    /// Counts by full scans, on a connection of its own (see `statsReader`).
-    public func stats() throws(StoreError) -> QueueStats {
-        try withStatsConnection { db in
-            try QueueStats.counted { sql in try db.rows(sql) { (key: $0.text(0), number: $0.optionalInt64(1)) } }
-        }
-    }
-
-    /// Tests: runs `body` while holding the connection `stats()` scans with, as a scrape under way does.
-    package func holdingStatsConnection(_ body: () -> Void) throws(StoreError) {
-        try withStatsConnection { _ in body() }
-    }
-
     /// Runs `body` on the stats connection, opening it first if need be; once more on a new connection when the
     /// server dropped the old one (a count is harmless to repeat), as `read` does.
-    private func withStatsConnection<T: Sendable>(_ body: (PGConnection) throws -> T) throws(StoreError) -> T {
+    func withStatsConnection<T: Sendable>(_ body: (PGConnection) throws -> T) throws(StoreError) -> T {
         do {
             return try statsReader.withLock { opened in
                 let link = opened ?? PostgresLink(connectingLater: url, options: options.connection, failover: failover)

@@ -19,8 +19,4 @@ extension SQLiteStore: SupportQueries {
                 deadLettersByReason: Dictionary(reasons, uniquingKeysWith: +))
         }
     }
-
-    public func eraseDevice(id: String, reason: String, now: Int64) throws(StoreError) -> Bool {
-        try write { db in try DeviceDeletion.erased(reason: reason, at: now).apply(to: id, in: SQLiteDeviceDeletion(db: db)) }
-    }
 }

@@ -149,19 +149,7 @@ public final class SQLiteStore: Sendable {
         try withConnection { try $0.execute("PRAGMA wal_checkpoint(TRUNCATE)") }
     }
 
-    /// Counts by full scans, on a connection of its own (see `statsReader`).
-    public func stats() throws(StoreError) -> QueueStats {
-        try withStatsConnection { db in
-            try QueueStats.counted { sql in try db.statement(sql).rows { (key: $0.text(0), number: $0.optionalInt64(1)) } }
-        }
-    }
-
-    /// Tests: runs `body` while holding the connection `stats()` scans with, as a scrape under way does.
-    package func holdingStatsConnection(_ body: () -> Void) throws(StoreError) {
-        try withStatsConnection { _ in body() }
-    }
-
-    private func withStatsConnection<T: Sendable>(_ body: (SQLiteConnection) throws -> T) throws(StoreError) -> T {
+    func withStatsConnection<T: Sendable>(_ body: (SQLiteConnection) throws -> T) throws(StoreError) -> T {
         do {
             return try statsReader.withLock { db in try body(db) }
         } catch {

@@ -6,6 +6,18 @@ extension SharedQueries {
         _ = try read { db in try db.query("SELECT count(*) FROM schema_migrations", []) { $0.int(0) } }
     }
 
+    /// Counts by full scans, on a connection of their own (`withStatsConnection`).
+    public func stats() throws(StoreError) -> QueueStats {
+        try withStatsConnection { db in
+            try QueueStats.counted { sql in try db.query(sql, []) { (key: $0.text(0), number: $0.optionalInt64(1)) } }
+        }
+    }
+
+    /// Tests: runs `body` while holding the connection `stats()` scans with, as a scrape under way does.
+    package func holdingStatsConnection(_ body: () -> Void) throws(StoreError) {
+        try withStatsConnection { _ in body() }
+    }
+
     public func hasDueJobs(now: Int64) throws(StoreError) -> Bool {
         try read { db in
             try db.query(

@@ -47,4 +47,23 @@ protocol SharedQueries {
     /// Called after a committed change made jobs due: PostgreSQL wakes deliverers in other processes (NOTIFY);
     /// SQLite's deliverers notice any commit by themselves (`changeCounter`).
     func jobsBecameDue()
+    /// `stats()`'s full scans, on a connection of their own: never the one point lookups wait for.
+    func withStatsConnection<T: Sendable>(_ body: (Connection) throws -> T) throws(StoreError) -> T
+
+    associatedtype Deletion: DeviceDeletionDialect
+    /// `DeviceDeletion`'s steps in the store's SQL, inside the transaction `db` is in.
+    func deletion(in db: Connection) -> Deletion
+    /// Whether `error` is the database refusing a second device with the same `key`.
+    func isDuplicate(_ error: any Error, _ key: DeviceKey) -> Bool
+}
+
+/// Tests: hold the connection `stats()` scans with, as a scrape under way does (`StatsIsolationTests`).
+package protocol StatsConnectionHolder {
+    func holdingStatsConnection(_ body: () -> Void) throws(StoreError)
+}
+
+/// The two columns no two devices share.
+enum DeviceKey {
+    case id
+    case token
 }
