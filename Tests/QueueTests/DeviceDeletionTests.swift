@@ -65,12 +65,13 @@ import Testing
         let test = NewJob(deviceID: device, publicID: UUID().uuidString, payload: Array("test".utf8), reportsOutcome: true)
         _ = try db.store.enqueue([test], now: TestDatabase.t0, ttl: .seconds(3600))
         let outcome: (kind: ReportedOutcome.Kind, reason: String, now: Int64) = (.unregistered, "Unregistered", TestDatabase.t0)
+        let deletion = DeviceDeletion(reporting: outcome, tombstone: "Unregistered")
         let deleted: Bool
         switch db.store {
         case let store as SQLiteStore:
-            deleted = try store.write { db in try SQLiteStore.deleteDevice(device, reporting: outcome, tombstone: "Unregistered", db) }
+            deleted = try store.write { db in try deletion.apply(to: device, in: store.deletion(in: db)) }
         case let store as PostgresStore:
-            deleted = try store.write { db in try PostgresStore.deleteDevice(device, reporting: outcome, tombstone: "Unregistered", db) }
+            deleted = try store.write { db in try deletion.apply(to: device, in: store.deletion(in: db)) }
         default:
             Issue.record("a store of an unknown kind")
             return

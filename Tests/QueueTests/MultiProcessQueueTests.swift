@@ -74,20 +74,35 @@ import Testing
         #expect(try deliverer.claim(worker: "w", limit: 10, now: TestDatabase.t0, lease: .seconds(60)).map(\.label) == ["a1"])
     }
 
-    /// Retries made due after an outage (`makeRetryableDue`) reach a deliverer of another process at once, as new
-    /// jobs do: on PostgreSQL the statement both stores share is followed by a NOTIFY (`jobsBecameDue`).
+    /// Work another process makes due reaches a deliverer at once, as new jobs do: retries made due after an outage
+    /// (`makeRetryableDue`) and dead letters replayed. On PostgreSQL the statements both stores share are followed by
+    /// a NOTIFY (`jobsBecameDue`).
     @Test(arguments: StoreKind.allCases) func retriesMadeDueMoveAnotherConnectionsChangeCounter(_ kind: StoreKind) throws {
+        try expectItWakesADeliverer(kind, dueAs: .retry(at: TestDatabase.t0 + 300_000, error: "503")) { store in
+            let madeDue = try store.makeRetryableDue(now: TestDatabase.t0 + 10)
+            #expect(madeDue == 1)
+        }
+    }
+
+    @Test(arguments: StoreKind.allCases) func replayedDeadLettersMoveAnotherConnectionsChangeCounter(_ kind: StoreKind) throws {
+        try expectItWakesADeliverer(kind, dueAs: .deadLetter(reason: "BadDeviceToken")) { store in
+            let replayed = try store.replayDeadLetters(DeadLetterFilter(), limit: 10, now: TestDatabase.t0 + 10, ttl: .seconds(60))
+            #expect(replayed == 1)
+        }
+    }
+
+    /// One job finished as `outcome`; then, with a deliverer of its own listening (opened after those commits, so
+    /// none of their wake-ups is counted), `act` must move that deliverer's change counter.
+    private func expectItWakesADeliverer(_ kind: StoreKind, dueAs outcome: JobOutcome.Kind, act: (any RelayStore) throws -> Void) throws {
         let db = try TestDatabase(kind)
         try db.enqueue(try db.device(1), "a1")
         let jobs = try db.store.claim(worker: "w", limit: 10, now: TestDatabase.t0, lease: .seconds(60))
-        _ = try db.store.finish(
-            jobs.map { JobOutcome($0, kind: .retry(at: TestDatabase.t0 + 300_000, error: "503")) }, worker: "w", now: TestDatabase.t0)
-        // Opened after those commits, so none of their wake-ups is counted below.
+        _ = try db.store.finish(jobs.map { JobOutcome($0, kind: outcome) }, worker: "w", now: TestDatabase.t0)
         let deliverer = try kind.open(db.location, now: TestDatabase.t0)
         let connected = ContinuousClock.now + .seconds(10)
         while try deliverer.changeCounter() == 0 && ContinuousClock.now < connected { Thread.sleep(forTimeInterval: 0.001) }
         let before = try deliverer.changeCounter()
-        #expect(try db.store.makeRetryableDue(now: TestDatabase.t0 + 10) == 1)
+        try act(db.store)
         let deadline = ContinuousClock.now + .seconds(10)
         while try deliverer.changeCounter() == before && ContinuousClock.now < deadline {
             Thread.sleep(forTimeInterval: 0.001)

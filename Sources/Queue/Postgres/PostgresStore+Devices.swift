@@ -1,14 +1,6 @@
 import Common
 
 extension PostgresStore {
-    /// The same as `SQLiteStore.deleteDevice(_:reporting:tombstone:_:)`, inside the caller's PostgreSQL
-    /// transaction (`PostgresDeviceDeletion`).
-    static func deleteDevice(
-        _ device: String, reporting outcome: DeviceDeletion.Outcome, tombstone: String? = nil, _ db: PGConnection
-    ) throws -> Bool {
-        try DeviceDeletion(reporting: outcome, tombstone: tombstone).apply(to: device, in: PostgresDeviceDeletion(db: db))
-    }
-
     /// Records `kind`/`reason` for the device's live jobs a Test request waits for, through `jobs_waiting_tests`
     /// (sent with the transaction's next round trip). One already recorded (the head APNs just answered) keeps its own.
     static func reportWaitingTests(

@@ -98,14 +98,6 @@ extension SQLiteStore {
 
     /// Deletes the device's dead letters.
     static let deleteDeadLetters = "DELETE FROM jobs WHERE device_id = ?1 AND state = 'discarded'"
-
-    /// `finish`'s way to delete a device in its transaction (APNs unregistered the token): `DeviceDeletion`'s
-    /// steps, applied by `SQLiteDeviceDeletion`. False when there was no such device.
-    static func deleteDevice(
-        _ device: String, reporting outcome: DeviceDeletion.Outcome, tombstone: String? = nil, _ db: SQLiteConnection
-    ) throws -> Bool {
-        try DeviceDeletion(reporting: outcome, tombstone: tombstone).apply(to: device, in: SQLiteDeviceDeletion(db: db))
-    }
 }
 
 /// `DeviceDeletion`'s steps on SQLite, in the writer's transaction (which holds the whole database: no lock to take).

@@ -26,8 +26,40 @@ extension SharedQueries {
         }
     }
 
-    /// The dead letters `filter` matches, oldest first, at most `limit`: what a replay (each store's own) examines.
-    static func deadLetters(_ filter: DeadLetterFilter, limit: Int, _ db: Connection) throws -> [(id: Int64, device: String)] {
+    /// One row at a time: whether a replayed job becomes its device's head depends on the rows before it. It is
+    /// stored again under a new id (and on SQLite its device's next number), so it queues behind every job its device
+    /// already has: keeping the old id would put replayed jobs ahead of newer ones. Its badge is the device's count
+    /// now: it is delivered after every job the device has, and carries the last word on the badge (the count it was
+    /// first stored with would set the phone back). A replayed job no longer reports an outcome.
+    public func replayDeadLetters(
+        _ filter: DeadLetterFilter, limit: Int, now: Int64, ttl: Duration, deviceCap: Int
+    ) throws(StoreError) -> ReplayBatch {
+        let replay = DeadLetterReplay(
+            now: now, expiresAt: now + ttl.wholeMilliseconds, badgeSince: now - monitorRetention.wholeMilliseconds,
+            deviceCap: Int64(min(deviceCap, Int(Int64.max))))
+        let batch = try write { db in
+            let letters = try Self.deadLetters(filter, limit: limit, db)
+            prepareReplay(of: Set(letters.map(\.device)), db)
+            var batch = ReplayBatch(replayed: 0, leftAtCap: 0, lastExamined: letters.last?.id)
+            for letter in letters {
+                if try requeue(letter, replay, db) {
+                    batch.replayed += 1
+                } else if try !db.query("SELECT 1 FROM devices WHERE id = $1::text", [.text(letter.device)], { _ in true }).isEmpty {
+                    // Its device is at its cap: it stays a dead letter.
+                    batch.leftAtCap += 1
+                    continue
+                }
+                // Requeued, or its device is gone (a binary older than schema 12 left it): the dead letter goes.
+                _ = try db.change("DELETE FROM jobs WHERE id = $1::bigint AND state = 'discarded'", [.integer(letter.id)])
+            }
+            return batch
+        }
+        if batch.replayed > 0 { jobsBecameDue() }
+        return batch
+    }
+
+    /// The dead letters `filter` matches, oldest first, at most `limit`: what a replay examines.
+    static func deadLetters(_ filter: DeadLetterFilter, limit: Int, _ db: Connection) throws -> [DeadLetterRef] {
         let (whereClause, values): (String, [Connection.Value]) = filter.conditions()
         return try db.query(
             "SELECT id, device_id FROM jobs WHERE \(whereClause) ORDER BY id LIMIT $\(values.count + 1)::bigint",

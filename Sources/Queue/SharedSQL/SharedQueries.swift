@@ -55,6 +55,30 @@ protocol SharedQueries {
     func deletion(in db: Connection) -> Deletion
     /// Whether `error` is the database refusing a second device with the same `key`.
     func isDuplicate(_ error: any Error, _ key: DeviceKey) -> Bool
+
+    /// A monitor not heard of for this long no longer counts towards a device's badge (TOMBSTONE_RETENTION).
+    var monitorRetention: Duration { get }
+    /// Before a replay's requeues: what the store needs so that a device's head stays its own while they run
+    /// (PostgreSQL locks the devices; SQLite's writer holds the whole database already).
+    func prepareReplay(of devices: Set<String>, _ db: Connection)
+    /// Stores the dead letter again as a new job of its device, behind every job the device has, unless the device
+    /// holds `replay.deviceCap` live jobs or is gone: whether it did.
+    func requeue(_ letter: DeadLetterRef, _ replay: DeadLetterReplay, _ db: Connection) throws -> Bool
+}
+
+/// A dead letter a replay examines.
+typealias DeadLetterRef = (id: Int64, device: String)
+
+/// What a replay transaction stores a dead letter again with.
+struct DeadLetterReplay {
+    /// Due at once.
+    let now: Int64
+    /// A fresh JOB_TTL.
+    let expiresAt: Int64
+    /// The badge counts monitors heard of since then (`monitorRetention`).
+    let badgeSince: Int64
+    /// DEVICE_QUEUE_MAX: a device holding this many live jobs keeps its dead letter (SPEC §4).
+    let deviceCap: Int64
 }
 
 /// Tests: hold the connection `stats()` scans with, as a scrape under way does (`StatsIsolationTests`).
