@@ -235,12 +235,6 @@ final class PGConnection {
         return "\(version / 10_000).\(version % 10_000)"
     }
 
-    /// The server's version, e.g. `15.18`.
-    var serverVersion: String {
-        let version = PQserverVersion(handle)
-        return "\(version / 10_000).\(version % 10_000)"
-    }
-
     // MARK: Private
 
     /// The result of `sql`, which the caller clears.

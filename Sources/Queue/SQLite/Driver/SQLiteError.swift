@@ -12,7 +12,6 @@ struct SQLiteError: Error, CustomStringConvertible {
         "SQLite error \(code) (\(String(cString: sqlite3_errstr(code)))): \(message)" + (sql.map { " in: \($0)" } ?? "")
     }
 
-    var isConstraintViolation: Bool { primaryCode == SQLITE_CONSTRAINT }
     /// A row's PRIMARY KEY is taken (the extended code; `sqlite3_extended_result_codes` is on for every connection).
     var isPrimaryKeyViolation: Bool { code == CSQLite_CONSTRAINT_PRIMARYKEY }
     /// A UNIQUE column or index other than the primary key already holds the value.
