@@ -3,6 +3,7 @@ import Common
 /// PostgreSQL runs the statements both stores share (`SharedQueries`) as written, each prepared once per connection.
 extension PostgresStore: SharedQueries, StatsConnectionHolder {
     func jobsBecameDue() { signalChange() }
+    func jobsBecameDue(in db: PGConnection) { Self.notifyDeliverers(db) }
 
     func deletion(in db: PGConnection) -> PostgresDeviceDeletion { PostgresDeviceDeletion(db: db) }
 

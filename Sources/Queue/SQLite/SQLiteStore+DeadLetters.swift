@@ -7,7 +7,8 @@ extension SQLiteStore {
     /// Nothing: the writer's transaction holds the whole database.
     func prepareReplay(of devices: Set<String>, _ db: SQLiteConnection) {}
 
-    /// The insert trigger counts the job live and moves the device's next number past the one it takes.
+    /// The insert trigger counts the job live and moves the device's next number past the one it takes. (Found by its
+    /// text in the connection's cache once a row: a replay is an operator's command, not a hot path.)
     func requeue(_ letter: DeadLetterRef, _ replay: DeadLetterReplay, _ db: SQLiteConnection) throws -> Bool {
         try db.statement(
             """

@@ -6,6 +6,7 @@ extension SQLiteStore: SharedQueries, StatsConnectionHolder {
 
     /// Nothing: a deliverer in another process notices any commit by itself (`changeCounter`).
     func jobsBecameDue() {}
+    func jobsBecameDue(in db: SQLiteConnection) {}
 
     func deletion(in db: SQLiteConnection) -> SQLiteDeviceDeletion { SQLiteDeviceDeletion(db: db) }
 

@@ -60,7 +60,7 @@ enum SharedMigrations {
             version: 2, name: "outcomes reported to waiting Test-button requests",
             sql: """
                 -- Set for jobs whose webhook waits for APNs' answer (the Test button): their outcome is recorded below.
-                ALTER TABLE jobs ADD COLUMN reports_outcome \(words.flag("reports_outcome"));
+                ALTER TABLE jobs ADD COLUMN reports_outcome \(words.booleanFalseByDefault("reports_outcome"));
                 -- Outcomes of such jobs, read by the ingest process that holds the request; purged after minutes.
                 CREATE TABLE job_outcomes (
                     public_id TEXT \(words.primaryKey),

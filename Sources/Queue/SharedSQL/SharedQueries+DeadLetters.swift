@@ -37,7 +37,7 @@ extension SharedQueries {
         let replay = DeadLetterReplay(
             now: now, expiresAt: now + ttl.wholeMilliseconds, badgeSince: now - monitorRetention.wholeMilliseconds,
             deviceCap: Int64(min(deviceCap, Int(Int64.max))))
-        let batch = try write { db in
+        return try write { db in
             let letters = try Self.deadLetters(filter, limit: limit, db)
             prepareReplay(of: Set(letters.map(\.device)), db)
             var batch = ReplayBatch(replayed: 0, leftAtCap: 0, lastExamined: letters.last?.id)
@@ -52,10 +52,9 @@ extension SharedQueries {
                 // Requeued, or its device is gone (a binary older than schema 12 left it): the dead letter goes.
                 _ = try db.change("DELETE FROM jobs WHERE id = $1::bigint AND state = 'discarded'", [.integer(letter.id)])
             }
+            if batch.replayed > 0 { jobsBecameDue(in: db) }
             return batch
         }
-        if batch.replayed > 0 { jobsBecameDue() }
-        return batch
     }
 
     /// The dead letters `filter` matches, oldest first, at most `limit`: what a replay examines.
@@ -81,4 +80,19 @@ extension SharedQueries {
         let (whereClause, values): (String, [Connection.Value]) = filter.conditions()
         return try writeStatement { db in try db.change("DELETE FROM jobs WHERE \(whereClause)", values) }
     }
+}
+
+/// A dead letter a replay examines.
+typealias DeadLetterRef = (id: Int64, device: String)
+
+/// What a replay transaction stores a dead letter again with.
+struct DeadLetterReplay {
+    /// Due at once.
+    let now: Int64
+    /// A fresh JOB_TTL.
+    let expiresAt: Int64
+    /// The badge counts monitors heard of since then (`monitorRetention`).
+    let badgeSince: Int64
+    /// DEVICE_QUEUE_MAX: a device holding this many live jobs keeps its dead letter (SPEC §4).
+    let deviceCap: Int64
 }

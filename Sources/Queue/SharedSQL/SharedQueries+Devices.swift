@@ -67,7 +67,8 @@ extension SharedQueries {
     }
 
     public func importDevice(_ device: Device) throws(StoreError) -> Bool {
-        try writeStatement { db in
+        // In a transaction, which PostgreSQL runs again after a transient failure (`import-devices` moves thousands).
+        try write { db in
             try db.change(
                 """
                 INSERT INTO devices (id, device_token, auth_token_hash, date_added, last_successful_notification,

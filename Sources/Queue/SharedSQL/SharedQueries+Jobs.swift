@@ -96,3 +96,8 @@ extension SharedQueries {
         }
     }
 }
+
+/// Tests: hold the connection `stats()` scans with, as a scrape under way does (`StatsIsolationTests`).
+package protocol StatsConnectionHolder {
+    func holdingStatsConnection(_ body: () -> Void) throws(StoreError)
+}

@@ -18,6 +18,9 @@ final class SQLiteConnection {
     private let handle: OpaquePointer
     private let busyTimeoutMillis: Int32
     private var statements: [String: SQLiteStatement] = [:]
+    /// Statements written with PostgreSQL's placeholders (`statement(portable:)`), by that text: kept apart, so a
+    /// text both spellings could read is never taken unrewritten from the other cache.
+    private var portableStatements: [String: SQLiteStatement] = [:]
     /// Kept alive here for as long as the WAL hook that points at it is installed (the connection's life).
     private var walCheckpointer: WALCheckpointer?
 
@@ -90,7 +93,7 @@ final class SQLiteConnection {
     }
 
     /// Statements prepared and kept so far (tests check that the cache stays bounded).
-    var preparedStatementCount: Int { statements.count }
+    var preparedStatementCount: Int { statements.count + portableStatements.count }
 
     /// The cached prepared statement for `sql`, prepared on first use.
     func statement(_ sql: String) throws -> SQLiteStatement {
@@ -101,11 +104,11 @@ final class SQLiteConnection {
     }
 
     /// The cached prepared statement for `sql` written with PostgreSQL's placeholders (`SQLitePlaceholders`),
-    /// rewritten once, when first prepared.
+    /// rewritten once per connection, when first prepared.
     func statement(portable sql: String) throws -> SQLiteStatement {
-        if let cached = statements[sql] { return cached }
+        if let cached = portableStatements[sql] { return cached }
         let statement = try SQLiteStatement(connection: handle, sql: SQLitePlaceholders.numbered(sql))
-        statements[sql] = statement
+        portableStatements[sql] = statement
         return statement
     }
 

@@ -1,7 +1,9 @@
 /// The statements both stores share (`SharedQueries`) are written with PostgreSQL's numbered, typed placeholders
 /// (`$1::text`, which PostgreSQL needs to know a parameter's type); SQLite reads the same numbers as `?1`. This
-/// rewrites one into the other: each `$N` outside a string literal becomes `?N`, its `::type` (or `::type[]`)
-/// dropped. Nothing else is changed: a cast elsewhere fails to prepare, as SQLite has none.
+/// rewrites one into the other: each `$N` outside string literals, quoted identifiers and comments, and not inside
+/// a word (`a$1` is an identifier), becomes `?N`, its `::type` (or `::type[]`) dropped. Nothing else is changed: a
+/// cast elsewhere fails to prepare, as SQLite has none, and a `$N` left behind would too (SQLite's `$name`
+/// parameters are not used by the relay, so `SQLiteStatement`'s count check refuses the statement).
 enum SQLitePlaceholders {
     static func numbered(_ sql: String) -> String {
         let text = Array(sql.utf8)
@@ -10,20 +12,31 @@ enum SQLitePlaceholders {
         var index = 0
         func isDigit(_ at: Int) -> Bool { at < text.count && text[at] >= UInt8(ascii: "0") && text[at] <= UInt8(ascii: "9") }
         func isWordByte(_ at: Int) -> Bool {
-            at < text.count
-                && (text[at] == UInt8(ascii: "_") || isDigit(at) || (text[at] | 0x20 >= UInt8(ascii: "a") && text[at] | 0x20 <= UInt8(ascii: "z")))
+            at >= 0 && at < text.count
+                && (text[at] == UInt8(ascii: "_") || text[at] >= 0x80 || isDigit(at)
+                    || (text[at] | 0x20 >= UInt8(ascii: "a") && text[at] | 0x20 <= UInt8(ascii: "z")))
+        }
+        /// Copies from `index` to just past `terminator` (the text's end if there is none) unchanged.
+        func copyPast(_ terminator: [UInt8], from start: Int) {
+            var end = start
+            while end + terminator.count <= text.count, !text[end..<end + terminator.count].elementsEqual(terminator) { end += 1 }
+            end = min(text.count, end + terminator.count)
+            result += text[index..<end]
+            index = end
         }
         while index < text.count {
             let byte = text[index]
-            if byte == UInt8(ascii: "'") {
-                // A literal, copied whole; a doubled quote inside is the quote itself, and the literal goes on.
-                var end = index + 1
-                while end < text.count, text[end] != byte || (end + 1 < text.count && text[end + 1] == byte) {
-                    end += text[end] == byte ? 2 : 1
-                }
-                result += text[index..<min(end + 1, text.count)]
-                index = end + 1
-            } else if byte == UInt8(ascii: "$"), isDigit(index + 1) {
+            let next = index + 1 < text.count ? text[index + 1] : 0
+            switch byte {
+            case UInt8(ascii: "'"), UInt8(ascii: "\""):
+                // A doubled quote inside is the quote itself: the literal or identifier goes on after it.
+                copyPast([byte], from: index + 1)
+                while index < text.count, text[index] == byte { copyPast([byte], from: index + 1) }
+            case UInt8(ascii: "-") where next == UInt8(ascii: "-"):
+                copyPast([UInt8(ascii: "\n")], from: index + 2)
+            case UInt8(ascii: "/") where next == UInt8(ascii: "*"):
+                copyPast(Array("*/".utf8), from: index + 2)
+            case UInt8(ascii: "$") where isDigit(index + 1) && !isWordByte(index - 1):
                 result.append(UInt8(ascii: "?"))
                 index += 1
                 while isDigit(index) {
@@ -35,7 +48,7 @@ enum SQLitePlaceholders {
                     while isWordByte(index) { index += 1 }
                     if index + 1 < text.count, text[index] == UInt8(ascii: "["), text[index + 1] == UInt8(ascii: "]") { index += 2 }
                 }
-            } else {
+            default:
                 result.append(byte)
                 index += 1
             }
