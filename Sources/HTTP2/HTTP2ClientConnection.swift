@@ -379,9 +379,13 @@ final class ClientCore: HTTP2Transport, HTTP2SessionDelegate, @unchecked Sendabl
         connection.dataReceived(stream, bytes)
     }
 
-    func streamEnded(_ stream: Int32) { perform(connection.streamEnded(stream, now: loop.now)) }
+    func streamEnded(_ stream: Int32) { complete(connection.streamEnded(stream, now: loop.now)) }
 
-    func streamClosed(_ stream: Int32, errorCode: UInt32) { perform(connection.streamClosed(stream, errorCode: errorCode)) }
+    func streamClosed(_ stream: Int32, errorCode: UInt32) { complete(connection.streamClosed(stream, errorCode: errorCode)) }
+
+    private func complete(_ completion: State.Completion?) {
+        if let completion { owner.finished(completion.reply, completion.result) }
+    }
 
     func goAwayReceived(lastStreamID: Int32, errorCode: UInt32, debugData: [UInt8]) {
         perform(connection.goAwayReceived(lastStreamID: lastStreamID, reason: String(decoding: debugData, as: UTF8.self)))
