@@ -190,6 +190,7 @@ public final class DeliveryEngine: Sendable {
                 return shared
             }
             var outcomes: [JobOutcome] = []
+            outcomes.reserveCapacity(arrived.answers.count)
             for answer in arrived.answers { handle(answer, into: &outcomes) }
             dispatchResends()
             if !outcomes.isEmpty || !state.unrecorded.isEmpty && ContinuousClock.now >= state.unrecordedRetryAt { record(outcomes) }
