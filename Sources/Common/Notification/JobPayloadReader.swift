@@ -1,3 +1,5 @@
+import Glibc
+
 /// Reads a job payload in the exact form `AlertEvent.jobPayload` writes — keys in its order, strings without
 /// escapes — in one pass over the bytes, without building a JSON tree: the generic parser's tree cost about
 /// 8,000 instructions a push, a fifth of the deliverer's own work per push (docs/performance.md, sixteenth
@@ -45,8 +47,8 @@ struct JobPayloadReader {
     /// Consumes `text` if the bytes continue with it.
     private mutating func literal(_ text: StaticString) -> Bool {
         let count = text.utf8CodeUnitCount
-        guard bytes.count - offset >= count else { return false }
-        for index in 0..<count where bytes[offset + index] != text.utf8Start[index] { return false }
+        // One memcmp: comparing byte by byte was 85 instructions a literal, eight literals a push.
+        guard bytes.count - offset >= count, memcmp(bytes.baseAddress! + offset, text.utf8Start, count) == 0 else { return false }
         offset += count
         return true
     }
