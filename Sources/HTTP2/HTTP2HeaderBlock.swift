@@ -30,6 +30,29 @@ public struct HTTP2HeaderBlock: Sendable, Equatable {
         }
     }
 
+    /// Appends `name: number` in decimal, as `String(number)` writes it, without making the String (the
+    /// deliverer's `apns-expiration`, on every push).
+    public mutating func append(_ name: String, decimal number: Int, sensitive: Bool = false) {
+        var name = name
+        // The magnitude is unsigned, so Int.min has one too; written from the end of room for a sign and 20 digits.
+        var rest = number.magnitude
+        withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 21) { digits in
+            var start = digits.count
+            repeat {
+                start -= 1
+                digits.initializeElement(at: start, to: UInt8(ascii: "0") + UInt8(rest % 10))
+                rest /= 10
+            } while rest > 0
+            if number < 0 {
+                start -= 1
+                digits.initializeElement(at: start, to: UInt8(ascii: "-"))
+            }
+            name.withUTF8 { name in
+                append(name: name, prefix: UnsafeBufferPointer(start: nil, count: 0), value: UnsafeBufferPointer(rebasing: digits[start...]), sensitive: sensitive)
+            }
+        }
+    }
+
     /// Appends every header of `other`, after those already here (a block of fixed headers built once).
     public mutating func append(contentsOf other: HTTP2HeaderBlock) {
         bytes.append(contentsOf: other.bytes)
