@@ -134,7 +134,8 @@ extension DeliveryEngine {
         default:
             break
         }
-        var outcome = Self.outcome(for: finalVerdict(verdict, of: answered.flight), job: answered.flight.job, backoff: configuration.backoff, now: answered.now)
+        var outcome = Self.outcome(
+            for: finalVerdict(verdict, of: answered.flight), job: answered.flight.job, backoff: configuration.backoff, now: answered.now)
         switch outcome.kind {
         // The merged jobs end with the digest when APNs accepted or rejected it. Not when the relay gives up on the
         // head (`abandon`: its JOB_TTL ran out while it was retried): they were accepted later, their own TTLs may

@@ -48,7 +48,9 @@ public struct HTTP2HeaderBlock: Sendable, Equatable {
                 digits.initializeElement(at: start, to: UInt8(ascii: "-"))
             }
             name.withUTF8 { name in
-                append(name: name, prefix: UnsafeBufferPointer(start: nil, count: 0), value: UnsafeBufferPointer(rebasing: digits[start...]), sensitive: sensitive)
+                append(
+                    name: name, prefix: UnsafeBufferPointer(start: nil, count: 0), value: UnsafeBufferPointer(rebasing: digits[start...]),
+                    sensitive: sensitive)
             }
         }
     }

@@ -118,7 +118,8 @@ import Testing
         let secondPart = state.dataReceived(1, Array("\"BadDeviceToken\"}".utf8))
         #expect(firstPart && secondPart)
         let body = Array("{\"reason\":\"BadDeviceToken\"}".utf8)
-        #expect(state.streamEnded(1, now: t0)?.action == .complete("done-a", .success(HTTP2Response(status: 400, headers: ["apns-id": "x"], body: body))))
+        #expect(
+            state.streamEnded(1, now: t0)?.action == .complete("done-a", .success(HTTP2Response(status: 400, headers: ["apns-id": "x"], body: body))))
         #expect(state.streamClosed(1, errorCode: 0) == nil, "a stream already answered is not completed twice")
     }
 
