@@ -66,7 +66,7 @@ public struct APNsRequestFactory: Sendable {
         // Until when APNs should keep trying an offline phone (seconds): acceptance + JOB_TTL (a digest's newest).
         // Unique per request, like the ids below: kept out of the HPACK table, as Apple asks for :path (which never
         // is indexed).
-        headers.append("apns-expiration", String(expiresAt / 1000), sensitive: true)
+        headers.append("apns-expiration", decimal: Int(expiresAt / 1000), sensitive: true)
         // Fixed per job across retries, so APNs and the phone see one notification, not several.
         headers.append("apns-id", job.publicID, sensitive: true)
         headers.append("apns-collapse-id", job.publicID, sensitive: true)

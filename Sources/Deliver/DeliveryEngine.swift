@@ -92,6 +92,9 @@ public final class DeliveryEngine: Sendable {
     }
 
     let configuration: Configuration
+    /// `configuration.leaseNeededToSend` in milliseconds, worked out once: asked twice a push, and a `Duration`'s
+    /// components cost a division each time.
+    private let leaseNeededToSendMillis: Int64
     let store: any RelayStore
     let pool: APNsConnectionPool
     /// The other APNs environment, when there is one to try (`Settings.otherAPNsBaseURL`).
@@ -127,6 +130,7 @@ public final class DeliveryEngine: Sendable {
         tokens: ProviderTokenSource, factory: APNsRequestFactory, clock: any WallClock, logger: Logger, metrics: MetricsRegistry
     ) {
         self.configuration = configuration
+        leaseNeededToSendMillis = configuration.leaseNeededToSend.wholeMilliseconds
         self.store = store
         self.pool = pool
         self.other = other
@@ -190,6 +194,7 @@ public final class DeliveryEngine: Sendable {
                 return shared
             }
             var outcomes: [JobOutcome] = []
+            outcomes.reserveCapacity(arrived.answers.count)
             for answer in arrived.answers { handle(answer, into: &outcomes) }
             dispatchResends()
             if !outcomes.isEmpty || !state.unrecorded.isEmpty && ContinuousClock.now >= state.unrecordedRetryAt { record(outcomes) }
@@ -313,7 +318,8 @@ public final class DeliveryEngine: Sendable {
     private func forgetEarlierHolder(ofID job: ClaimedJob) {
         let state = loopState
         if let other = state.inFlight[job.id], other.job.publicID != job.publicID { state.inFlight[job.id] = nil }
-        state.resendQueue.removeAll { $0.job.id == job.id && $0.job.publicID != job.publicID }
+        // Usually empty: `removeAll(where:)` on it still cost more than the lookup above.
+        if !state.resendQueue.isEmpty { state.resendQueue.removeAll { $0.job.id == job.id && $0.job.publicID != job.publicID } }
     }
 
     /// A push to (re)send: how often it was resent, and the environment it must go to (nil: the device's).
@@ -395,7 +401,7 @@ public final class DeliveryEngine: Sendable {
     /// Whether a request for `job` sent at `now` is sure to be answered or reset before its lease ends (with the
     /// allowance of `Settings.leaseNeededToSend`).
     private func leaseAllowsSending(_ job: ClaimedJob, now: Int64) -> Bool {
-        job.leaseExpiresAt - now > configuration.leaseNeededToSend.wholeMilliseconds
+        job.leaseExpiresAt - now > leaseNeededToSendMillis
     }
 
     /// Sends the pushes waiting for a stream whose pool has one now. One whose lease can no longer cover a request

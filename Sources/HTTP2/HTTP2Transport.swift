@@ -42,6 +42,12 @@ class HTTP2Transport {
     private var settleScheduled = false
     private var outbound: [UInt8] = []
     private var outboundOffset = 0
+    /// The frames nghttp2 produced in one `produceFrames`, before TLS encrypts them; emptied, not freed, after each:
+    /// a fresh array grew by doubling, copying its frames each time, on every write (callgrind).
+    private var frames: [UInt8] = []
+    /// What `read` gives and, once fed to TLS (which copies it), what TLS decrypts: one buffer for the connection's
+    /// life (allocated at its first read), not two zero-filled 64 KiB arrays allocated and freed on every read.
+    private var receiveBuffer: UnsafeMutableRawBufferPointer?
     private var watchingWritable = false
     private static let readBufferSize = 64 * 1024
     /// How long a graceful close waits for the final frames to be written and for the peer to close.
@@ -55,6 +61,7 @@ class HTTP2Transport {
 
     deinit {
         if fd >= 0 { close(fd) }
+        receiveBuffer?.deallocate()
     }
 
     var isClosed: Bool { state == .closed }
@@ -190,7 +197,7 @@ class HTTP2Transport {
         flushWanted = false
         guard let session else { return }
         do {
-            var frames: [UInt8] = []
+            frames.removeAll(keepingCapacity: true)
             try session.send(into: &frames)
             if !frames.isEmpty { try frames.withUnsafeBytes { try tls.write($0) } }
             tls.drainCiphertext(into: &outbound)
@@ -202,18 +209,18 @@ class HTTP2Transport {
     /// Reads until the socket has nothing more. `closingAtEnd`: the peer's end of stream or a read error closes the
     /// connection (false: just stop reading; the caller closes it with its own reason).
     private func readIn(closingAtEnd: Bool = true) {
-        var buffer = [UInt8](repeating: 0, count: Self.readBufferSize)
+        let buffer = readBuffer
         while !isClosed {
-            let count = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+            let count = read(fd, buffer.baseAddress, buffer.count)
             if count > 0 {
                 switch state {
                 case .draining, .lingering:
                     continue
                 case .handshaking:
-                    buffer.withUnsafeBytes { tls.feed(UnsafeRawBufferPointer(rebasing: $0[0..<count])) }
+                    tls.feed(UnsafeRawBufferPointer(rebasing: buffer[0..<count]))
                     advanceHandshake()
                 case .open, .closing:
-                    buffer.withUnsafeBytes { tls.feed(UnsafeRawBufferPointer(rebasing: $0[0..<count])) }
+                    tls.feed(UnsafeRawBufferPointer(rebasing: buffer[0..<count]))
                     decryptAndDeliver()
                 case .connecting, .closed:
                     return
@@ -248,15 +255,25 @@ class HTTP2Transport {
         }
     }
 
+    /// The connection's receive buffer (`receiveBuffer`). Its bytes are used only between a `read` and the `feed`
+    /// that follows, and between a `tls.read` and the `receive` that follows, and none of those nest: nghttp2's
+    /// callbacks only record work (see the type's comment), so nothing reads the socket while `receive` parses.
+    private var readBuffer: UnsafeMutableRawBufferPointer {
+        if let receiveBuffer { return receiveBuffer }
+        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: Self.readBufferSize, alignment: 16)
+        receiveBuffer = buffer
+        return buffer
+    }
+
     /// Hands every decrypted byte to the session, one `receive` call at a time (each returns before the next).
     private func decryptAndDeliver() {
-        var buffer = [UInt8](repeating: 0, count: Self.readBufferSize)
+        let buffer = readBuffer
         while !isClosed {
             do {
-                let result = try buffer.withUnsafeMutableBytes { try tls.read(into: $0) }
+                let result = try tls.read(into: buffer)
                 switch result {
                 case .bytes(let count):
-                    try buffer.withUnsafeBytes { try session?.receive(UnsafeRawBufferPointer(rebasing: $0[0..<count])) }
+                    try session?.receive(UnsafeRawBufferPointer(rebasing: buffer[0..<count]))
                 case .wantMore:
                     // nghttp2 may have queued frames of its own (SETTINGS ACK, PING ACK, WINDOW_UPDATE).
                     wantFlush()

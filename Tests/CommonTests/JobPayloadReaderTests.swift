@@ -46,4 +46,15 @@ import Testing
         #expect(AlertEvent(jobPayload: Array(#"{"k":"nope","m":"x"}"#.utf8)) == nil)
         #expect(JobPayloadReader.read([0x7b, 0x22, 0x6b, 0x22, 0x3a, 0x22, 0xff, 0x22]) == nil, "invalid UTF-8")
     }
+
+    /// Only all-ASCII text skips validation: anything else must be valid UTF-8, or the reader gives nil (the JSON
+    /// parser decides) instead of text with replacement characters in it.
+    @Test func invalidUTF8InTextIsNotReadEvenAfterASCII() {
+        let valid = Array(#"{"k":"test","m":"ok "#.utf8) + [0xc3, 0xa9] + Array(#""}"#.utf8)
+        #expect(JobPayloadReader.read(valid) == .test("ok é"))
+        for invalid: [UInt8] in [[0xff], [0xc3], [0xe2, 0x82], [0xc0, 0xaf], [0xed, 0xa0, 0x80]] {
+            let payload = Array(#"{"k":"test","m":"ok "#.utf8) + invalid + Array(#""}"#.utf8)
+            #expect(JobPayloadReader.read(payload) == nil, "\(invalid)")
+        }
+    }
 }

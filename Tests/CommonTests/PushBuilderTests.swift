@@ -4,6 +4,18 @@ import Testing
 @Suite struct PushBuilderTests {
     let builder = PushBuilder(lateNotice: .seconds(120))
 
+    /// LATE_NOTICE (SPEC §3) is "more than": a push sent exactly 120 s after its webhook says nothing, a millisecond
+    /// later it says when the event was (a sub-millisecond notice counts its whole milliseconds only, as before).
+    @Test func theLateNoticeStartsAfterExactlyLateNotice() {
+        let event = AlertEvent(kind: .monitor, status: .down, monitorID: 1, monitorName: "API", message: "timeout")
+        let acceptedAt: Int64 = 1_700_000_000_000
+        #expect(builder.notification(for: event, timeSensitiveDown: false, acceptedAt: acceptedAt, now: acceptedAt + 120_000).bodySuffix == "")
+        #expect(builder.notification(for: event, timeSensitiveDown: false, acceptedAt: acceptedAt, now: acceptedAt + 120_001).bodySuffix != "")
+        let fractional = PushBuilder(lateNotice: .microseconds(120_000_500))
+        #expect(fractional.notification(for: event, timeSensitiveDown: false, acceptedAt: acceptedAt, now: acceptedAt + 120_000).bodySuffix == "")
+        #expect(fractional.notification(for: event, timeSensitiveDown: false, acceptedAt: acceptedAt, now: acceptedAt + 120_001).bodySuffix != "")
+    }
+
     /// Issue 12 item 5: a monitor with no id groups by its name, and a very long name made the uncut thread-id
     /// alone push the payload past 4096 bytes (APNs answers PayloadTooLarge and the alert was dead-lettered).
     @Test func aVeryLongMonitorNameStillFitsAndGroupsByACutThreadID() throws {

@@ -24,6 +24,21 @@ import Testing
         #expect(String(decoding: bytes, as: UTF8.self) == JSONText.quoted(text))
     }
 
+    /// The APNs payload writes its badge with this: the same digits as `String(number)`.
+    @Test(arguments: [0, 7, 10, 99, 100, 12_345, -1, -10, -907, Int.max, Int.min])
+    func decimalDigitsAreStringsDigits(_ number: Int) {
+        var bytes: [UInt8] = [UInt8(ascii: "x")]
+        JSONText.appendDecimal(number, to: &bytes)
+        #expect(String(decoding: bytes, as: UTF8.self) == "x" + String(number))
+    }
+
+    /// Blocks of text between escapes are copied whole: what lies before, between and after each escape survives.
+    @Test func escapingKeepsTheTextAroundEachEscape() {
+        var bytes: [UInt8] = []
+        JSONText.appendEscaped("\"start, mid\\dle\nand end\"", to: &bytes)
+        #expect(String(decoding: bytes, as: UTF8.self) == #"\"start, mid\\dle\nand end\""#)
+    }
+
     @Test func ipNetworksMatchByPrefix() throws {
         let net = try #require(IPNetwork("10.1.0.0/16"))
         #expect(net.contains(try #require(IPAddress("10.1.200.3"))))

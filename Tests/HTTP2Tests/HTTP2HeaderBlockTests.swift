@@ -16,6 +16,16 @@ import Testing
         #expect(fields.map(\.sensitive) == [false, true, false])
     }
 
+    /// `apns-expiration` is written as digits straight into the block: the same text as `String(number)`.
+    @Test(arguments: [0, 9, 10, 1_764_806_400, -1, -42, Int.max, Int.min])
+    func aDecimalValueIsWrittenAsStringWouldWriteIt(_ number: Int) {
+        var block = HTTP2HeaderBlock()
+        block.append("APNs-Expiration", decimal: number, sensitive: true)
+        #expect(block.fields.map(\.name) == ["apns-expiration"])
+        #expect(block.fields.map(\.value) == [String(number)])
+        #expect(block.fields.map(\.sensitive) == [true])
+    }
+
     @Test func aBlockAppendedKeepsItsHeadersAndFlags() {
         var fixed = HTTP2HeaderBlock()
         fixed.append("apns-topic", "t")

@@ -28,24 +28,30 @@ public enum APNsPayload {
         render(notification, title: notification.title, body: notification.body).count > maximumBytes
     }
 
-    /// The payload's bytes, written into one buffer (once per push: the delivery path's hottest text).
+    /// The payload's bytes, written into one buffer (once per push: the delivery path's hottest text). The fixed
+    /// parts are copied as blocks and the badge written as digits: appending `String.UTF8View`s and interpolating
+    /// the badge cost about 1,500 instructions a push (callgrind, nineteenth session).
     private static func render(_ notification: PushMessage, title: String, body: String) -> [UInt8] {
         var out: [UInt8] = []
-        out.reserveCapacity(160 + title.utf8.count + body.utf8.count + notification.bodySuffix.utf8.count)
-        out += #"{"aps":{"alert":{"title":"#.utf8
+        out.reserveCapacity(
+            160 + title.utf8.count + body.utf8.count + notification.bodySuffix.utf8.count + (notification.threadID?.utf8.count ?? 0))
+        JSONText.appendLiteral(#"{"aps":{"alert":{"title":"#, to: &out)
         JSONText.appendQuoted(title, to: &out)
-        out += #","body":""#.utf8
+        JSONText.appendLiteral(#","body":""#, to: &out)
         JSONText.appendEscaped(body, to: &out)
         JSONText.appendEscaped(notification.bodySuffix, to: &out)
-        out += #""},"sound":"default","interruption-level":""#.utf8
-        out += notification.interruptionLevel.rawValue.utf8
+        JSONText.appendLiteral(#""},"sound":"default","interruption-level":""#, to: &out)
+        JSONText.appendUTF8(notification.interruptionLevel.rawValue, to: &out)
         out.append(UInt8(ascii: "\""))
         if let thread = notification.threadID {
-            out += #","thread-id":"#.utf8
+            JSONText.appendLiteral(#","thread-id":"#, to: &out)
             JSONText.appendQuoted(thread, to: &out)
         }
-        if let badge = notification.badge { out += ",\"badge\":\(badge)".utf8 }
-        out += "}}".utf8
+        if let badge = notification.badge {
+            JSONText.appendLiteral(#","badge":"#, to: &out)
+            JSONText.appendDecimal(badge, to: &out)
+        }
+        JSONText.appendLiteral("}}", to: &out)
         return out
     }
 

@@ -28,7 +28,8 @@ public struct PushBuilder: Sendable {
         case .generic:
             result = PushMessage(title: event.title.isEmpty ? "KumaPush" : event.title, body: event.message)
         }
-        if now - acceptedAt > lateNotice.wholeMilliseconds {
+        // Compared as Durations: `lateNotice.wholeMilliseconds` divided a 128-bit number on every push.
+        if Duration.milliseconds(now - acceptedAt) > lateNotice {
             result.bodySuffix = Self.lateSuffix(acceptedAt: acceptedAt)
         }
         return result
