@@ -27,7 +27,10 @@ let package = Package(
         // Two thread helpers every module with a thread of its own uses: ThreadConfined and WakeUp.
         .target(name: "Threading", swiftSettings: strictSettings),
         .target(name: "Common", dependencies: ["Threading", "COpenSSL"], swiftSettings: strictSettings),
-        .target(name: "Queue", dependencies: ["Common", "Threading", "CSQLite", "CLibPQ"], swiftSettings: strictSettings),
+        // Thin wrappers over SQLite and libpq: the only modules of the queue that see their C types.
+        .target(name: "SQLiteDriver", dependencies: ["CSQLite"], swiftSettings: strictSettings),
+        .target(name: "PostgresDriver", dependencies: ["Common", "CLibPQ"], swiftSettings: strictSettings),
+        .target(name: "Queue", dependencies: ["Common", "Threading", "SQLiteDriver", "PostgresDriver"], swiftSettings: strictSettings),
         .target(name: "Ingest", dependencies: ["Common", "Queue", "Threading", "CMicroHTTPD"], swiftSettings: strictSettings),
         // Plumbing shared by the APNs client and the simulator: event loop, TLS over memory BIOs, HTTP/2 sessions.
         .target(name: "HTTP2", dependencies: ["Threading", "CNGHTTP2", "COpenSSL", "CLinux"], swiftSettings: strictSettings),
@@ -44,7 +47,7 @@ let package = Package(
 
         // `make bench` helpers.
         .executableTarget(
-            name: "QueueBench", dependencies: ["Common", "Queue", "CSQLite"], path: "bench/QueueBench",
+            name: "QueueBench", dependencies: ["Common", "Queue", "SQLiteDriver", "CSQLite"], path: "bench/QueueBench",
             swiftSettings: strictSettings),
 
         // Tests. QueueProbe is a helper process the queue tests start, kill and race against each other.
@@ -61,7 +64,8 @@ let package = Package(
             swiftSettings: strictSettings),
         .testTarget(name: "HTTP2Tests", dependencies: ["HTTP2", "TestSupport"], swiftSettings: strictSettings),
         .testTarget(name: "IngestTests", dependencies: ["Common", "Queue", "Ingest", "TestSupport", "Threading"], swiftSettings: strictSettings),
-        .testTarget(name: "QueueTests", dependencies: ["Common", "Queue", "TestSupport"], swiftSettings: strictSettings)
+        .testTarget(
+            name: "QueueTests", dependencies: ["Common", "Queue", "SQLiteDriver", "PostgresDriver", "TestSupport"], swiftSettings: strictSettings)
     ],
     swiftLanguageModes: [.v6]
 )

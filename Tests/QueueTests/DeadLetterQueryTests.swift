@@ -1,3 +1,5 @@
+import PostgresDriver
+import SQLiteDriver
 import Testing
 
 @testable import Queue

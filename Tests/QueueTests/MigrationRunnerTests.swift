@@ -1,4 +1,5 @@
 import Common
+import PostgresDriver
 import TestSupport
 import Testing
 

@@ -1,3 +1,4 @@
+import PostgresDriver
 import TestSupport
 import Testing
 

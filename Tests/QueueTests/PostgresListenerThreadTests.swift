@@ -1,5 +1,6 @@
 import Common
 import Foundation
+import PostgresDriver
 import TestSupport
 import Testing
 

@@ -1,4 +1,5 @@
 import Foundation
+import PostgresDriver
 import TestSupport
 import Testing
 

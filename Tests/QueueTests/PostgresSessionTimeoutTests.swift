@@ -1,5 +1,6 @@
 import Common
 import Foundation
+import PostgresDriver
 import Synchronization
 import TestSupport
 import Testing

@@ -1,3 +1,4 @@
+import SQLiteDriver
 import Testing
 
 @testable import Queue

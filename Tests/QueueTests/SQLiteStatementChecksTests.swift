@@ -1,3 +1,4 @@
+import SQLiteDriver
 import TestSupport
 import Testing
 

@@ -1,5 +1,6 @@
 import Common
 import Foundation
+import SQLiteDriver
 import Synchronization
 import TestSupport
 import Testing

@@ -1,5 +1,6 @@
 import CSQLite
 import Foundation
+import SQLiteDriver
 
 /// The delivery floor's ceiling: the row changes a claim and a completion make, as bare prepared statements on the
 /// relay's own schema, in the relay's batch sizes and transactions, without the store around them.

@@ -1,3 +1,5 @@
+import PostgresDriver
+
 /// A connection to PostgreSQL that comes back after it is lost: a failed statement on a broken connection drops it,
 /// and the next use reconnects — at once the first time, then no more often than a backoff that doubles from
 /// 100 ms to 5 s while the server stays unreachable. Between attempts, uses fail at once (the caller answers 503)

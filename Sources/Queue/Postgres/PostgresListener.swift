@@ -1,3 +1,5 @@
+import PostgresDriver
+
 /// The connection a deliverer hears about new work on: it LISTENs to `kumapush_jobs`, which writers NOTIFY in
 /// the transaction that gives a deliverer work (PostgreSQL delivers it at commit, so whoever hears it also sees the
 /// rows). `changes` counts what arrived; reading it drains the socket without a round trip, and

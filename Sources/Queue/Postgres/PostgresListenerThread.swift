@@ -1,4 +1,5 @@
 import Foundation
+import PostgresDriver
 import Synchronization
 
 /// The deliverer's LISTEN connection (`PostgresListener`) on a thread of its own, asleep in poll(2) on the
@@ -40,7 +41,10 @@ final class PostgresListenerThread: Sendable {
     /// the counter never goes back.
     /// Throws when the process cannot make the pipe that stops it (out of file descriptors).
     init(conninfo: String, options: PGConnection.Options, failover: FailoverSignal, startingAt: Int64) throws(StoreError) {
-        stopRequest = try PGInterrupt()
+        guard let interrupt = PGInterrupt() else {
+            throw StoreError(.unavailable, "cannot make the LISTEN thread's pipe: \(String(cString: strerror(errno)))")
+        }
+        stopRequest = interrupt
         published = Mutex(Published(changes: startingAt))
         let thread = Thread { [self] in run(conninfo: conninfo, options: options, failover: failover, base: startingAt) }
         thread.name = "postgres-listen"

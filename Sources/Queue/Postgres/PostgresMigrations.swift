@@ -1,4 +1,5 @@
 import Common
+import PostgresDriver
 
 /// The PostgreSQL schema, as numbered, append-only migrations applied by `MigrationRunner`: the same tables, states
 /// and invariants as the SQLite schema (`Migrations`), with the same version numbers, so one binary's schema version

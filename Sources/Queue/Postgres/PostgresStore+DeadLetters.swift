@@ -1,4 +1,5 @@
 import Common
+import PostgresDriver
 
 /// PostgreSQL's half of `replayDeadLetters` (SharedQueries+DeadLetters.swift).
 extension PostgresStore {

@@ -1,4 +1,5 @@
 import Common
+import PostgresDriver
 
 extension PostgresStore {
     /// Records `kind`/`reason` for the device's live jobs a Test request waits for, through `jobs_waiting_tests`

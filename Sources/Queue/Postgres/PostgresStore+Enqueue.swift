@@ -1,4 +1,5 @@
 import Common
+import PostgresDriver
 
 /// Enqueue on PostgreSQL: a batch in one transaction, written with a few multi-row statements per chunk.
 ///

@@ -1,4 +1,5 @@
 import Common
+import PostgresDriver
 
 /// `finish` on PostgreSQL: lock the outcomes' devices, then read and lock the jobs this worker still holds (one
 /// round trip), let `FinishPlan` decide, and send its writes as set-wise statements with the COMMIT: two round

@@ -1,4 +1,5 @@
 import Common
+import PostgresDriver
 
 /// Writing rows moved from another store (`migrate-store`, the target side of `StoreTransfer`). Each call is one
 /// transaction and skips rows already here, so an interrupted migration can simply run again.

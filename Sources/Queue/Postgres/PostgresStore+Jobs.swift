@@ -1,4 +1,5 @@
 import Common
+import PostgresDriver
 
 /// Which job is a device's head changes in three places: a job is added (enqueue, replay), the head leaves
 /// (delivered, dead-lettered) and the next pending job is promoted. Under READ COMMITTED two transactions doing

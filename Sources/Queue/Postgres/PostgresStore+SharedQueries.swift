@@ -1,4 +1,5 @@
 import Common
+import PostgresDriver
 
 /// PostgreSQL runs the statements both stores share (`SharedQueries`) as written, each prepared once per connection.
 extension PostgresStore: SharedQueries, StatsConnectionHolder {

@@ -1,4 +1,5 @@
 import Common
+import PostgresDriver
 import Synchronization
 
 /// `RelayStore` on PostgreSQL 15+, for several ingest and deliver processes on several hosts sharing one

@@ -1,4 +1,5 @@
 import Common
+import SQLiteDriver
 
 /// The SQLite schema, as numbered, append-only migrations, applied by `MigrationRunner`. Never edit a shipped
 /// migration: add the next number.

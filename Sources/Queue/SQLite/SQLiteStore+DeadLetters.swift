@@ -1,4 +1,5 @@
 import Common
+import SQLiteDriver
 
 /// SQLite's half of `replayDeadLetters` (SharedQueries+DeadLetters.swift).
 extension SQLiteStore {

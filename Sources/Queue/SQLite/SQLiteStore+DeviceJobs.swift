@@ -1,4 +1,5 @@
 import Common
+import SQLiteDriver
 
 /// A device's jobs, found by their number in its queue (migration 12).
 ///

@@ -1,4 +1,5 @@
 import Common
+import SQLiteDriver
 
 /// `finish` on SQLite: read what `FinishPlan` needs, let it decide, apply its writes row by row. All of it in the
 /// single writer's transaction, so nothing moves between the read and the writes, and the writes need no guard.

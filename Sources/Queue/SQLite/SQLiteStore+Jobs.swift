@@ -1,4 +1,5 @@
 import Common
+import SQLiteDriver
 
 extension SQLiteStore {
     /// The device's live jobs, whether it has a head (read from `jobs_one_head_per_device`), the number its next

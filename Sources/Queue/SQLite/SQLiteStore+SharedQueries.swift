@@ -1,4 +1,5 @@
 import Common
+import SQLiteDriver
 
 /// SQLite runs the statements both stores share (`SharedQueries`) on its reader and its writer.
 extension SQLiteStore: SharedQueries, StatsConnectionHolder {

@@ -1,4 +1,5 @@
 import Common
+import SQLiteDriver
 import Synchronization
 
 /// `RelayStore` on one SQLite file in WAL mode. Any number of processes may open the same file: writes take the

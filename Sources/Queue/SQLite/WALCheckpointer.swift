@@ -1,4 +1,5 @@
 import Foundation
+import SQLiteDriver
 import Synchronization
 import Threading
 
@@ -18,7 +19,7 @@ import Threading
 /// commit once the WAL is within `backgroundFrames` of it, so only the last commits are left to copy in line. (A
 /// passive checkpoint stops at the oldest snapshot a reader still uses, so the bound is soft; the truncation every
 /// `WAL_TRUNCATE_INTERVAL` is the hard one.)
-final class WALCheckpointer: Sendable {
+final class WALCheckpointer: WALCommitObserver, Sendable {
     /// Pages written since the last checkpoint that wake the thread (32 MiB at 4 KiB pages). Eight times SQLite's
     /// automatic-checkpoint size: a checkpoint copies each page once however often it was rewritten, and at depth
     /// consecutive batches rewrite the same index pages. `QueueBench`, claim rate at 1M against 10k, three runs

@@ -1,4 +1,5 @@
 import Foundation
+import SQLiteDriver
 import Synchronization
 import Threading
 

@@ -1,4 +1,5 @@
 import Common
+import SQLiteDriver
 
 /// A row as the statements both stores share read it.
 protocol ResultRow {

@@ -4,8 +4,8 @@
 /// a word (`a$1` is an identifier), becomes `?N`, its `::type` (or `::type[]`) dropped. Nothing else is changed: a
 /// cast elsewhere fails to prepare, as SQLite has none, and a `$N` left behind would too (SQLite's `$name`
 /// parameters are not used by the relay, so `SQLiteStatement`'s count check refuses the statement).
-enum SQLitePlaceholders {
-    static func numbered(_ sql: String) -> String {
+package enum SQLitePlaceholders {
+    package static func numbered(_ sql: String) -> String {
         let text = Array(sql.utf8)
         var result: [UInt8] = []
         result.reserveCapacity(text.count)

@@ -3,14 +3,15 @@ import Foundation
 /// A self-pipe that ends a wait on a connection's socket (`PGConnection.waitForInput`) or on nothing
 /// (`wait(until:)`) from another thread: raised once, for good — it stops the thread that waits, which must not go
 /// on sleeping through a backoff or in poll(2) while its owner shuts down.
-final class PGInterrupt: Sendable {
+package final class PGInterrupt: Sendable {
     private let readEnd: Int32
     private let writeEnd: Int32
 
-    /// Throws when the process cannot make a pipe (out of file descriptors): an environment's failure, not a bug.
-    init() throws(StoreError) {
+    /// Nil when the process cannot make a pipe (out of file descriptors: an environment's failure, not a bug);
+    /// `errno` says why.
+    package init?() {
         var ends: [Int32] = [-1, -1]
-        guard pipe(&ends) == 0 else { throw StoreError(.unavailable, "cannot make the LISTEN thread's pipe: \(String(cString: strerror(errno)))") }
+        guard pipe(&ends) == 0 else { return nil }
         for end in ends {
             _ = fcntl(end, F_SETFD, FD_CLOEXEC)
             _ = fcntl(end, F_SETFL, fcntl(end, F_GETFL) | O_NONBLOCK)
@@ -24,23 +25,23 @@ final class PGInterrupt: Sendable {
     }
 
     /// Ends every wait under way and every later one at once. From any thread; raising it again changes nothing.
-    func raise() {
+    package func raise() {
         var byte: UInt8 = 1
         // Non-blocking: a pipe too full to take the byte is already readable, which is all a waiter looks at.
         _ = write(writeEnd, &byte, 1)
     }
 
     /// Whether it was raised. Never read from the pipe: the byte stays, so the interrupt stays raised.
-    var isRaised: Bool { Self.poll([readEnd], timeout: .zero) }
+    package var isRaised: Bool { Self.poll([readEnd], timeout: .zero) }
 
     /// Sleeps until raised or until `deadline`. Returns whether it was raised.
     @discardableResult
-    func wait(until deadline: ContinuousClock.Instant) -> Bool {
+    package func wait(until deadline: ContinuousClock.Instant) -> Bool {
         Self.poll([readEnd], timeout: max(.zero, deadline - .now)) || isRaised
     }
 
     /// Sleeps until `socket` has something to read (or failed), the interrupt is raised, or `timeout` passes.
-    func wait(for socket: Int32, timeout: Duration) -> PGInputWait {
+    package func wait(for socket: Int32, timeout: Duration) -> PGInputWait {
         var descriptors = [pollfd(fd: socket, events: Int16(POLLIN), revents: 0), pollfd(fd: readEnd, events: Int16(POLLIN), revents: 0)]
         let ready = Glibc.poll(&descriptors, nfds_t(descriptors.count), Self.milliseconds(timeout))
         if ready > 0 && descriptors[1].revents != 0 { return .interrupted }
@@ -64,7 +65,7 @@ final class PGInterrupt: Sendable {
 }
 
 /// How a wait for input on a connection's socket ended.
-enum PGInputWait {
+package enum PGInputWait {
     /// The server sent something, or the socket failed: read it (`PGConnection.drainNotifications`).
     case input
     /// The interrupt was raised.

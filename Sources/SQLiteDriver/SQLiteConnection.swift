@@ -5,14 +5,20 @@ import Foundation
 ///
 /// Opened in multi-thread mode (`SQLITE_OPEN_NOMUTEX`): SQLite does no locking of its own, so a connection must be
 /// used by one thread at a time. `SQLiteStore` guarantees that by keeping it inside a `Mutex`.
-final class SQLiteConnection {
-    struct Options {
-        var busyTimeoutMillis: Int32 = 5_000
-        var synchronousFull = false
+package final class SQLiteConnection {
+    package struct Options {
+        package var busyTimeoutMillis: Int32
+        package var synchronousFull: Bool
         /// Page cache in KiB. The claim and promote statements walk indexes of every queued job: with SQLite's
         /// default 2 MiB they miss the cache at a million jobs and the claim rate halves (measured by
         /// `make bench`); 16 MiB keeps the hot index pages in memory.
-        var cacheKiB = 16_384
+        package var cacheKiB: Int
+
+        package init(busyTimeoutMillis: Int32 = 5_000, synchronousFull: Bool = false, cacheKiB: Int = 16_384) {
+            self.busyTimeoutMillis = busyTimeoutMillis
+            self.synchronousFull = synchronousFull
+            self.cacheKiB = cacheKiB
+        }
     }
 
     private let handle: OpaquePointer
@@ -22,7 +28,7 @@ final class SQLiteConnection {
     /// text both spellings could read is never taken unrewritten from the other cache.
     private var portableStatements: [String: SQLiteStatement] = [:]
     /// Kept alive here for as long as the WAL hook that points at it is installed (the connection's life).
-    private var walCheckpointer: WALCheckpointer?
+    private var walCommitHook: WALCommitHook?
 
     /// Process-wide settings SQLite takes only before it initializes: run once, before the first connection opens.
     /// Swift runs a static property's initializer once, thread-safely.
@@ -31,7 +37,7 @@ final class SQLiteConnection {
         _ = CSQLite_disableMemoryStatistics()
     }()
 
-    init(path: String, options: Options) throws {
+    package init(path: String, options: Options) throws {
         Self.configured
         let directory = URL(fileURLWithPath: path).deletingLastPathComponent().path
         try? FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
@@ -75,14 +81,14 @@ final class SQLiteConnection {
     }
 
     /// Runs `body` waiting up to `millis` for another connection's lock, then puts the configured wait back.
-    func withBusyTimeout<T>(millis: Int32, _ body: () throws -> T) rethrows -> T {
+    package func withBusyTimeout<T>(millis: Int32, _ body: () throws -> T) rethrows -> T {
         sqlite3_busy_timeout(handle, millis)
         defer { sqlite3_busy_timeout(handle, busyTimeoutMillis) }
         return try body()
     }
 
     /// Runs one or more SQL statements that take no parameters (schema, pragmas, transaction control).
-    func execute(_ sql: String) throws {
+    package func execute(_ sql: String) throws {
         var errorMessage: UnsafeMutablePointer<CChar>?
         let code = sqlite3_exec(handle, sql, nil, nil, &errorMessage)
         guard code == SQLITE_OK else {
@@ -93,10 +99,10 @@ final class SQLiteConnection {
     }
 
     /// Statements prepared and kept so far (tests check that the cache stays bounded).
-    var preparedStatementCount: Int { statements.count + portableStatements.count }
+    package var preparedStatementCount: Int { statements.count + portableStatements.count }
 
     /// The cached prepared statement for `sql`, prepared on first use.
-    func statement(_ sql: String) throws -> SQLiteStatement {
+    package func statement(_ sql: String) throws -> SQLiteStatement {
         if let cached = statements[sql] { return cached }
         let statement = try SQLiteStatement(connection: handle, sql: sql)
         statements[sql] = statement
@@ -105,7 +111,7 @@ final class SQLiteConnection {
 
     /// The cached prepared statement for `sql` written with PostgreSQL's placeholders (`SQLitePlaceholders`),
     /// rewritten once per connection, when first prepared.
-    func statement(portable sql: String) throws -> SQLiteStatement {
+    package func statement(portable sql: String) throws -> SQLiteStatement {
         if let cached = portableStatements[sql] { return cached }
         let statement = try SQLiteStatement(connection: handle, sql: SQLitePlaceholders.numbered(sql))
         portableStatements[sql] = statement
@@ -114,7 +120,7 @@ final class SQLiteConnection {
 
     /// Runs `body` inside `BEGIN IMMEDIATE … COMMIT`, rolling back if it throws. IMMEDIATE takes the write lock up
     /// front, so two processes never deadlock upgrading read locks; a busy database waits up to the busy timeout.
-    func writeTransaction<T>(_ body: () throws -> T) throws -> T {
+    package func writeTransaction<T>(_ body: () throws -> T) throws -> T {
         // Prepared once and kept: sqlite3_exec would parse BEGIN and COMMIT again for every transaction, which the
         // delivery profile showed at several percent of its time (two transactions per loop turn).
         try statement("BEGIN IMMEDIATE").run()
@@ -128,18 +134,19 @@ final class SQLiteConnection {
         }
     }
 
-    /// Replaces SQLite's automatic checkpoint: after each commit `checkpointer` learns how long the WAL is, and
-    /// says whether this commit checkpoints in line (see `WALCheckpointer`).
-    func reportWALCommits(to checkpointer: WALCheckpointer) {
-        walCheckpointer = checkpointer
-        // Unmanaged, unretained: the pointer is to the checkpointer `walCheckpointer` holds, and the hook can only
-        // run inside this connection's own commits, so never after it (and the checkpointer with it) is gone.
-        let context = Unmanaged.passUnretained(checkpointer).toOpaque()
+    /// Replaces SQLite's automatic checkpoint: after each commit `observer` learns how long the WAL is, and says
+    /// whether this commit checkpoints in line (the queue's `WALCheckpointer`).
+    package func reportWALCommits(to observer: some WALCommitObserver) {
+        let hook = WALCommitHook(observer)
+        walCommitHook = hook
+        // Unmanaged, unretained: the pointer is to the hook `walCommitHook` holds, and the hook can only run inside
+        // this connection's own commits, so never after it (and the hook with it) is gone.
+        let context = Unmanaged.passUnretained(hook).toOpaque()
         sqlite3_wal_hook(
             handle,
             { context, db, schema, frames in
                 guard let context else { return SQLITE_OK }
-                if Unmanaged<WALCheckpointer>.fromOpaque(context).takeUnretainedValue().committed(frames: Int(frames)) {
+                if Unmanaged<WALCommitHook>.fromOpaque(context).takeUnretainedValue().observer.committed(frames: Int(frames)) {
                     // What SQLite's own hook does; SQLITE_BUSY (another process is checkpointing) is no error.
                     sqlite3_wal_checkpoint_v2(db, schema, SQLITE_CHECKPOINT_PASSIVE, nil, nil)
                 }
@@ -148,9 +155,21 @@ final class SQLiteConnection {
     }
 
     /// The value of a single-valued pragma, e.g. `secure_delete` → "1".
-    func pragma(_ name: String) throws -> String {
+    package func pragma(_ name: String) throws -> String {
         try statement("PRAGMA \(name)").rows { $0.text(0) }.first ?? ""
     }
 
-    static var libraryVersion: String { String(cString: sqlite3_libversion()) }
+    package static var libraryVersion: String { String(cString: sqlite3_libversion()) }
+}
+
+/// Told the WAL's length in pages after each commit of a connection (`SQLiteConnection.reportWALCommits`).
+package protocol WALCommitObserver: AnyObject {
+    /// Whether this commit checkpoints in line, as SQLite's own hook would.
+    func committed(frames: Int) -> Bool
+}
+
+/// The observer in a class of known type, which the C hook's context pointer can name.
+private final class WALCommitHook {
+    let observer: any WALCommitObserver
+    init(_ observer: some WALCommitObserver) { self.observer = observer }
 }

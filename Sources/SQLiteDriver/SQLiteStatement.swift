@@ -2,13 +2,13 @@ internal import CSQLite
 
 /// One prepared statement. Owns its `sqlite3_stmt`, finalized in `deinit`; used only by the connection that made
 /// it, which is itself confined to one thread at a time.
-final class SQLiteStatement {
-    let sql: String
+package final class SQLiteStatement {
+    package let sql: String
     private let handle: OpaquePointer
     private let connection: OpaquePointer
 
     /// The number of values each run must bind (`sqlite3_bind_parameter_count`: the largest `?N`).
-    let parameterCount: Int
+    package let parameterCount: Int
 
     init(connection: OpaquePointer, sql: String) throws {
         var statement: OpaquePointer?
@@ -32,7 +32,7 @@ final class SQLiteStatement {
     }
 
     /// Whether `text` (what follows the first statement) holds anything but white space, `;` and comments.
-    static func holdsSQL(_ text: String) -> Bool {
+    package static func holdsSQL(_ text: String) -> Bool {
         var rest = Substring(text)
         while let first = rest.first {
             if first.isWhitespace || first == ";" {
@@ -51,7 +51,7 @@ final class SQLiteStatement {
     deinit { sqlite3_finalize(handle) }
 
     /// Runs the statement with `values` and returns each result row mapped by `map`.
-    func rows<T>(_ values: [SQLiteValue] = [], _ map: (SQLiteRow) throws -> T) throws -> [T] {
+    package func rows<T>(_ values: [SQLiteValue] = [], _ map: (SQLiteRow) throws -> T) throws -> [T] {
         try bind(values)
         defer { sqlite3_reset(handle) }
         var results: [T] = []
@@ -61,7 +61,7 @@ final class SQLiteStatement {
 
     /// Runs the statement with `values` to completion and returns how many rows it changed.
     @discardableResult
-    func run(_ values: [SQLiteValue] = []) throws -> Int {
+    package func run(_ values: [SQLiteValue] = []) throws -> Int {
         try bind(values)
         defer { sqlite3_reset(handle) }
         while try step() {}
@@ -106,24 +106,24 @@ final class SQLiteStatement {
 }
 
 /// The current row of a stepping statement; valid only inside the `rows` callback.
-struct SQLiteRow {
+package struct SQLiteRow {
     fileprivate let handle: OpaquePointer
 
-    func int64(_ column: Int32) -> Int64 { sqlite3_column_int64(handle, column) }
-    func int(_ column: Int32) -> Int { Int(sqlite3_column_int64(handle, column)) }
-    func isNull(_ column: Int32) -> Bool { sqlite3_column_type(handle, column) == SQLITE_NULL }
-    func optionalInt64(_ column: Int32) -> Int64? { isNull(column) ? nil : int64(column) }
+    package func int64(_ column: Int32) -> Int64 { sqlite3_column_int64(handle, column) }
+    package func int(_ column: Int32) -> Int { Int(sqlite3_column_int64(handle, column)) }
+    package func isNull(_ column: Int32) -> Bool { sqlite3_column_type(handle, column) == SQLITE_NULL }
+    package func optionalInt64(_ column: Int32) -> Int64? { isNull(column) ? nil : int64(column) }
 
-    func text(_ column: Int32) -> String {
+    package func text(_ column: Int32) -> String {
         guard let pointer = sqlite3_column_text(handle, column) else { return "" }
         let count = Int(sqlite3_column_bytes(handle, column))
         return String(decoding: UnsafeBufferPointer(start: pointer, count: count), as: UTF8.self)
     }
 
-    func optionalText(_ column: Int32) -> String? { isNull(column) ? nil : text(column) }
-    func bool(_ column: Int32) -> Bool { int64(column) != 0 }
+    package func optionalText(_ column: Int32) -> String? { isNull(column) ? nil : text(column) }
+    package func bool(_ column: Int32) -> Bool { int64(column) != 0 }
 
-    func blob(_ column: Int32) -> [UInt8] {
+    package func blob(_ column: Int32) -> [UInt8] {
         let count = Int(sqlite3_column_bytes(handle, column))
         guard count > 0, let pointer = sqlite3_column_blob(handle, column) else { return [] }
         return Array(UnsafeRawBufferPointer(start: pointer, count: count))

@@ -1,9 +1,14 @@
 internal import CLibPQ
 
 /// One server of a conninfo's host list, as libpq reports the one a connection reached (`PQhost`, `PQport`).
-struct PGServer: Equatable, Sendable {
-    let host: String
-    let port: String
+package struct PGServer: Equatable, Sendable {
+    package let host: String
+    package let port: String
+
+    package init(host: String, port: String) {
+        self.host = host
+        self.port = port
+    }
 }
 
 /// The servers a conninfo lists (`postgresql://…@db1:5432,db2:5432/…`, or `host=db1,db2 port=…`), so that a
@@ -11,18 +16,18 @@ struct PGServer: Equatable, Sendable {
 /// first host vanished silently, every reconnect would spend its whole `connect_timeout` on that dead host before
 /// reaching the new primary. (libpq 16's `load_balance_hosts` shuffles instead, which still picks the dead one half
 /// the time.)
-struct PGHostOrder: Sendable {
+package struct PGHostOrder: Sendable {
     private struct Entry {
-        let host: String
-        let hostaddr: String
-        let port: String
+        package let host: String
+        package let hostaddr: String
+        package let port: String
     }
     private let entries: [Entry]
     /// The keywords the conninfo gave, the only ones written back (an empty `host` would mean the Unix socket).
     private let given: Set<String>
 
     /// Nil when the conninfo does not parse or names fewer than two servers: there is nothing to reorder.
-    init?(conninfo: String) {
+    package init?(conninfo: String) {
         guard let options = PQconninfoParse(conninfo, nil) else { return nil }
         defer { PQconninfoFree(options) }
         var values: [String: String] = [:]
@@ -50,7 +55,7 @@ struct PGHostOrder: Sendable {
     /// libpq parameters that list the same servers with `failed` moved to the end, the others in their order; empty
     /// when `failed` is not one of them. Given after the conninfo, they replace its host list (the last value of a
     /// keyword wins), and leave everything else the operator wrote.
-    func parameters(tryingLast failed: PGServer) -> [(String, String)] {
+    package func parameters(tryingLast failed: PGServer) -> [(String, String)] {
         // PQhost is the host name when one was given, else the address; an empty port entry is libpq's default.
         guard
             let index = entries.firstIndex(where: {

@@ -1,6 +1,6 @@
 /// A value bound to a PostgreSQL statement parameter. The SQL text casts each parameter (`$1::bigint`,
 /// `$2::bytea`), so no type OIDs are sent.
-enum PGValue {
+package enum PGValue {
     case integer(Int64)
     case text(String)
     /// Sent in binary format: raw bytes, no escaping.
@@ -9,18 +9,18 @@ enum PGValue {
     case null
 
     /// An integer array parameter in text format (`{1,2,3}`), so the SQL may cast it to `bigint[]` or `integer[]`.
-    static func integerArray(_ values: some Sequence<Int64>) -> PGValue {
+    package static func integerArray(_ values: some Sequence<Int64>) -> PGValue {
         .text("{" + values.map(String.init).joined(separator: ",") + "}")
     }
 
     /// Whether libpq gets it in binary (1) or text (0) format.
-    var format: Int32 {
+    package var format: Int32 {
         if case .bytes = self { return 1 }
         return 0
     }
 
     /// The bytes libpq sends: text-format values NUL-terminated (libpq ignores their length), nil for NULL.
-    var wireBytes: [UInt8]? {
+    package var wireBytes: [UInt8]? {
         switch self {
         case .integer(let number): return Array(String(number).utf8) + [0]
         case .text(let text): return Array(text.utf8) + [0]

@@ -7,27 +7,27 @@
 /// https://www.postgresql.org/docs/15/protocol-overview.html#PROTOCOL-FORMAT-CODES, `array_recv` in arrayfuncs.c.
 extension PGValue {
     /// For `text[]`.
-    static func texts(_ values: some Sequence<String>) -> PGValue {
+    package static func texts(_ values: some Sequence<String>) -> PGValue {
         binaryArray(elementType: 25, values.map { Array($0.utf8) })
     }
 
     /// For `bigint[]`.
-    static func bigints(_ values: some Sequence<Int64>) -> PGValue {
+    package static func bigints(_ values: some Sequence<Int64>) -> PGValue {
         binaryArray(elementType: 20, values.map { bigEndianBytes(of: $0) })
     }
 
     /// For `integer[]`.
-    static func integers(_ values: some Sequence<Int>) -> PGValue {
+    package static func integers(_ values: some Sequence<Int>) -> PGValue {
         binaryArray(elementType: 23, values.map { bigEndianBytes(of: Int32(clamping: $0)) })
     }
 
     /// For `boolean[]`.
-    static func booleans(_ values: some Sequence<Bool>) -> PGValue {
+    package static func booleans(_ values: some Sequence<Bool>) -> PGValue {
         binaryArray(elementType: 16, values.map { [$0 ? 1 : 0] })
     }
 
     /// For `bytea[]`; nil elements are NULL.
-    static func byteArrays(_ values: some Sequence<[UInt8]?>) -> PGValue {
+    package static func byteArrays(_ values: some Sequence<[UInt8]?>) -> PGValue {
         binaryArray(elementType: 17, Array(values))
     }
 

@@ -5,8 +5,8 @@
 /// Why count at all: given fewer values than the text's highest `$n`, the server fails the Bind message with
 /// SQLSTATE 08P01 (`protocol_violation`), whose class 08 reads as a lost connection (`PGError.isEnvironmental`):
 /// a bug would be answered "try again later" for ever. Counted first, it is a plain misuse error naming the SQL.
-enum PGPlaceholders {
-    static func count(in sql: String) -> Int {
+package enum PGPlaceholders {
+    package static func count(in sql: String) -> Int {
         let text = Array(sql.utf8)
         var highest = 0
         var index = 0
@@ -68,5 +68,5 @@ extension PGError {
     /// A statement given more or fewer values than it has parameters (`PGConnection` checks before sending it).
     /// SQL's "using clause does not match dynamic parameter specifications": a bug in the caller, not the
     /// environment (`isEnvironmental` is false for it); PostgreSQL never sends it itself.
-    static let parameterCountMismatch = "07001"
+    package static let parameterCountMismatch = "07001"
 }

@@ -1,4 +1,5 @@
 internal import CLibPQ
+import Common
 import Foundation
 
 /// One libpq connection. Owns its `PGconn*` (closed in `deinit`) and the names of the statements it prepared.
@@ -17,21 +18,31 @@ import Foundation
 /// (`PQexec`) would run them all — and it is given exactly as many values as it has parameters, counted by the
 /// server for a prepared statement (`PQnparams`) and from the text for one sent unprepared (`PGPlaceholders`).
 /// A wrong count fails before anything is sent, with SQLSTATE 07001 (`PGError.parameterCountMismatch`).
-final class PGConnection {
-    struct Options {
+package final class PGConnection {
+    package struct Options {
         /// Every statement is cancelled by the server after this long (`statement_timeout`), so a lock held by a
         /// stuck client or a server in trouble turns into an error, not a thread blocked for ever.
-        var statementTimeout: Duration = .seconds(30)
+        package var statementTimeout: Duration
         /// A statement waiting for a lock (another session's row or table lock) gives up after this long
         /// (`lock_timeout`, SQLSTATE 55P03): a frozen host holding a device's row makes one batch fail fast, not
         /// wait out `statementTimeout` with every other device of the batch.
-        var lockTimeout: Duration = .seconds(5)
+        package var lockTimeout: Duration
         /// The server ends a session left inside a transaction with nothing to do for this long
         /// (`idle_in_transaction_session_timeout`, SQLSTATE 25P03), releasing its locks: a paused VM, a frozen or
         /// partitioned host holds the devices it locked this long at most, not until TCP gives up (hours).
-        var idleInTransactionTimeout: Duration = .seconds(10)
+        package var idleInTransactionTimeout: Duration
         /// libpq's `connect_timeout`, in seconds, for each host of the list.
-        var connectTimeoutSeconds = 2
+        package var connectTimeoutSeconds: Int
+
+        package init(
+            statementTimeout: Duration = .seconds(30), lockTimeout: Duration = .seconds(5),
+            idleInTransactionTimeout: Duration = .seconds(10), connectTimeoutSeconds: Int = 2
+        ) {
+            self.statementTimeout = statementTimeout
+            self.lockTimeout = lockTimeout
+            self.idleInTransactionTimeout = idleInTransactionTimeout
+            self.connectTimeoutSeconds = connectTimeoutSeconds
+        }
     }
 
     private let handle: OpaquePointer
@@ -41,21 +52,21 @@ final class PGConnection {
     /// Statements to send with the next round trip (`runDeferred`).
     private var deferred: [Statement] = []
     /// Round trips to the server so far: one per statement run on its own, one per pipeline (tests count them).
-    private(set) var roundTrips = 0
+    package private(set) var roundTrips = 0
     /// Tests only: the SQL of every statement queued or run on this connection, in that order; nil (nothing kept)
     /// until `keepStatementLog()`.
-    private(set) var statementLog: [String]?
+    package private(set) var statementLog: [String]?
 
-    func keepStatementLog() { statementLog = statementLog ?? [] }
+    package func keepStatementLog() { statementLog = statementLog ?? [] }
     /// Set when a pipeline ended in a state this code does not expect: the connection is then treated as broken
     /// (`isBroken`), so `PostgresLink` replaces it rather than reuse a connection left in pipeline mode.
     private var unusable = false
     /// The server refused a write as read-only (SQLSTATE 25006): it turned read-only under this connection (a
     /// fenced old primary, a standby after a failover). The connection is then unusable too: only a new one lets
     /// libpq's `target_session_attrs=read-write` find the server that now takes writes.
-    private(set) var refusedWrites = false
+    package private(set) var refusedWrites = false
     /// The server this connection reached, from the conninfo's host list: the one to try last if it fails.
-    var server: PGServer {
+    package var server: PGServer {
         PGServer(host: PQhost(handle).map { String(cString: $0) } ?? "", port: PQport(handle).map { String(cString: $0) } ?? "")
     }
     /// A deferred BEGIN has gone to the server, and no COMMIT or ROLLBACK since: `rollback` has something to undo.
@@ -66,14 +77,14 @@ final class PGConnection {
     private var sessionEndedBy: (sqlstate: String, message: String)?
 
     private struct Statement {
-        let sql: String
-        let values: [PGValue]
-        let prepare: Bool
+        package let sql: String
+        package let values: [PGValue]
+        package let prepare: Bool
     }
 
     /// Connects with `conninfo`, a libpq URI (`postgres://…`, `postgresql://…`) or key=value string.
     /// `hostOrder`: the conninfo's host list reordered (`PGHostOrder`), given after it so that it wins.
-    init(conninfo: String, options: Options, hostOrder: [(String, String)] = []) throws {
+    package init(conninfo: String, options: Options, hostOrder: [(String, String)] = []) throws {
         // Defaults first, then the caller's string: libpq expands `dbname` into its parts and, for a key given twice,
         // keeps the last one, so anything the operator wrote in DATABASE_URL wins.
         // https://www.postgresql.org/docs/15/libpq-connect.html#LIBPQ-PQCONNECTDBPARAMS
@@ -128,10 +139,10 @@ final class PGConnection {
     deinit { PQfinish(handle) }
 
     /// True once libpq has seen the connection fail: nothing more can be sent on it.
-    var isBroken: Bool { unusable || PQstatus(handle) != CONNECTION_OK }
+    package var isBroken: Bool { unusable || PQstatus(handle) != CONNECTION_OK }
 
     /// Runs one or more SQL statements that take no parameters (schema, transaction control).
-    func execute(_ sql: String) throws {
+    package func execute(_ sql: String) throws {
         // A string of several statements cannot go through a pipeline: what waits is sent first, on its own.
         if !deferred.isEmpty { PQclear(try pipelined(then: nil)) }
         statementLog?.append(sql)
@@ -144,7 +155,7 @@ final class PGConnection {
     /// Runs `sql` with `values` and returns each result row mapped by `map`. `prepare` caches a server-side
     /// prepared statement for SQL run again and again; SQL built per call (its parameter count varies) is sent
     /// unprepared.
-    func rows<T>(_ sql: String, _ values: [PGValue] = [], prepare: Bool = true, _ map: (PGRow) throws -> T) throws -> [T] {
+    package func rows<T>(_ sql: String, _ values: [PGValue] = [], prepare: Bool = true, _ map: (PGRow) throws -> T) throws -> [T] {
         let result = try result(of: sql, values, prepare: prepare)
         defer { PQclear(result) }
         let count = PQntuples(result)
@@ -156,7 +167,7 @@ final class PGConnection {
 
     /// Runs `sql` with `values` and returns how many rows it inserted, updated or deleted.
     @discardableResult
-    func run(_ sql: String, _ values: [PGValue] = [], prepare: Bool = true) throws -> Int {
+    package func run(_ sql: String, _ values: [PGValue] = [], prepare: Bool = true) throws -> Int {
         let result = try result(of: sql, values, prepare: prepare)
         defer { PQclear(result) }
         return Int(String(cString: PQcmdTuples(result))) ?? 0
@@ -165,19 +176,19 @@ final class PGConnection {
     /// Queues `sql` to be sent with the next statement whose answer is read (or with `commit`): one round trip for
     /// both. Only inside a transaction, whose every statement is undone if this one fails: its error is thrown by
     /// that later call, and nothing after it in the transaction runs.
-    func runDeferred(_ sql: String, _ values: [PGValue] = [], prepare: Bool = true) {
+    package func runDeferred(_ sql: String, _ values: [PGValue] = [], prepare: Bool = true) {
         statementLog?.append(sql)
         deferred.append(Statement(sql: sql, values: values, prepare: prepare))
     }
 
     /// Opens a transaction whose BEGIN travels with its first statement (`runDeferred`).
-    func beginDeferred() {
+    package func beginDeferred() {
         runDeferred("BEGIN", prepare: false)
     }
 
     /// Commits the transaction, sending whatever waits first in the same round trip. Throws when any of it
     /// failed; a COMMIT that fails (connection lost) leaves the outcome unknown, as with `transaction`.
-    func commit() throws {
+    package func commit() throws {
         PQclear(try pipelined(then: Statement(sql: "COMMIT", values: [], prepare: false)))
         // Only now is the transaction over: a statement that failed before the COMMIT left it open (aborted), and
         // `rollback` must still end it.
@@ -185,7 +196,7 @@ final class PGConnection {
     }
 
     /// Rolls the open transaction back, dropping statements that were never sent.
-    func rollback() {
+    package func rollback() {
         deferred = []
         // A BEGIN that never left (still waiting, or its pipeline failed before it was sent) opened nothing.
         if transactionSent && !isBroken { try? execute("ROLLBACK") }
@@ -194,7 +205,7 @@ final class PGConnection {
 
     /// Runs `body` inside `BEGIN … COMMIT`, rolling back if it throws. A COMMIT that fails (connection lost)
     /// throws: the caller must not report success, since it cannot know whether the transaction committed.
-    func transaction<T>(_ body: (PGConnection) throws -> T) throws -> T {
+    package func transaction<T>(_ body: (PGConnection) throws -> T) throws -> T {
         try execute("BEGIN")
         do {
             let result = try body(self)
@@ -208,7 +219,7 @@ final class PGConnection {
 
     /// Reads whatever the server has sent without waiting (`PQconsumeInput`) and returns how many notifications of
     /// channels this connection LISTENs to arrived. No round trip: it only drains the socket.
-    func drainNotifications() throws -> Int {
+    package func drainNotifications() throws -> Int {
         guard PQconsumeInput(handle) == 1 else {
             throw PGError(sqlstate: "", message: Self.trimmed(PQerrorMessage(handle)), connectionBroken: true)
         }
@@ -223,14 +234,14 @@ final class PGConnection {
     /// Sleeps until the server sends something (a notification, or the end of the session), `interrupt` is raised,
     /// or `timeout` passes (poll(2) on `PQsocket`). Only for a connection that LISTENs and runs nothing else: no
     /// statement may be waiting for its answer. Reads nothing: `drainNotifications` does.
-    func waitForInput(orInterrupt interrupt: PGInterrupt, timeout: Duration) -> PGInputWait {
+    package func waitForInput(orInterrupt interrupt: PGInterrupt, timeout: Duration) -> PGInputWait {
         let socket = PQsocket(handle)
         // No socket: the connection is gone, which the next drain reports at once.
         guard socket >= 0 else { return .input }
         return interrupt.wait(for: socket, timeout: timeout)
     }
 
-    static var libraryVersion: String {
+    package static var libraryVersion: String {
         let version = PQlibVersion()
         return "\(version / 10_000).\(version % 10_000)"
     }
@@ -448,20 +459,20 @@ private func pgNoticeReceived(_ owner: UnsafeMutableRawPointer?, _ result: Opaqu
 }
 
 /// One row of a result; valid only inside the `rows` callback.
-struct PGRow {
+package struct PGRow {
     fileprivate let result: OpaquePointer
     fileprivate let row: Int32
 
-    func isNull(_ column: Int32) -> Bool { PQgetisnull(result, row, column) == 1 }
-    func text(_ column: Int32) -> String { String(cString: PQgetvalue(result, row, column)) }
-    func optionalText(_ column: Int32) -> String? { isNull(column) ? nil : text(column) }
-    func int64(_ column: Int32) -> Int64 { Int64(text(column)) ?? 0 }
-    func int(_ column: Int32) -> Int { Int(int64(column)) }
-    func optionalInt64(_ column: Int32) -> Int64? { isNull(column) ? nil : int64(column) }
-    func bool(_ column: Int32) -> Bool { text(column) == "t" }
+    package func isNull(_ column: Int32) -> Bool { PQgetisnull(result, row, column) == 1 }
+    package func text(_ column: Int32) -> String { String(cString: PQgetvalue(result, row, column)) }
+    package func optionalText(_ column: Int32) -> String? { isNull(column) ? nil : text(column) }
+    package func int64(_ column: Int32) -> Int64 { Int64(text(column)) ?? 0 }
+    package func int(_ column: Int32) -> Int { Int(int64(column)) }
+    package func optionalInt64(_ column: Int32) -> Int64? { isNull(column) ? nil : int64(column) }
+    package func bool(_ column: Int32) -> Bool { text(column) == "t" }
 
     /// A `bytea` column in the text format's hex encoding (`\x0102…`).
-    func bytes(_ column: Int32) -> [UInt8] {
+    package func bytes(_ column: Int32) -> [UInt8] {
         guard let value = PQgetvalue(result, row, column) else { return [] }
         let length = Int(PQgetlength(result, row, column))
         guard length >= 2 else { return [] }
