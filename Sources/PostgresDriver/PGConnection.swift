@@ -18,7 +18,7 @@ import Foundation
 /// (`PQexec`) would run them all — and it is given exactly as many values as it has parameters, counted by the
 /// server for a prepared statement (`PQnparams`) and from the text for one sent unprepared (`PGPlaceholders`).
 /// A wrong count fails before anything is sent, with SQLSTATE 07001 (`PGError.parameterCountMismatch`).
-package final class PGConnection {
+@usableFromInline package final class PGConnection {
     package struct Options {
         /// Every statement is cancelled by the server after this long (`statement_timeout`), so a lock held by a
         /// stuck client or a server in trouble turns into an error, not a thread blocked for ever.
@@ -155,14 +155,26 @@ package final class PGConnection {
     /// Runs `sql` with `values` and returns each result row mapped by `map`. `prepare` caches a server-side
     /// prepared statement for SQL run again and again; SQL built per call (its parameter count varies) is sent
     /// unprepared.
+    ///
+    /// Inlinable, so it is specialised in the store's module for each `T` (see `SQLiteStatement.rows`).
+    @inlinable
     package func rows<T>(_ sql: String, _ values: [PGValue] = [], prepare: Bool = true, _ map: (PGRow) throws -> T) throws -> [T] {
+        var rows: [T] = []
+        try forEachRow(sql, values, prepare: prepare) { count, row in
+            if rows.isEmpty { rows.reserveCapacity(count) }
+            rows.append(try map(row))
+        }
+        return rows
+    }
+
+    /// Runs `sql` with `values` and hands `body` the number of rows and each row, valid only during the call.
+    @usableFromInline package func forEachRow(
+        _ sql: String, _ values: [PGValue], prepare: Bool, _ body: (_ count: Int, PGRow) throws -> Void
+    ) throws {
         let result = try result(of: sql, values, prepare: prepare)
         defer { PQclear(result) }
         let count = PQntuples(result)
-        var rows: [T] = []
-        rows.reserveCapacity(Int(count))
-        for row in 0..<count { rows.append(try map(PGRow(result: result, row: row))) }
-        return rows
+        for row in 0..<count { try body(Int(count), PGRow(result: result, row: row)) }
     }
 
     /// Runs `sql` with `values` and returns how many rows it inserted, updated or deleted.
@@ -459,7 +471,7 @@ private func pgNoticeReceived(_ owner: UnsafeMutableRawPointer?, _ result: Opaqu
 }
 
 /// One row of a result; valid only inside the `rows` callback.
-package struct PGRow {
+@usableFromInline package struct PGRow {
     fileprivate let result: OpaquePointer
     fileprivate let row: Int32
 

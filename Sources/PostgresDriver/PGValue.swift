@@ -1,6 +1,6 @@
 /// A value bound to a PostgreSQL statement parameter. The SQL text casts each parameter (`$1::bigint`,
 /// `$2::bytea`), so no type OIDs are sent.
-package enum PGValue {
+@usableFromInline package enum PGValue {
     case integer(Int64)
     case text(String)
     /// Sent in binary format: raw bytes, no escaping.

@@ -1,5 +1,5 @@
 /// A value bound to a statement parameter.
-package enum SQLiteValue {
+@usableFromInline package enum SQLiteValue {
     case integer(Int64)
     case text(String)
     case blob([UInt8])
