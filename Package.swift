@@ -27,7 +27,8 @@ let package = Package(
         // Two thread helpers every module with a thread of its own uses: ThreadConfined and WakeUp.
         .target(name: "Threading", swiftSettings: strictSettings),
         .target(name: "Common", dependencies: ["Threading", "COpenSSL"], swiftSettings: strictSettings),
-        // Thin wrappers over SQLite and libpq: the only modules of the queue that see their C types.
+        // Thin wrappers over SQLite and libpq: the only modules of the queue that see their C types. PostgresDriver
+        // takes Common for `Duration.wholeMilliseconds` alone (its session timeouts are Durations).
         .target(name: "SQLiteDriver", dependencies: ["CSQLite"], swiftSettings: strictSettings),
         .target(name: "PostgresDriver", dependencies: ["Common", "CLibPQ"], swiftSettings: strictSettings),
         .target(name: "Queue", dependencies: ["Common", "Threading", "SQLiteDriver", "PostgresDriver"], swiftSettings: strictSettings),

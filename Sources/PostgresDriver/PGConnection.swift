@@ -77,9 +77,9 @@ import Foundation
     private var sessionEndedBy: (sqlstate: String, message: String)?
 
     private struct Statement {
-        package let sql: String
-        package let values: [PGValue]
-        package let prepare: Bool
+        let sql: String
+        let values: [PGValue]
+        let prepare: Bool
     }
 
     /// Connects with `conninfo`, a libpq URI (`postgres://…`, `postgresql://…`) or key=value string.
@@ -156,7 +156,8 @@ import Foundation
     /// prepared statement for SQL run again and again; SQL built per call (its parameter count varies) is sent
     /// unprepared.
     ///
-    /// Inlinable, so it is specialised in the store's module for each `T` (see `SQLiteStatement.rows`).
+    /// Inlinable, so it is specialised in the store's module for each `T`; hence `@usableFromInline` on this class,
+    /// `forEachRow`, `PGValue` and `PGRow` (see `SQLiteStatement.rows`).
     @inlinable
     package func rows<T>(_ sql: String, _ values: [PGValue] = [], prepare: Bool = true, _ map: (PGRow) throws -> T) throws -> [T] {
         var rows: [T] = []
@@ -468,42 +469,4 @@ import Foundation
 private func pgNoticeReceived(_ owner: UnsafeMutableRawPointer?, _ result: OpaquePointer?) {
     guard let owner, let result else { preconditionFailure("pgNoticeReceived: libpq passed no connection or no result") }
     Unmanaged<PGConnection>.fromOpaque(owner).takeUnretainedValue().noticeReceived(result)
-}
-
-/// One row of a result; valid only inside the `rows` callback.
-@usableFromInline package struct PGRow {
-    fileprivate let result: OpaquePointer
-    fileprivate let row: Int32
-
-    package func isNull(_ column: Int32) -> Bool { PQgetisnull(result, row, column) == 1 }
-    package func text(_ column: Int32) -> String { String(cString: PQgetvalue(result, row, column)) }
-    package func optionalText(_ column: Int32) -> String? { isNull(column) ? nil : text(column) }
-    package func int64(_ column: Int32) -> Int64 { Int64(text(column)) ?? 0 }
-    package func int(_ column: Int32) -> Int { Int(int64(column)) }
-    package func optionalInt64(_ column: Int32) -> Int64? { isNull(column) ? nil : int64(column) }
-    package func bool(_ column: Int32) -> Bool { text(column) == "t" }
-
-    /// A `bytea` column in the text format's hex encoding (`\x0102…`).
-    package func bytes(_ column: Int32) -> [UInt8] {
-        guard let value = PQgetvalue(result, row, column) else { return [] }
-        let length = Int(PQgetlength(result, row, column))
-        guard length >= 2 else { return [] }
-        var bytes: [UInt8] = []
-        bytes.reserveCapacity((length - 2) / 2)
-        let raw = UnsafeRawPointer(value).assumingMemoryBound(to: UInt8.self)
-        var index = 2
-        while index + 1 < length {
-            bytes.append(Self.nibble(raw[index]) << 4 | Self.nibble(raw[index + 1]))
-            index += 2
-        }
-        return bytes
-    }
-
-    private static func nibble(_ character: UInt8) -> UInt8 {
-        switch character {
-        case UInt8(ascii: "0")...UInt8(ascii: "9"): return character - UInt8(ascii: "0")
-        case UInt8(ascii: "a")...UInt8(ascii: "f"): return character - UInt8(ascii: "a") + 10
-        default: return character &- UInt8(ascii: "A") &+ 10
-        }
-    }
 }

@@ -18,9 +18,9 @@ package struct PGServer: Equatable, Sendable {
 /// the time.)
 package struct PGHostOrder: Sendable {
     private struct Entry {
-        package let host: String
-        package let hostaddr: String
-        package let port: String
+        let host: String
+        let hostaddr: String
+        let port: String
     }
     private let entries: [Entry]
     /// The keywords the conninfo gave, the only ones written back (an empty `host` would mean the Unix socket).

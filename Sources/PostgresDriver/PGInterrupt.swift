@@ -7,11 +7,13 @@ package final class PGInterrupt: Sendable {
     private let readEnd: Int32
     private let writeEnd: Int32
 
-    /// Nil when the process cannot make a pipe (out of file descriptors: an environment's failure, not a bug);
-    /// `errno` says why.
-    package init?() {
+    /// Throws when the process cannot make a pipe (out of file descriptors: an environment's failure, not a bug),
+    /// with `errno`'s reason read straight after the call.
+    package init() throws(PGError) {
         var ends: [Int32] = [-1, -1]
-        guard pipe(&ends) == 0 else { return nil }
+        guard pipe(&ends) == 0 else {
+            throw PGError(sqlstate: "", message: "cannot make a pipe: \(String(cString: strerror(errno)))")
+        }
         for end in ends {
             _ = fcntl(end, F_SETFD, FD_CLOEXEC)
             _ = fcntl(end, F_SETFL, fcntl(end, F_GETFL) | O_NONBLOCK)

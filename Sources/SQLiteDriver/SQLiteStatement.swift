@@ -53,7 +53,10 @@ internal import CSQLite
     /// Runs the statement with `values` and returns each result row mapped by `map`.
     ///
     /// Inlinable, so it is specialised in the stores' module for each `T`: unspecialised across the module
-    /// boundary, every call looked up `[T]`'s type metadata at run time (callgrind, `QueueBench prefill`).
+    /// boundary, every call looked up `[T]`'s type metadata at run time (callgrind, `QueueBench prefill`). What it
+    /// touches (this class, `forEachRow`, `SQLiteValue`, `SQLiteRow`) is `@usableFromInline`: the compiler takes a
+    /// `package` `@inlinable` member of a type without it as plain `package`, and no caller is specialised (no error,
+    /// no warning; bench/results/2026-12-04-callgrind-drivers.md).
     @inlinable
     package func rows<T>(_ values: [SQLiteValue] = [], _ map: (SQLiteRow) throws -> T) throws -> [T] {
         var results: [T] = []

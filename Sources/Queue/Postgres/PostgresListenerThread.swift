@@ -41,10 +41,11 @@ final class PostgresListenerThread: Sendable {
     /// the counter never goes back.
     /// Throws when the process cannot make the pipe that stops it (out of file descriptors).
     init(conninfo: String, options: PGConnection.Options, failover: FailoverSignal, startingAt: Int64) throws(StoreError) {
-        guard let interrupt = PGInterrupt() else {
-            throw StoreError(.unavailable, "cannot make the LISTEN thread's pipe: \(String(cString: strerror(errno)))")
+        do {
+            stopRequest = try PGInterrupt()
+        } catch {
+            throw StoreError(.unavailable, "the LISTEN thread: \(error.message)")
         }
-        stopRequest = interrupt
         published = Mutex(Published(changes: startingAt))
         let thread = Thread { [self] in run(conninfo: conninfo, options: options, failover: failover, base: startingAt) }
         thread.name = "postgres-listen"
