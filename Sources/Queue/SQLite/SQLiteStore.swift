@@ -102,11 +102,7 @@ public final class SQLiteStore: Sendable {
 
     /// Runs `body` with the connection, mapping SQLite failures to `StoreError`.
     func withConnection<T: Sendable>(_ body: (SQLiteConnection) throws -> T) throws(StoreError) -> T {
-        do {
-            return try writer.withLock { connection in try body(connection) }
-        } catch {
-            throw Self.storeError(error)
-        }
+        try StoreError.translating(Self.storeError) { try writer.withLock { connection in try body(connection) } }
     }
 
     /// Statements the writer and the reader keep prepared (tests check that they stay bounded over time).
@@ -116,11 +112,7 @@ public final class SQLiteStore: Sendable {
 
     /// Runs `body` with the read connection (a consistent snapshot per statement), mapping failures to `StoreError`.
     func read<T: Sendable>(_ body: (SQLiteConnection) throws -> T) throws(StoreError) -> T {
-        do {
-            return try reader.withLock { connection in try body(connection) }
-        } catch {
-            throw Self.storeError(error)
-        }
+        try StoreError.translating(Self.storeError) { try reader.withLock { connection in try body(connection) } }
     }
 
     /// Runs `body` in a write transaction (see `SQLiteConnection.writeTransaction`).
@@ -151,11 +143,7 @@ public final class SQLiteStore: Sendable {
     }
 
     func withStatsConnection<T: Sendable>(_ body: (SQLiteConnection) throws -> T) throws(StoreError) -> T {
-        do {
-            return try statsReader.withLock { db in try body(db) }
-        } catch {
-            throw Self.storeError(error)
-        }
+        try StoreError.translating(Self.storeError) { try statsReader.withLock { db in try body(db) } }
     }
 
     /// `values` as lists for `IN (…)`, at most 512 to a statement (SQLite binds at most 32,766 parameters; the
