@@ -36,6 +36,11 @@ public final class SQLiteStore: Sendable {
             self.walTruncateInterval = walTruncateInterval
             self.logger = logger
         }
+
+        /// The writer's connection options; the readers take a smaller page cache.
+        var connection: SQLiteConnection.Options {
+            SQLiteConnection.Options(busyTimeoutMillis: Int32(clamping: busyTimeout.wholeMilliseconds), synchronousFull: synchronousFull)
+        }
     }
 
     let options: Options
@@ -54,23 +59,13 @@ public final class SQLiteStore: Sendable {
     public init(path: String, options: Options = Options(), now: Int64) throws(StoreError) {
         self.options = options
         do {
-            let opened = try SQLiteConnection(
-                path: path,
-                options: .init(
-                    busyTimeoutMillis: Int32(clamping: options.busyTimeout.wholeMilliseconds),
-                    synchronousFull: options.synchronousFull))
+            let opened = try SQLiteConnection(path: path, options: options.connection)
             try Migrations.apply(on: opened, now: now, logger: options.logger)
             // Reads are point lookups and the occasional stats scan: a small cache keeps the process small.
-            let readConnection = try SQLiteConnection(
-                path: path,
-                options: .init(
-                    busyTimeoutMillis: Int32(clamping: options.busyTimeout.wholeMilliseconds),
-                    synchronousFull: options.synchronousFull, cacheKiB: 4096))
-            let statsConnection = try SQLiteConnection(
-                path: path,
-                options: .init(
-                    busyTimeoutMillis: Int32(clamping: options.busyTimeout.wholeMilliseconds),
-                    synchronousFull: options.synchronousFull, cacheKiB: 4096))
+            var readOptions = options.connection
+            readOptions.cacheKiB = 4096
+            let readConnection = try SQLiteConnection(path: path, options: readOptions)
+            let statsConnection = try SQLiteConnection(path: path, options: readOptions)
             let checkpointConnection = try CheckpointConnection(path: path, synchronousFull: options.synchronousFull)
             let checkpointer = WALCheckpointer(connection: checkpointConnection)
             opened.reportWALCommits(to: checkpointer)
