@@ -123,5 +123,5 @@ extension JobQueue {
     }
 }
 
-extension SQLiteStore: DeviceStore, JobQueue {}
-extension PostgresStore: DeviceStore, JobQueue {}
+extension SQLiteStore: DeviceStore, JobQueue, SupportQueries {}
+extension PostgresStore: DeviceStore, JobQueue, SupportQueries {}

@@ -23,3 +23,16 @@ public struct StoreError: Error, Sendable, Equatable, CustomStringConvertible {
 
     public var description: String { message }
 }
+
+extension StoreError {
+    /// Runs `body`, throwing whatever it throws as the `StoreError` that `translate` makes of it: the one shape of every
+    /// store method that reaches a connection (`SQLiteStore.storeError`, `PostgresStore.storeError` read their
+    /// driver's errors).
+    static func translating<T>(_ translate: (any Error) -> StoreError, _ body: () throws -> T) throws(StoreError) -> T {
+        do {
+            return try body()
+        } catch {
+            throw translate(error)
+        }
+    }
+}

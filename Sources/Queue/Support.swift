@@ -11,14 +11,6 @@ public struct DeviceSummary: Sendable, Equatable {
     /// Acceptance time of its oldest live job (its head), if any.
     public var oldestLiveJobAt: Int64?
     public var deadLettersByReason: [String: Int]
-
-    public init(device: Device, environment: String?, liveJobs: Int, oldestLiveJobAt: Int64?, deadLettersByReason: [String: Int]) {
-        self.device = device
-        self.environment = environment
-        self.liveJobs = liveJobs
-        self.oldestLiveJobAt = oldestLiveJobAt
-        self.deadLettersByReason = deadLettersByReason
-    }
 }
 
 /// A dead letter as support sees it: whose, why, when, after how many attempts.
@@ -31,16 +23,6 @@ public struct DeadLetter: Sendable, Equatable {
     public var attempts: Int
     public var acceptedAt: Int64
     public var deadAt: Int64
-
-    public init(id: Int64, publicID: String, deviceID: String, reason: String, attempts: Int, acceptedAt: Int64, deadAt: Int64) {
-        self.id = id
-        self.publicID = publicID
-        self.deviceID = deviceID
-        self.reason = reason
-        self.attempts = attempts
-        self.acceptedAt = acceptedAt
-        self.deadAt = deadAt
-    }
 }
 
 /// The store calls of the admin commands.

@@ -64,8 +64,7 @@ import Testing
         try db.enqueue(device, "head")
         let test = NewJob(deviceID: device, publicID: UUID().uuidString, payload: Array("test".utf8), reportsOutcome: true)
         _ = try db.store.enqueue([test], now: TestDatabase.t0, ttl: .seconds(3600))
-        let outcome: (kind: ReportedOutcome.Kind, reason: String, now: Int64) = (.unregistered, "Unregistered", TestDatabase.t0)
-        let deletion = DeviceDeletion(reporting: outcome, tombstone: "Unregistered")
+        let deletion = DeviceDeletion.unregistered(reason: "Unregistered", at: TestDatabase.t0)
         let deleted: Bool
         switch db.store {
         case let store as SQLiteStore:

@@ -117,4 +117,32 @@ import Testing
         let again = try db.store.claim(worker: "w", limit: 1, now: TestDatabase.t0 + 10, lease: .seconds(60))
         #expect(again.map(\.label) == ["a1"] && again.first?.deviceToken == newToken && again.first?.attempt == job.attempt)
     }
+
+    /// `device show` (`deviceSummary`), the statements both stores share: the device and its environment, its live
+    /// jobs, its head's acceptance time (not its dead letters'), its dead letters by reason; nil for no such device.
+    @Test(arguments: StoreKind.allCases) func aDeviceSummaryTellsTheHeadTheLiveJobsAndTheDeadLettersByReason(_ kind: StoreKind) throws {
+        let db = try TestDatabase(kind)
+        let support = try #require(db.store as? any SupportQueries)
+        let device = try db.device(1)
+        #expect(try support.deviceSummary(id: "nobody") == nil)
+        let idle = try #require(try support.deviceSummary(id: device))
+        #expect(idle.liveJobs == 0 && idle.oldestLiveJobAt == nil && idle.deadLettersByReason.isEmpty && idle.environment == nil)
+
+        try db.enqueue(device, "a", "b")
+        try db.enqueue(device, "c", now: TestDatabase.t0 + 5)
+        try db.enqueue(device, "d", now: TestDatabase.t0 + 9)
+        for reason in ["BadDeviceToken", "PayloadTooLarge"] {
+            let head = try #require(try db.claim(at: TestDatabase.t0 + 10).first)
+            #expect(try db.store.finish([.dead(head, reason)], worker: "w1", now: TestDatabase.t0 + 1) == [true])
+        }
+        let c = try #require(try db.claim(at: TestDatabase.t0 + 10).first)
+        #expect(try db.store.finish([.dead(c, "BadDeviceToken")], worker: "w1", now: TestDatabase.t0 + 6) == [true])
+        let token = try #require(try db.store.device(id: device)).token
+        try db.store.setEnvironment(deviceID: device, token: token, environment: .sandbox)
+
+        let summary = try #require(try support.deviceSummary(id: device))
+        #expect(summary.device.id == device && summary.environment == "sandbox")
+        #expect(summary.liveJobs == 1 && summary.oldestLiveJobAt == TestDatabase.t0 + 9)
+        #expect(summary.deadLettersByReason == ["BadDeviceToken": 2, "PayloadTooLarge": 1])
+    }
 }

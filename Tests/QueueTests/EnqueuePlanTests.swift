@@ -1,5 +1,6 @@
-import Queue
 import Testing
+
+@testable import Queue
 
 /// The enqueue rule both stores apply (SPEC §4: no device holds more than DEVICE_QUEUE_MAX live jobs, Test-shaped
 /// webhooks included), without a database.

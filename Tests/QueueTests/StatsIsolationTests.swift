@@ -1,7 +1,8 @@
 import Dispatch
 import Foundation
-import Queue
 import Testing
+
+@testable import Queue
 
 /// A metrics scrape runs `stats()` — full scans of up to a million jobs. The delivery loop polls the change counter
 /// and `/health` and webhooks read through the store meanwhile: none of them may wait for the scan (SPEC §2.3:
@@ -30,3 +31,15 @@ import Testing
         #expect(try db.store.stats().jobsByState.values.reduce(0, +) == 2)
     }
 }
+
+/// Holds the connection `stats()` scans with, as a scrape under way does.
+private protocol StatsConnectionHolder {
+    func holdingStatsConnection(_ body: () -> Void) throws(StoreError)
+}
+
+extension SharedQueries {
+    fileprivate func holdingStatsConnection(_ body: () -> Void) throws(StoreError) { try withStatsConnection { _ in body() } }
+}
+
+extension SQLiteStore: StatsConnectionHolder {}
+extension PostgresStore: StatsConnectionHolder {}

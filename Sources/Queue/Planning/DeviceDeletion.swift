@@ -3,44 +3,31 @@
 ///
 /// Each store applies the steps in its own dialect (`DeviceDeletionDialect`: SQLite walks the device's jobs by
 /// number, PostgreSQL lets the foreign key's cascade take them); what happens, and in what order, lives only here.
-public struct DeviceDeletion: Sendable, Equatable {
+struct DeviceDeletion: Sendable, Equatable {
     /// What a Test request still waiting on one of the device's live jobs is told.
-    public var report: ReportedOutcome
+    var report: ReportedOutcome
     /// The reason a tombstone keeps (its webhook URL then answers 410), or nil for none.
-    public var tombstone: String?
+    var tombstone: String?
     /// When it happens: the time the outcomes and the tombstone carry.
-    public var at: Int64
-
-    public init(report: ReportedOutcome, tombstone: String? = nil, at: Int64) {
-        self.report = report
-        self.tombstone = tombstone
-        self.at = at
-    }
-
-    /// What a waiting Test request is told, and when: how `finish` names a deletion (`removeDevice`).
-    public typealias Outcome = (kind: ReportedOutcome.Kind, reason: String, now: Int64)
-
-    public init(reporting outcome: Outcome, tombstone: String? = nil) {
-        self.init(report: ReportedOutcome(kind: outcome.kind, reason: outcome.reason), tombstone: tombstone, at: outcome.now)
-    }
+    var at: Int64
 
     /// The app deleted its device: no tombstone, as the app said it is gone.
-    public static func deletedByApp(at: Int64) -> DeviceDeletion {
+    static func deletedByApp(at: Int64) -> DeviceDeletion {
         DeviceDeletion(report: ReportedOutcome(kind: .failed, reason: "DeviceDeleted"), at: at)
     }
 
     /// An operator erased the device (a user's erasure request): its webhook URL answers 410 with `reason`.
-    public static func erased(reason: String, at: Int64) -> DeviceDeletion {
+    static func erased(reason: String, at: Int64) -> DeviceDeletion {
         DeviceDeletion(report: ReportedOutcome(kind: .failed, reason: "DeviceDeleted"), tombstone: reason, at: at)
     }
 
     /// APNs refused the token for good (`Unregistered`, `BadDeviceToken` in both environments): the waiting Test
     /// request hears APNs' reason, and the webhook URL answers 410 with it.
-    public static func unregistered(reason: String, at: Int64) -> DeviceDeletion {
+    static func unregistered(reason: String, at: Int64) -> DeviceDeletion {
         DeviceDeletion(report: ReportedOutcome(kind: .unregistered, reason: reason), tombstone: reason, at: at)
     }
 
-    public enum Step: Sendable, Equatable {
+    enum Step: Sendable, Equatable {
         /// Finds the device and holds it against enqueue, finish and replay; a device not found ends the deletion
         /// there, with nothing reported, deleted or tombstoned.
         case lockDevice
@@ -55,7 +42,7 @@ public struct DeviceDeletion: Sendable, Equatable {
 
     /// The steps, in order. The waiting Tests are told before their jobs go: otherwise they would be answered
     /// "queued" at `TEST_WAIT` for a push that no longer exists.
-    public var steps: [Step] {
+    var steps: [Step] {
         [.lockDevice, .reportWaitingTests(report, at: at)] + (tombstone.map { [.recordTombstone(reason: $0, at: at)] } ?? [])
             + [.deleteDeviceAndJobs]
     }

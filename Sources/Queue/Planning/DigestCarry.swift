@@ -19,43 +19,32 @@
 /// The store reads, in one transaction, the device's seal, its live jobs and its fold target, and its oldest
 /// waiting jobs (up to `maximumMerged`); it hands them here, writes the new seal if there is one, and returns the
 /// jobs carried.
-public enum DigestCarry {
+enum DigestCarry {
     /// A job waiting behind the head, as the store read it (oldest first).
-    public struct Waiting: Sendable, Equatable {
+    struct Waiting: Sendable, Equatable {
         /// Its place in the device's queue, the unit of the seal: it only grows and is never given again (SQLite:
         /// `device_seq`, since a rowid may be reused once the newest rows are deleted; PostgreSQL: the job's id).
-        public var position: Int64
+        var position: Int64
         /// A Test-button job: its waiting request needs its own answer, so a digest stops before it.
-        public var reportsOutcome: Bool
-
-        public init(position: Int64, reportsOutcome: Bool) {
-            self.position = position
-            self.reportsOutcome = reportsOutcome
-        }
+        var reportsOutcome: Bool
     }
 
     /// The device, as the store read it in the transaction that seals.
-    public struct Device: Sendable, Equatable {
+    struct Device: Sendable, Equatable {
         /// `devices.digest_sealed_through`.
-        public var sealedThrough: Int64
+        var sealedThrough: Int64
         /// Its live jobs (`devices.live_jobs`): the head and every job waiting behind it.
-        public var live: Int
+        var live: Int
         /// The position of its newest waiting job that does not report an outcome: the one enqueue folds into past
         /// the cap (`EnqueuePlan.StoredTail`); nil when there is none.
-        public var foldTarget: Int64?
-
-        public init(sealedThrough: Int64, live: Int, foldTarget: Int64?) {
-            self.sealedThrough = sealedThrough
-            self.live = live
-            self.foldTarget = foldTarget
-        }
+        var foldTarget: Int64?
     }
 
-    public struct Decision: Sendable, Equatable {
+    struct Decision: Sendable, Equatable {
         /// The first `count` jobs read go with the head.
-        public var count: Int
+        var count: Int
         /// The device's seal becomes this position; nil: it stays as it is.
-        public var sealThrough: Int64?
+        var sealThrough: Int64?
     }
 
     /// Whether a digest of `device` leaves its fold target out, given the cap ingest applies (DEVICE_QUEUE_MAX). At
@@ -72,7 +61,7 @@ public enum DigestCarry {
     /// head, carried it: the digest then carries only sealed jobs and the seal stays. Extending it would seal a job
     /// that a deliverer on a larger DEVICE_QUEUE_MAX than ingest's let ingest add past the cap meanwhile, and each
     /// retry of a digest through an APNs outage would add another.
-    public static func decide(_ waiting: [Waiting], device: Device, cap: Int, minimum: Int) -> Decision {
+    static func decide(_ waiting: [Waiting], device: Device, cap: Int, minimum: Int) -> Decision {
         guard waiting.count >= minimum, let oldest = waiting.first else { return Decision(count: 0, sealThrough: nil) }
         let sealed = device.sealedThrough
         let carriedBefore = oldest.position <= sealed

@@ -9,48 +9,36 @@ import Common
 /// dialect: heals, monitor states, rows in order (acceptance order), folds into stored tails.
 extension EnqueuePlan {
     /// A device as the batch's read found it, before any write.
-    public struct DeviceState: Sendable, Equatable {
+    struct DeviceState: Sendable, Equatable {
         /// `devices.live_jobs` as stored.
-        public var storedLive: Int
+        var storedLive: Int
         /// Whether one of its jobs is its head (available, running or retryable).
-        public var hasHead: Bool
+        var hasHead: Bool
         /// Its monitors whose last word, within the retention, was "down": the badge counts them.
-        public var downMonitors: Set<String>
+        var downMonitors: Set<String> = []
         /// Its newest waiting job that does not report an outcome; read only when `reads(for:)` names the device.
-        public var tail: StoredTail?
+        var tail: StoredTail?
         /// The live job a Test request waits on; read only when `reads(for:)` names the device.
-        public var waitingTest: WaitingTest?
+        var waitingTest: WaitingTest?
         /// `devices.digest_sealed_through`: the newest position a digest of this device carried (`DigestCarry`).
         /// A tail at or below it is sealed: never folded into.
-        public var sealedThrough: Int64
-
-        public init(
-            storedLive: Int, hasHead: Bool, downMonitors: Set<String> = [], tail: StoredTail? = nil, waitingTest: WaitingTest? = nil,
-            sealedThrough: Int64 = 0
-        ) {
-            self.storedLive = storedLive
-            self.hasHead = hasHead
-            self.downMonitors = downMonitors
-            self.tail = tail
-            self.waitingTest = waitingTest
-            self.sealedThrough = sealedThrough
-        }
+        var sealedThrough: Int64 = 0
 
         /// Its live jobs. Every live job waits behind its device's head, so without a head there is none: a count
         /// left high there (a deliverer older than schema 11 still running through the upgrade, whose finish did not
         /// lower it) heals now, the next time the device is idle.
-        public var live: Int { hasHead ? storedLive : 0 }
+        var live: Int { hasHead ? storedLive : 0 }
     }
 
     /// A stored waiting job an alert past the cap may be folded into.
-    public struct StoredTail: Sendable, Equatable {
-        public var id: Int64
+    struct StoredTail: Sendable, Equatable {
+        var id: Int64
         /// Its place in the device's queue, compared with the seal (`DigestCarry.Waiting.position`): SQLite's
         /// `device_seq`; by default its id (PostgreSQL).
-        public var position: Int64
-        public var folded: FoldedAlerts
+        var position: Int64
+        var folded: FoldedAlerts
 
-        public init(id: Int64, position: Int64? = nil, folded: FoldedAlerts) {
+        init(id: Int64, position: Int64? = nil, folded: FoldedAlerts) {
             self.id = id
             self.position = position ?? id
             self.folded = folded
@@ -58,52 +46,52 @@ extension EnqueuePlan {
     }
 
     /// A job to insert.
-    public struct Row: Sendable, Equatable {
-        public var job: NewJob
+    struct Row: Sendable, Equatable {
+        var job: NewJob
         /// The device's head (available); otherwise it waits behind it (pending).
-        public var isHead: Bool
+        var isHead: Bool
         /// It reports its outcome to the Test request that posted it (stored with `reports_outcome`).
-        public var waits: Bool
+        var waits: Bool
         /// The device's down monitors as of its last alert.
-        public var badge: Int
+        var badge: Int
         /// Alerts of the same batch folded into it past the cap.
-        public var folded = FoldedAlerts()
+        var folded = FoldedAlerts()
     }
 
     /// A stored tail that now carries more alerts: its folded alerts and badge become these, and it lives (and its
     /// push asks APNs to keep it for an offline phone) at least for this batch's JOB_TTL.
-    public struct TailFold: Sendable, Equatable {
-        public var id: Int64
-        public var folded: FoldedAlerts
-        public var badge: Int
+    struct TailFold: Sendable, Equatable {
+        var id: Int64
+        var folded: FoldedAlerts
+        var badge: Int
     }
 
     /// A monitor's new state, for the badge.
-    public struct MonitorState: Sendable, Hashable {
-        public var device: String
-        public var monitor: String
-        public var down: Bool
+    struct MonitorState: Sendable, Hashable {
+        var device: String
+        var monitor: String
+        var down: Bool
     }
 
     /// What the store writes, and what it answers.
-    public struct Batch: Sendable, Equatable {
+    struct Batch: Sendable, Equatable {
         /// One per job, in order.
-        public var results: [EnqueueResult] = []
+        var results: [EnqueueResult] = []
         /// Devices whose stored count was left high (see `DeviceState.live`): set to 0 before the rows are inserted.
         /// What a store whose insert trigger counts each row writes (SQLite).
-        public var healed: [String] = []
+        var healed: [String] = []
         /// The live count of each device whose count the batch changes, as it leaves it: what a store without such
         /// a trigger writes (PostgreSQL).
-        public var liveCounts: [String: Int] = [:]
+        var liveCounts: [String: Int] = [:]
         /// The last state of each monitor the batch reported, one entry a monitor.
-        public var monitorStates: [MonitorState] = []
-        public var rows: [Row] = []
-        public var tailFolds: [TailFold] = []
+        var monitorStates: [MonitorState] = []
+        var rows: [Row] = []
+        var tailFolds: [TailFold] = []
     }
 
     /// The devices whose waiting Test job, and those whose tail, the store must read before `plan`: a Test request
     /// for a device with a head may find one waiting; jobs that may take a device past its cap may fold.
-    public static func reads(for jobs: some Sequence<NewJob>, devices: [String: DeviceState], cap: Int) -> (
+    static func reads(for jobs: some Sequence<NewJob>, devices: [String: DeviceState], cap: Int) -> (
         waitingTests: Set<String>, tails: Set<String>
     ) {
         var arriving: [String: Int] = [:]
@@ -201,7 +189,7 @@ extension EnqueuePlan {
     }
 
     /// The rule for the batch: `decide` for each job against its device as the jobs before it left it.
-    public static func plan(_ jobs: some Sequence<NewJob>, devices: [String: DeviceState], cap: Int) -> Batch {
+    static func plan(_ jobs: some Sequence<NewJob>, devices: [String: DeviceState], cap: Int) -> Batch {
         var working = devices.mapValues {
             Working(
                 storedLive: $0.storedLive, healed: !$0.hasHead && $0.storedLive != 0, live: $0.live, hasHead: $0.hasHead,

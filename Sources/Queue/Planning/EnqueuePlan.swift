@@ -4,32 +4,22 @@
 ///
 /// The stores read the device as the batch has left it so far (SQLite row by row, PostgreSQL per chunk) and apply
 /// the decision in their own dialect; the rule itself lives only here.
-public enum EnqueuePlan {
+enum EnqueuePlan {
     /// The device, as the arriving job finds it.
-    public struct Device: Sendable, Equatable {
+    struct Device: Sendable, Equatable {
         /// Live jobs: its head and the jobs waiting behind it, whatever their kind.
-        public var live: Int
+        var live: Int
         /// The live job a Test request waits on (at most one per device), if any.
-        public var waitingTest: WaitingTest?
-
-        public init(live: Int, waitingTest: WaitingTest? = nil) {
-            self.live = live
-            self.waitingTest = waitingTest
-        }
+        var waitingTest: WaitingTest?
     }
 
     /// A live job that reports its outcome to a waiting Test request.
-    public struct WaitingTest: Sendable, Equatable {
-        public var publicID: String
-        public var payload: [UInt8]
-
-        public init(publicID: String, payload: [UInt8]) {
-            self.publicID = publicID
-            self.payload = payload
-        }
+    struct WaitingTest: Sendable, Equatable {
+        var publicID: String
+        var payload: [UInt8]
     }
 
-    public enum Decision: Sendable, Equatable {
+    enum Decision: Sendable, Equatable {
         /// Stored as a job of its own, under the cap. `waits`: it reports its outcome to the Test request that
         /// posted it; otherwise it is an alert like any other, answered at once.
         case store(waits: Bool)
@@ -46,7 +36,7 @@ public enum EnqueuePlan {
     /// The rule. A Test request (`reportsOutcome`) waits only when the device has no other Test waiting and is under
     /// its cap; one that says something else (a certificate-expiry notice has the Test button's shape) is kept as an
     /// alert, counted and folded like one, so no notice is lost and no flood of them grows past the cap.
-    public static func decide(_ job: NewJob, device: Device, cap: Int) -> Decision {
+    static func decide(_ job: NewJob, device: Device, cap: Int) -> Decision {
         if job.reportsOutcome {
             if let test = device.waitingTest {
                 if test.payload == job.payload { return .sameAsWaitingTest(publicID: test.publicID) }

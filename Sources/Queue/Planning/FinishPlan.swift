@@ -7,100 +7,93 @@
 /// `FinishPlan`'s fields are listed: the jobs' own writes, the reports, the settlements, the devices' updates, the
 /// promotions, the removals. Settling before promoting matters: a merged job still pending when the next job is
 /// promoted would become its device's head and go out twice.
-public struct FinishPlan: Sendable, Equatable {
+struct FinishPlan: Sendable, Equatable {
     /// What the store read for the batch.
-    public struct State: Sendable, Equatable {
+    struct State: Sendable, Equatable {
         /// The outcomes' jobs this worker holds now (running, leased by it): job id → the attempt it holds.
-        public var held: [Int64: Int]
+        var held: [Int64: Int]
         /// The current token of the devices of `removeDevice` outcomes whose jobs are held; absent: the device is gone.
-        public var tokens: [String: String]
-
-        public init(held: [Int64: Int], tokens: [String: String] = [:]) {
-            self.held = held
-            self.tokens = tokens
-        }
+        var tokens: [String: String] = [:]
     }
 
-    public struct Retry: Sendable, Equatable {
-        public var jobID: Int64
-        public var at: Int64
-        public var error: String
+    struct Retry: Sendable, Equatable {
+        var jobID: Int64
+        var at: Int64
+        var error: String
     }
 
     /// A head dead-lettered with its reason.
-    public struct Discard: Sendable, Equatable {
-        public var jobID: Int64
-        public var reason: String
+    struct Discard: Sendable, Equatable {
+        var jobID: Int64
+        var reason: String
     }
 
     /// A job handed back unsent, due at `until`, its attempt not counted.
-    public struct GiveBack: Sendable, Equatable {
-        public var jobID: Int64
-        public var until: Int64
+    struct GiveBack: Sendable, Equatable {
+        var jobID: Int64
+        var until: Int64
     }
 
     /// The final outcome of a job a Test request waits on.
-    public struct Report: Sendable, Equatable {
-        public var publicID: String
-        public var kind: ReportedOutcome.Kind
-        public var reason: String
+    struct Report: Sendable, Equatable {
+        var publicID: String
+        var kind: ReportedOutcome.Kind
+        var reason: String
     }
 
     /// The jobs a digest carried, completed with its head: deleted (`deadLetterReason` nil) or dead-lettered. Only
     /// those still pending on `device` with the folded alerts the digest carried (a job that gained alerts since
     /// stays and goes out again with them); the store takes what it settled off the device's live jobs.
-    public struct Settlement: Sendable, Equatable {
-        public var device: String
-        public var jobs: [MergedJob]
-        public var deadLetterReason: String?
+    struct Settlement: Sendable, Equatable {
+        var device: String
+        var jobs: [MergedJob]
+        var deadLetterReason: String?
     }
 
     /// A device's head dead-lettered: its last delivery error, and `heads` live jobs fewer.
-    public struct DeviceError: Sendable, Equatable {
-        public var device: String
-        public var reason: String
-        public var heads: Int
+    struct DeviceError: Sendable, Equatable {
+        var device: String
+        var reason: String
+        var heads: Int
     }
 
     /// The head `afterJob` left its device (delivered, dead-lettered): the device's oldest pending job becomes head.
-    public struct Promotion: Sendable, Equatable {
-        public var device: String
-        public var afterJob: Int64
+    struct Promotion: Sendable, Equatable {
+        var device: String
+        var afterJob: Int64
     }
 
     /// APNs said the device's token is gone: a tombstone with `reason`, and the device deleted with its jobs (its
     /// waiting Test requests told `unregistered`).
-    public struct Removal: Sendable, Equatable {
-        public var device: String
-        public var reason: String
+    struct Removal: Sendable, Equatable {
+        var device: String
+        var reason: String
     }
 
     /// For each outcome, whether it applied (its job was still held at that attempt): `finish`'s answer.
-    public var applied: [Bool] = []
+    var applied: [Bool] = []
     /// Delivered heads to delete.
-    public var deletes: [Int64] = []
-    public var retries: [Retry] = []
-    public var discards: [Discard] = []
-    public var giveBacks: [GiveBack] = []
-    public var reports: [Report] = []
-    public var settlements: [Settlement] = []
+    var deletes: [Int64] = []
+    var retries: [Retry] = []
+    var discards: [Discard] = []
+    var giveBacks: [GiveBack] = []
+    var reports: [Report] = []
+    var settlements: [Settlement] = []
     /// Device → heads delivered: one success update per device (its last success is the batch's `now`), which also
     /// takes them off its live jobs.
-    public var successes: [String: Int] = [:]
-    public var deviceErrors: [DeviceError] = []
-    public var promotions: [Promotion] = []
-    public var removals: [Removal] = []
-
-    public init() {}
+    var successes: [String: Int] = [:]
+    var deviceErrors: [DeviceError] = []
+    var promotions: [Promotion] = []
+    var removals: [Removal] = []
 
     /// The devices whose token the store must read: those of the `removeDevice` outcomes.
-    public static func devicesToReadTokensOf(_ outcomes: [JobOutcome]) -> Set<String> {
+    static func devicesToReadTokensOf(_ outcomes: [JobOutcome]) -> Set<String> {
         Set(outcomes.filter { if case .removeDevice = $0.kind { true } else { false } }.map(\.deviceID))
     }
 
     /// The rule. An outcome applies only while its job is held by this worker at the attempt it answers (a late
     /// answer for a lease that expired and was taken over changes nothing), and a job is acted on once.
-    public static func plan(_ outcomes: [JobOutcome], _ state: State, now: Int64) -> FinishPlan {
+    static func plan(_ outcomes: [JobOutcome], _ state: State, now: Int64) -> FinishPlan {
         var plan = FinishPlan()
         var held = state.held
         for outcome in outcomes {

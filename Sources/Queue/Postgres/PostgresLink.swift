@@ -13,7 +13,8 @@ final class PostgresLink: @unchecked Sendable {
     private let conninfo: String
     private let options: PGConnection.Options
     private var connection: PGConnection?
-    private var nextAttempt = ContinuousClock.now
+    /// When `connected()` may try again after a failed attempt (in the past when it may now).
+    private(set) var nextAttempt = ContinuousClock.now
     private var backoff: Duration = .zero
     private var lastFailure = ""
     private var lastReadOnlyReplacement: ContinuousClock.Instant?
@@ -59,9 +60,6 @@ final class PostgresLink: @unchecked Sendable {
 
     /// The connection broke and the backoff has not passed: `connected()` would fail at once.
     var isBackingOff: Bool { (connection == nil || connection?.isBroken == true) && ContinuousClock.now < nextAttempt }
-
-    /// When `connected()` may try again after a failed attempt (in the past when it may now).
-    var nextAttemptAt: ContinuousClock.Instant { nextAttempt }
 
     /// A live connection, reconnecting first if the last one broke. A connection that breaks while in use is
     /// noticed here on the next call (libpq marks it bad) and replaced.

@@ -26,7 +26,7 @@ final class PostgresListener {
     var isBackingOff: Bool { link.isBackingOff }
 
     /// When the next attempt to connect may be made, while `isBackingOff`.
-    var reconnectAt: ContinuousClock.Instant { link.nextAttemptAt }
+    var reconnectAt: ContinuousClock.Instant { link.nextAttempt }
 
     /// Drains what has arrived and returns the count so far. Throws while the server cannot be reached.
     func poll() throws -> Int64 {

@@ -17,8 +17,7 @@ extension PostgresStore {
                 INSERT INTO jobs (public_id, device_id, state, payload, created_at, scheduled_at, expires_at,
                                   reports_outcome, folded, folded_count, badge)
                 SELECT public_id, device_id,
-                       CASE WHEN EXISTS (SELECT 1 FROM jobs h WHERE h.device_id = old.device_id
-                                         AND h.state IN ('available', 'running', 'retryable'))
+                       CASE WHEN EXISTS (SELECT 1 FROM jobs h WHERE h.device_id = old.device_id AND \(Self.isHead("h")))
                             THEN 'pending' ELSE 'available' END,
                        payload, created_at, $1::bigint, $2::bigint, false, folded, folded_count,
                        (SELECT count(*) FROM monitor_states m

@@ -13,7 +13,7 @@ extension PostgresStore {
             rows, into: "devices",
             columns: "id, device_token, auth_token_hash, date_added, last_successful_notification, "
                 + "last_delivery_error, down_notification_level, apns_environment",
-            types: ["text", "text", "text", "bigint", "bigint", "text", "text", "text"], conflict: "ON CONFLICT DO NOTHING"
+            types: ["text", "text", "text", "bigint", "bigint", "text", "text", "text"]
         ) { row in
             [
                 .text(row.device.id), .text(row.device.token), .text(row.device.authTokenHash), .integer(row.device.dateAdded),
@@ -25,8 +25,7 @@ extension PostgresStore {
 
     public func importTombstones(_ rows: [Tombstone]) throws(StoreError) -> Int {
         try importRows(
-            rows, into: "tombstones", columns: "device_id, reason, removed_at", types: ["text", "text", "bigint"],
-            conflict: "ON CONFLICT DO NOTHING"
+            rows, into: "tombstones", columns: "device_id, reason, removed_at", types: ["text", "text", "bigint"]
         ) { [.text($0.deviceID), .text($0.reason), .integer($0.removedAt)] }
     }
 
@@ -34,7 +33,7 @@ extension PostgresStore {
     public func importMonitorStates(_ rows: [StoreTransfer.MonitorStateRow]) throws(StoreError) -> Int {
         try importRows(
             rows, into: "monitor_states", columns: "device_id, monitor, down, updated_at", types: ["text", "text", "boolean", "bigint"],
-            conflict: "ON CONFLICT DO NOTHING", onlyExistingDevices: true
+            deviceColumn: 0
         ) {
             [.text($0.deviceID), .text($0.monitor), .boolean($0.down), .integer($0.updatedAt)]
         }
@@ -52,7 +51,7 @@ extension PostgresStore {
                 "bigint", "text", "text", "text", "bytea", "integer", "bigint", "bigint", "bigint", "text", "bigint",
                 "boolean", "bytea", "integer", "integer"
             ],
-            conflict: "ON CONFLICT DO NOTHING", onlyExistingDevices: true, deviceColumn: 2
+            deviceColumn: 2
         ) { job in
             let leased = job.state == .running
             return [
@@ -99,11 +98,10 @@ extension PostgresStore {
         }
     }
 
-    /// One transaction of multi-row INSERTs. With `onlyExistingDevices`, rows whose device (column `deviceColumn`)
-    /// is not in `devices` are left out by joining on it.
+    /// One transaction of multi-row INSERTs, each skipping the rows already here. With `deviceColumn`, rows whose
+    /// device (that column) is not in `devices` are left out by joining on it.
     private func importRows<Row>(
-        _ rows: [Row], into table: String, columns: String, types: [String], conflict: String,
-        onlyExistingDevices: Bool = false, deviceColumn: Int = 0,
+        _ rows: [Row], into table: String, columns: String, types: [String], deviceColumn: Int? = nil,
         values: (Row) -> [PGValue]
     ) throws(StoreError) -> Int {
         guard !rows.isEmpty else { return 0 }
@@ -118,11 +116,8 @@ extension PostgresStore {
                 parameters += values(row)
             }
             let source = "(VALUES \(tuples.joined(separator: ", "))) AS v (\(names.joined(separator: ", ")))"
-            let sql =
-                onlyExistingDevices
-                ? "INSERT INTO \(table) (\(columns)) SELECT v.* FROM \(source) JOIN devices d ON d.id = v.\(names[deviceColumn]) \(conflict)"
-                : "INSERT INTO \(table) (\(columns)) SELECT * FROM \(source) \(conflict)"
-            statements.append((sql, parameters))
+            let selected = deviceColumn.map { "SELECT v.* FROM \(source) JOIN devices d ON d.id = v.\(names[$0])" } ?? "SELECT * FROM \(source)"
+            statements.append(("INSERT INTO \(table) (\(columns)) \(selected) ON CONFLICT DO NOTHING", parameters))
         }
         return try write { db in
             try statements.reduce(0) { total, statement in total + (try db.run(statement.0, statement.1, prepare: false)) }

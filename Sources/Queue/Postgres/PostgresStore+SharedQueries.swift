@@ -2,7 +2,7 @@ import Common
 import PostgresDriver
 
 /// PostgreSQL runs the statements both stores share (`SharedQueries`) as written, each prepared once per connection.
-extension PostgresStore: SharedQueries, StatsConnectionHolder {
+extension PostgresStore: SharedQueries {
     func jobsBecameDue() { signalChange() }
     func jobsBecameDue(in db: PGConnection) { Self.notifyDeliverers(db) }
 

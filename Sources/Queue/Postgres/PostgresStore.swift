@@ -104,16 +104,14 @@ public final class PostgresStore: Sendable {
     /// failover) only when a statement fails on it; a read is harmless to repeat, so it runs once more, on a new
     /// connection, rather than answer 503 while the database is back.
     func read<T: Sendable>(_ body: (PGConnection) throws -> T) throws(StoreError) -> T {
-        do {
-            return try reader.withLock { link in
+        try StoreError.translating(Self.storeError) {
+            try reader.withLock { link in
                 do {
                     return try body(try link.connected())
                 } catch let error as PGError where error.connectionBroken {
                     return try body(try link.connected())
                 }
             }
-        } catch {
-            throw Self.storeError(error)
         }
     }
 
@@ -137,18 +135,14 @@ public final class PostgresStore: Sendable {
     /// read with the next one or with the COMMIT (`PGConnection.runDeferred`): a trickle's transaction is two
     /// round trips, not one per statement.
     func write<T: Sendable>(_ body: (PGConnection) throws -> T) throws(StoreError) -> T {
-        do {
-            return try writer.withLock { link in try Self.transaction(on: link, body) }
-        } catch {
-            throw Self.storeError(error)
-        }
+        try StoreError.translating(Self.storeError) { try writer.withLock { link in try Self.transaction(on: link, body) } }
     }
 
     /// `write` for an enqueue: on the write connection when it is free, otherwise on the second one (opened now if
     /// need be). Two ingest writer threads then overlap their transactions; if the second connection cannot be
     /// opened, the enqueue waits for the first.
     func writeEnqueue<T: Sendable>(_ body: (PGConnection) throws -> T) throws(StoreError) -> T {
-        do {
+        try StoreError.translating(Self.storeError) {
             if let result = try writer.withLockIfAvailable({ link in try Self.transaction(on: link, body) }) { return result }
             let onSecond = try secondWriter.withLockIfAvailable { second -> T? in
                 guard let link = second.usable(url, options.connection, failover) else { return nil }
@@ -156,8 +150,6 @@ public final class PostgresStore: Sendable {
             }
             if let onSecond, let result = onSecond { return result }
             return try writer.withLock { link in try Self.transaction(on: link, body) }
-        } catch {
-            throw Self.storeError(error)
         }
     }
 
@@ -208,11 +200,7 @@ public final class PostgresStore: Sendable {
 
     /// Runs one statement on the write connection, committed on its own.
     func writeStatement<T: Sendable>(_ body: (PGConnection) throws -> T) throws(StoreError) -> T {
-        do {
-            return try writer.withLock { link in try body(try link.connected()) }
-        } catch {
-            throw Self.storeError(error)
-        }
+        try StoreError.translating(Self.storeError) { try writer.withLock { link in try body(try link.connected()) } }
     }
 
     /// Wakes deliverers (`changeCounter`) when the transaction `db` is in commits: NOTIFY is transactional, so a
@@ -290,8 +278,8 @@ public final class PostgresStore: Sendable {
     /// Runs `body` on the stats connection, opening it first if need be; once more on a new connection when the
     /// server dropped the old one (a count is harmless to repeat), as `read` does.
     func withStatsConnection<T: Sendable>(_ body: (PGConnection) throws -> T) throws(StoreError) -> T {
-        do {
-            return try statsReader.withLock { opened in
+        try StoreError.translating(Self.storeError) {
+            try statsReader.withLock { opened in
                 let link = opened ?? PostgresLink(connectingLater: url, options: options.connection, failover: failover)
                 opened = link
                 do {
@@ -300,8 +288,6 @@ public final class PostgresStore: Sendable {
                     return try body(try link.connected())
                 }
             }
-        } catch {
-            throw Self.storeError(error)
         }
     }
 }

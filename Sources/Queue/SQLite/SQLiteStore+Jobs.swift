@@ -117,7 +117,9 @@ extension SQLiteStore {
 
     public func claim(worker: String, limit: Int, now: Int64, lease: Duration) throws(StoreError) -> [ClaimedJob] {
         guard limit > 0 else { return [] }
+        let leaseExpiresAt = now + lease.wholeMilliseconds
         return try write { db in
+            // The jobs leased, each then given its device's columns.
             let leased = try db.statement(
                 """
                 UPDATE jobs SET state = 'running', attempt = attempt + 1, attempted_at = ?1, attempted_by = ?2,
@@ -126,11 +128,12 @@ extension SQLiteStore {
                              ORDER BY scheduled_at LIMIT ?4)
                 RETURNING id, public_id, device_id, payload, attempt, created_at, expires_at, reports_outcome, folded, badge
                 """
-            ).rows([.integer(now), .text(worker), .integer(now + lease.wholeMilliseconds), .integer(Int64(limit))]) {
-                (
-                    $0.int64(0), $0.text(1), $0.text(2), $0.blob(3), $0.int(4), $0.int64(5), $0.int64(6), $0.int(7) == 1,
-                    $0.isNull(8) ? FoldedAlerts() : FoldedAlerts(encoded: $0.blob(8)), $0.isNull(9) ? nil : $0.int(9)
-                )
+            ).rows([.integer(now), .text(worker), .integer(leaseExpiresAt), .integer(Int64(limit))]) {
+                ClaimedJob(
+                    id: $0.int64(0), publicID: $0.text(1), deviceID: $0.text(2), deviceToken: "", downNotificationLevel: .normal,
+                    payload: $0.blob(3), attempt: $0.int(4), createdAt: $0.int64(5), expiresAt: $0.int64(6), reportsOutcome: $0.int(7) == 1,
+                    folded: $0.isNull(8) ? FoldedAlerts() : FoldedAlerts(encoded: $0.blob(8)), badge: $0.isNull(9) ? nil : $0.int(9),
+                    leaseExpiresAt: leaseExpiresAt)
             }
             let lookup = try db.statement(
                 """
@@ -138,35 +141,23 @@ extension SQLiteStore {
                        last_successful_notification
                 FROM devices d WHERE id = ?1
                 """)
-            var claimed: [ClaimedJob] = []
-            claimed.reserveCapacity(leased.count)
-            for (id, publicID, deviceID, payload, attempt, createdAt, expiresAt, reportsOutcome, folded, badge) in leased {
+            let claimed = try leased.compactMap { job -> ClaimedJob? in
+                let withDevice = try lookup.rows([.text(job.deviceID), .integer(now)]) { device in
+                    var job = job
+                    job.deviceToken = device.text(0)
+                    job.downNotificationLevel = Device.DownNotificationLevel(rawValue: device.text(1)) ?? .normal
+                    job.environment = device.isNull(2) ? nil : Settings.APNsEnvironment(rawValue: device.text(2))
+                    job.recentPushes = device.int(3)
+                    job.lastPushAt = device.optionalInt64(4)
+                    return job
+                }.first
                 // Deleting a device deletes its jobs in the same transaction (deleteDevice), so a job whose device is
                 // gone exists only if a binary older than schema 12 deleted the device (it relied on the foreign
                 // key's cascade) during an upgrade. Such jobs can never be delivered: this one and every other job
                 // of the device go, the way the cascade would have removed them (a scan of the queue, once per
                 // such device).
-                guard
-                    let (token, level, environment, recentPushes, lastPushAt) = try lookup.rows(
-                        [.text(deviceID), .integer(now)],
-                        {
-                            (
-                                $0.text(0), $0.text(1), $0.isNull(2) ? nil : Settings.APNsEnvironment(rawValue: $0.text(2)), $0.int(3),
-                                $0.optionalInt64(4)
-                            )
-                        }
-                    ).first
-                else {
-                    try db.statement("DELETE FROM jobs WHERE device_id = ?").run([.text(deviceID)])
-                    continue
-                }
-                claimed.append(
-                    ClaimedJob(
-                        id: id, publicID: publicID, deviceID: deviceID, deviceToken: token,
-                        downNotificationLevel: Device.DownNotificationLevel(rawValue: level) ?? .normal,
-                        payload: payload, attempt: attempt, createdAt: createdAt, expiresAt: expiresAt,
-                        reportsOutcome: reportsOutcome, folded: folded, badge: badge, environment: environment,
-                        recentPushes: recentPushes, lastPushAt: lastPushAt, leaseExpiresAt: now + lease.wholeMilliseconds))
+                if withDevice == nil { try db.statement("DELETE FROM jobs WHERE device_id = ?").run([.text(job.deviceID)]) }
+                return withDevice
             }
             // Acceptance order, which is what callers log and send in.
             return claimed.sorted { $0.id < $1.id }

@@ -2,7 +2,7 @@ import Common
 import SQLiteDriver
 
 /// SQLite runs the statements both stores share (`SharedQueries`) on its reader and its writer.
-extension SQLiteStore: SharedQueries, StatsConnectionHolder {
+extension SQLiteStore: SharedQueries {
     func writeStatement<T: Sendable>(_ body: (SQLiteConnection) throws -> T) throws(StoreError) -> T { try write(body) }
 
     /// Nothing: a deliverer in another process notices any commit by itself (`changeCounter`).

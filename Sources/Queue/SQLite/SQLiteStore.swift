@@ -36,6 +36,11 @@ public final class SQLiteStore: Sendable {
             self.walTruncateInterval = walTruncateInterval
             self.logger = logger
         }
+
+        /// The writer's connection options; the readers take a smaller page cache.
+        var connection: SQLiteConnection.Options {
+            SQLiteConnection.Options(busyTimeoutMillis: Int32(clamping: busyTimeout.wholeMilliseconds), synchronousFull: synchronousFull)
+        }
     }
 
     let options: Options
@@ -54,23 +59,13 @@ public final class SQLiteStore: Sendable {
     public init(path: String, options: Options = Options(), now: Int64) throws(StoreError) {
         self.options = options
         do {
-            let opened = try SQLiteConnection(
-                path: path,
-                options: .init(
-                    busyTimeoutMillis: Int32(clamping: options.busyTimeout.wholeMilliseconds),
-                    synchronousFull: options.synchronousFull))
+            let opened = try SQLiteConnection(path: path, options: options.connection)
             try Migrations.apply(on: opened, now: now, logger: options.logger)
             // Reads are point lookups and the occasional stats scan: a small cache keeps the process small.
-            let readConnection = try SQLiteConnection(
-                path: path,
-                options: .init(
-                    busyTimeoutMillis: Int32(clamping: options.busyTimeout.wholeMilliseconds),
-                    synchronousFull: options.synchronousFull, cacheKiB: 4096))
-            let statsConnection = try SQLiteConnection(
-                path: path,
-                options: .init(
-                    busyTimeoutMillis: Int32(clamping: options.busyTimeout.wholeMilliseconds),
-                    synchronousFull: options.synchronousFull, cacheKiB: 4096))
+            var readOptions = options.connection
+            readOptions.cacheKiB = 4096
+            let readConnection = try SQLiteConnection(path: path, options: readOptions)
+            let statsConnection = try SQLiteConnection(path: path, options: readOptions)
             let checkpointConnection = try CheckpointConnection(path: path, synchronousFull: options.synchronousFull)
             let checkpointer = WALCheckpointer(connection: checkpointConnection)
             opened.reportWALCommits(to: checkpointer)
@@ -102,11 +97,7 @@ public final class SQLiteStore: Sendable {
 
     /// Runs `body` with the connection, mapping SQLite failures to `StoreError`.
     func withConnection<T: Sendable>(_ body: (SQLiteConnection) throws -> T) throws(StoreError) -> T {
-        do {
-            return try writer.withLock { connection in try body(connection) }
-        } catch {
-            throw Self.storeError(error)
-        }
+        try StoreError.translating(Self.storeError) { try writer.withLock { connection in try body(connection) } }
     }
 
     /// Statements the writer and the reader keep prepared (tests check that they stay bounded over time).
@@ -116,11 +107,7 @@ public final class SQLiteStore: Sendable {
 
     /// Runs `body` with the read connection (a consistent snapshot per statement), mapping failures to `StoreError`.
     func read<T: Sendable>(_ body: (SQLiteConnection) throws -> T) throws(StoreError) -> T {
-        do {
-            return try reader.withLock { connection in try body(connection) }
-        } catch {
-            throw Self.storeError(error)
-        }
+        try StoreError.translating(Self.storeError) { try reader.withLock { connection in try body(connection) } }
     }
 
     /// Runs `body` in a write transaction (see `SQLiteConnection.writeTransaction`).
@@ -151,11 +138,7 @@ public final class SQLiteStore: Sendable {
     }
 
     func withStatsConnection<T: Sendable>(_ body: (SQLiteConnection) throws -> T) throws(StoreError) -> T {
-        do {
-            return try statsReader.withLock { db in try body(db) }
-        } catch {
-            throw Self.storeError(error)
-        }
+        try StoreError.translating(Self.storeError) { try statsReader.withLock { db in try body(db) } }
     }
 
     /// `values` as lists for `IN (…)`, at most 512 to a statement (SQLite binds at most 32,766 parameters; the

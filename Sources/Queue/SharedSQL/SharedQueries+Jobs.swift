@@ -13,11 +13,6 @@ extension SharedQueries {
         }
     }
 
-    /// Tests: runs `body` while holding the connection `stats()` scans with, as a scrape under way does.
-    package func holdingStatsConnection(_ body: () -> Void) throws(StoreError) {
-        try withStatsConnection { _ in body() }
-    }
-
     public func hasDueJobs(now: Int64) throws(StoreError) -> Bool {
         try read { db in
             try db.query(
@@ -95,9 +90,4 @@ extension SharedQueries {
             ) { $0.text(0) }.first
         }
     }
-}
-
-/// Tests: hold the connection `stats()` scans with, as a scrape under way does (`StatsIsolationTests`).
-package protocol StatsConnectionHolder {
-    func holdingStatsConnection(_ body: () -> Void) throws(StoreError)
 }

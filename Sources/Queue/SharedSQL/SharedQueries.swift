@@ -25,6 +25,10 @@ protocol SharedQueries {
     /// Whether `error` is the database refusing a second device with the same `key`.
     func isDuplicate(_ error: any Error, _ key: DeviceKey) -> Bool
 
+    /// The condition that the job `alias` is its device's head, spelt so that the store finds it through
+    /// `jobs_one_head_per_device`.
+    static func isHead(_ alias: String) -> String
+
     /// A monitor not heard of for this long no longer counts towards a device's badge (TOMBSTONE_RETENTION).
     var monitorRetention: Duration { get }
     /// Before a replay's requeues: what the store needs so that a device's head stays its own while they run

@@ -1,22 +1,6 @@
 import Common
 import PostgresDriver
 
-extension PostgresStore {
-    /// Records `kind`/`reason` for the device's live jobs a Test request waits for, through `jobs_waiting_tests`
-    /// (sent with the transaction's next round trip). One already recorded (the head APNs just answered) keeps its own.
-    static func reportWaitingTests(
-        ofDevice device: String, _ kind: ReportedOutcome.Kind, _ reason: String, now: Int64, _ db: PGConnection
-    ) {
-        db.runDeferred(
-            """
-            INSERT INTO job_outcomes (public_id, outcome, reason, finished_at)
-            SELECT public_id, $2::text, $3::text, $4::bigint FROM jobs
-            WHERE device_id = $1::text AND reports_outcome AND state <> 'discarded'
-            ON CONFLICT (public_id) DO NOTHING
-            """, [.text(device), .text(kind.rawValue), .text(reason), .integer(now)])
-    }
-}
-
 /// `DeviceDeletion`'s steps on PostgreSQL, inside the caller's transaction.
 struct PostgresDeviceDeletion: DeviceDeletionDialect {
     let db: PGConnection
@@ -31,8 +15,16 @@ struct PostgresDeviceDeletion: DeviceDeletionDialect {
         return try !db.rows("SELECT 1 FROM devices WHERE id = $1::text FOR UPDATE", [.text(device)]) { _ in true }.isEmpty
     }
 
+    /// Through `jobs_waiting_tests`, sent with the transaction's next round trip. One already recorded (the head APNs
+    /// just answered) keeps its own.
     func reportWaitingTests(of device: String, _ outcome: ReportedOutcome, at: Int64) {
-        PostgresStore.reportWaitingTests(ofDevice: device, outcome.kind, outcome.reason, now: at, db)
+        db.runDeferred(
+            """
+            INSERT INTO job_outcomes (public_id, outcome, reason, finished_at)
+            SELECT public_id, $2::text, $3::text, $4::bigint FROM jobs
+            WHERE device_id = $1::text AND reports_outcome AND state <> 'discarded'
+            ON CONFLICT (public_id) DO NOTHING
+            """, [.text(device), .text(outcome.kind.rawValue), .text(outcome.reason), .integer(at)])
     }
 
     func recordTombstone(of device: String, reason: String, at: Int64) {
