@@ -19,6 +19,9 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 BIN = ROOT / ".build" / "release"
 RELAY = BIN / "kumapush-relay"
 QUEUE_BENCH = BIN / "QueueBench"
+# How the binaries are built: the Makefile's RELEASE_FLAGS, so the benchmark measures what `make release` and
+# `make deb` ship (and shares `make test`'s release build instead of relinking it).
+RELEASE_FLAGS = ("-c", "release", "--static-swift-stdlib")
 TOPIC = "bench.kumapush.app"
 PY = sys.executable
 WORK = pathlib.Path(tempfile.mkdtemp(prefix="kumapush-bench-"))
