@@ -391,9 +391,12 @@ public final class DeliveryEngine: Sendable {
             switched: attempt.switched, started: .now, merged: merged.map(\.asMerged), tokenRefused: attempt.tokenRefused)
         state.lastSentAt = .now
         perPush.webhookToAPNs.observe(Double(max(0, clock.nowMillis() - job.createdAt)) / 1000)
+        // The completion holds only what matches the answer to its push: capturing `job` copied the whole job into
+        // its context (five references retained here, released on the connection's thread when it ends).
+        let (jobID, publicID) = (job.id, job.publicID)
         connection.send(request) { [weak self] result in
             guard let self else { return }
-            self.shared.withLock { $0.answers.append(Answer(jobID: job.id, publicID: job.publicID, result: result, connection: connection)) }
+            self.shared.withLock { $0.answers.append(Answer(jobID: jobID, publicID: publicID, result: result, connection: connection)) }
             self.wakeUp.signal()
         }
     }
@@ -434,7 +437,8 @@ public final class DeliveryEngine: Sendable {
 
     private func record(_ outcomes: [JobOutcome]) {
         let state = loopState
-        let batch = state.unrecorded + outcomes
+        // `+` on an empty array still copies every outcome into a new one (four strings retained each).
+        let batch = state.unrecorded.isEmpty ? outcomes : state.unrecorded + outcomes
         do {
             let started = ContinuousClock.now
             _ = try store.finish(batch, worker: configuration.worker, now: clock.nowMillis())

@@ -119,8 +119,9 @@ extension SQLiteStore {
         guard limit > 0 else { return [] }
         let leaseExpiresAt = now + lease.wholeMilliseconds
         return try write { db in
-            // The jobs leased, each then given its device's columns.
-            let leased = try db.statement(
+            // The jobs leased, each then given its device's columns in place: a job copied out and back (or into a
+            // new array, or sorted into one) retained and released its strings and payload each time.
+            var claimed = try db.statement(
                 """
                 UPDATE jobs SET state = 'running', attempt = attempt + 1, attempted_at = ?1, attempted_by = ?2,
                                 lease_expires_at = ?3
@@ -141,26 +142,32 @@ extension SQLiteStore {
                        last_successful_notification
                 FROM devices d WHERE id = ?1
                 """)
-            let claimed = try leased.compactMap { job -> ClaimedJob? in
-                let withDevice = try lookup.rows([.text(job.deviceID), .integer(now)]) { device in
-                    var job = job
-                    job.deviceToken = device.text(0)
-                    job.downNotificationLevel = Device.DownNotificationLevel(rawValue: device.text(1)) ?? .normal
-                    job.environment = device.isNull(2) ? nil : Settings.APNsEnvironment(rawValue: device.text(2))
-                    job.recentPushes = device.int(3)
-                    job.lastPushAt = device.optionalInt64(4)
-                    return job
-                }.first
+            var orphans: [Int] = []
+            for index in claimed.indices {
+                let deviceID = claimed[index].deviceID
+                var found = false
+                try lookup.forEachRow([.text(deviceID), .integer(now)]) { device in
+                    found = true
+                    claimed[index].deviceToken = device.text(0)
+                    claimed[index].downNotificationLevel = Device.DownNotificationLevel(rawValue: device.text(1)) ?? .normal
+                    claimed[index].environment = device.isNull(2) ? nil : Settings.APNsEnvironment(rawValue: device.text(2))
+                    claimed[index].recentPushes = device.int(3)
+                    claimed[index].lastPushAt = device.optionalInt64(4)
+                }
                 // Deleting a device deletes its jobs in the same transaction (deleteDevice), so a job whose device is
                 // gone exists only if a binary older than schema 12 deleted the device (it relied on the foreign
                 // key's cascade) during an upgrade. Such jobs can never be delivered: this one and every other job
                 // of the device go, the way the cascade would have removed them (a scan of the queue, once per
                 // such device).
-                if withDevice == nil { try db.statement("DELETE FROM jobs WHERE device_id = ?").run([.text(job.deviceID)]) }
-                return withDevice
+                if !found {
+                    try db.statement("DELETE FROM jobs WHERE device_id = ?").run([.text(deviceID)])
+                    orphans.append(index)
+                }
             }
+            for index in orphans.reversed() { claimed.remove(at: index) }
             // Acceptance order, which is what callers log and send in.
-            return claimed.sorted { $0.id < $1.id }
+            claimed.sort { $0.id < $1.id }
+            return claimed
         }
     }
 
