@@ -20,7 +20,9 @@ hard to read; their self counts by library below say what they cost.)
 Then by library (self counts): SQLite, OpenSSL, nghttp2, libc (malloc, memcpy, locks), and the relay's own code
 with the Swift runtime and standard library (linked statically: retain/release, hashing, allocation paths).
 Last, h2load (2 connections × 500 streams, as `make bench` runs it) sends the same number of requests to the same
-simulator under callgrind, for the target of SPEC §7 in the same unit: instructions per request.
+simulator under callgrind, for the target of SPEC §7 in the same unit: instructions per request; and `QueueBench
+floor` claims and completes 10,000 and 1,000 jobs of the delivery floor's setup, whose difference is the floor in
+instructions per job: SPEC §7's "deliverer minus the floor" row, counted instead of timed.
 User-space instructions only: the kernel's side of each syscall is not counted.
 
 Usage: python3 bench/deliver_instructions.py [--jobs 20000] [--baseline-jobs 2000] [--relay PATH]
@@ -148,6 +150,16 @@ def h2load_instructions(work, tls, sim_port, requests):
         return int(next(line.split()[1] for line in data if line.startswith(("summary:", "totals:"))))
 
 
+def floor_instructions(queue_bench, work, claims):
+    """Instructions of `QueueBench floor` (the delivery floor's own setup: 10,000 queued, claimed and completed in
+    batches of 1,000) claiming and completing `claims` jobs, the setup included (the caller subtracts it)."""
+    out = f"{work}/floor-{claims}.out"
+    subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", queue_bench, "floor", work, str(claims)],
+                   check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    with open(out) as data:
+        return int(next(line.split()[1] for line in data if line.startswith(("summary:", "totals:"))))
+
+
 def annotate(out, inclusive):
     text = subprocess.run(["callgrind_annotate", f"--inclusive={'yes' if inclusive else 'no'}", "--threshold=100", out],
                           capture_output=True, text=True, check=True).stdout
@@ -205,6 +217,8 @@ def areas(inclusive, exclusive, relay):
 
 
 ORDER = ["total", "store", "engine", "event loops", "other"]
+# The floor's claims in the two QueueBench runs whose difference is counted.
+FLOOR_CLAIMS = (10_000, 1_000)
 BY_LIBRARY = list(LIBRARIES) + ["other libraries"]
 
 
@@ -235,6 +249,9 @@ def main():
             h2load = [h2load_instructions(work, tls, port, requests) for requests in (arguments.jobs, arguments.baseline_jobs)]
             with open(f"{work}/h2load.txt", "w") as saved:
                 saved.write(f"{h2load[0]} {h2load[1]}\n")
+            floor = [floor_instructions(arguments.queue_bench, work, claims) for claims in FLOOR_CLAIMS]
+            with open(f"{work}/floor.txt", "w") as saved:
+                saved.write(f"{floor[0]} {floor[1]}\n")
         finally:
             sim.terminate()
             sim.wait()
@@ -256,6 +273,13 @@ def main():
         above = per_push["total"] - per_push["store"]
         lines += ["", f"h2load (same simulator, same request): {per_request:,.0f} instructions per request; the deliverer "
                   f"above the store: {above:,.0f} = {above / per_request:.1f}× h2load"]
+        if os.path.exists(f"{work}/floor.txt"):
+            floor = [int(n) for n in open(f"{work}/floor.txt").read().split()]
+            per_job = (floor[0] - floor[1]) / (FLOOR_CLAIMS[0] - FLOOR_CLAIMS[1])
+            beyond = per_push["total"] - per_job
+            lines += ["", f"the delivery floor (QueueBench floor: claim + complete at 10,000 queued, batches of 1,000): "
+                      f"{per_job:,.0f} instructions per job; the deliverer minus the floor (SPEC §7's row, in "
+                      f"instructions): {beyond:,.0f} = {beyond / per_request:.2f}× h2load"]
     print("\n".join(lines))
     if arguments.output:
         with open(arguments.output, "w") as report:

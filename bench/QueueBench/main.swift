@@ -22,6 +22,7 @@ import Queue
 //                                                  the same enqueue and claim figures on PostgreSQL, one empty
 //                                                  database per figure (no raw_insert_rps)
 //        QueueBench raw DIRECTORY [--runs N]       only raw_insert_rps (the ingest phase's second ceiling)
+//        QueueBench floor DIRECTORY CLAIMS         only the floor's claims and completions, CLAIMS of them (callgrind)
 //        QueueBench prefill DATABASE JOBS DEVICES  (fills a relay database for the delivery benchmarks: a SQLite path
 //                                                   or a postgres:// URL)
 
@@ -58,7 +59,8 @@ if arguments.count == 5, arguments[1] == "prefill" {
     if !batch.isEmpty { _ = try store.enqueue(batch, now: clock.nowMillis(), ttl: .seconds(86_400)) }
     exit(0)
 }
-let directory = arguments.count > 2 && arguments[1] == "raw" ? arguments[2] : arguments.count > 1 ? arguments[1] : NSTemporaryDirectory()
+let directory =
+    arguments.count > 2 && ["raw", "floor"].contains(arguments[1]) ? arguments[2] : arguments.count > 1 ? arguments[1] : NSTemporaryDirectory()
 let million = arguments.firstIndex(of: "--million").map { Int(arguments[$0 + 1])! } ?? 1_000_000
 let devices = 1_000
 
@@ -192,6 +194,24 @@ if arguments.count >= 5, arguments[1] == "postgres" {
         print(
             "{\"enqueue_rps\":\(list(enqueueRates)),\"claim_rate_10k\":\(list(claim10k)),\"claim_rate_1m\":\(list(claim1m)),"
                 + "\"prefill_rps\":\(Int(prefill)),\"queued_large\":\(million)}")
+        exit(0)
+    } catch {
+        log("failed: \(error)")
+        exit(1)
+    }
+}
+
+// The floor's setup (10,000 queued, 10 per device) and CLAIMS of its claims and completions, nothing else, for
+// callgrind: the difference of two runs over the difference of their CLAIMS is the floor in instructions per job,
+// the checkpointer's included (docs/performance.md, twenty-first session). Prints the CPU µs per job.
+if arguments.count == 4, arguments[1] == "floor" {
+    do {
+        let (store, ids, path) = try freshStore("floor")
+        defer { removeStore(path) }
+        _ = try enqueue(store, ids, perDevice: 10)
+        try store.checkpoint()
+        let result = try claimAndComplete(store, count: Int(arguments[3])!)
+        print("{\"claim_cpu_us_10k\":[\(String(format: "%.2f", result.cpuMicrosPerJob))]}")
         exit(0)
     } catch {
         log("failed: \(error)")
