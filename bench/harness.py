@@ -96,6 +96,13 @@ def cpu_seconds(pid):
         return 0.0
 
 
+def machine_busy_seconds():
+    """CPU seconds the whole machine has spent busy so far, every core and process (/proc/stat: all but idle and
+    iowait)."""
+    fields = [int(v) for v in open("/proc/stat").readline().split()[1:]]
+    return (sum(fields[:8]) - fields[3] - fields[4]) / TICKS
+
+
 def children_of(pid):
     """Process ids whose parent is `pid` (a PostgreSQL server's backends)."""
     found = []
