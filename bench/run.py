@@ -41,7 +41,7 @@ def main():
     step(f"building release binaries; work folder {WORK}")
     # The binary users run: the Swift runtime linked in, as `make release` and `make deb` build it (Makefile
     # RELEASE_FLAGS). Built without it, the benchmark measured another binary: ingest spent 4 % more CPU per webhook
-    # and 5 MiB more memory in the twenty-first session's pairs (docs/performance.md).
+    # and 5 MiB more memory in the twenty-first session's pairs (bench/results/2026-12-04-deliver-ipc.md).
     for product in ("kumapush-relay", "QueueBench"):
         run(["swift", "build", *RELEASE_FLAGS, "--product", product], cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
     run([ROOT / "scripts" / "generate-test-certs.sh", TLS], check=True, stdout=subprocess.DEVNULL)
