@@ -20,6 +20,22 @@ import Testing
         #expect(metrics.value("requests_total", [("path", "/x/0")]) == 2)
     }
 
+    /// A label value is written as the text format requires: backslash, double quote and newline escaped, anything
+    /// else as it is (the exposition skips the escaping pass for values without them).
+    @Test func labelValuesAreEscapedOnlyWhereTheTextFormatAsks() {
+        let metrics = MetricsRegistry()
+        metrics.describe("seen_total", .counter, "test")
+        metrics.describe("took_seconds", .histogram, "test", buckets: [1])
+        metrics.increment("seen_total", [("reason", "say \"hi\"\\now\nbye")])
+        metrics.increment("seen_total", [("reason", "plain, with = and { }")])
+        metrics.observe("took_seconds", [("reason", "a\"b")], value: 0.5)
+        let text = metrics.exposition()
+        #expect(text.contains(#"seen_total{reason="say \"hi\"\\now\nbye"} 1"#))
+        #expect(text.contains(#"seen_total{reason="plain, with = and { }"} 1"#))
+        #expect(text.contains(#"took_seconds_bucket{reason="a\"b",le="1"} 1"#))
+        #expect(text.contains(#"took_seconds_count{reason="a\"b"} 1"#))
+    }
+
     /// Updates of an existing series are made in place; each must still land in its buckets, sum and count.
     @Test func aHistogramAndACounterAccumulateEveryUpdate() {
         let metrics = MetricsRegistry()

@@ -178,42 +178,10 @@ public final class MetricsRegistry: Sendable {
         state.withLock { $0.values[Series(name: name, labels: Self.render(labels))] }?.value.withLock { $0 } ?? 0
     }
 
-    /// The whole registry as Prometheus text.
-    public func exposition() -> String {
-        let snapshot = state.withLock { $0 }
-        var values = snapshot.values.mapValues { cell in cell.value.withLock { $0 } }
-        for collector in snapshot.collectors {
-            for sample in collector() { values[Series(name: sample.name, labels: Self.render(sample.labels))] = sample.value }
-        }
-        // The registry's own health, in every process that serves metrics.
-        values[Series(name: Self.droppedSeriesMetric, labels: [])] = snapshot.droppedUpdates
-        values[Series(name: LogSink.droppedLinesMetric, labels: [])] = Double(LogSink.droppedLines)
-        var out = ""
-        for (name, family) in snapshot.families.sorted(by: { $0.key < $1.key }) {
-            out += "# HELP \(name) \(family.help)\n# TYPE \(name) \(family.kind.rawValue)\n"
-            if family.kind == .histogram {
-                for (series, cell) in snapshot.histograms.filter({ $0.key.name == name }).sorted(by: {
-                    $0.key.labels.lexicographicallyPrecedes($1.key.labels)
-                }) {
-                    let histogram = cell.state.withLock { $0 }
-                    let labels = Self.formatted(series.labels)
-                    for (index, bound) in histogram.buckets.enumerated() {
-                        out += "\(name)_bucket\(Self.braces(labels + ["le=\"\(Self.number(bound))\""])) \(histogram.bucketCounts[index])\n"
-                    }
-                    out += "\(name)_bucket\(Self.braces(labels + ["le=\"+Inf\""])) \(histogram.count)\n"
-                    out += "\(name)_sum\(Self.braces(labels)) \(Self.number(histogram.sum))\n"
-                    out += "\(name)_count\(Self.braces(labels)) \(histogram.count)\n"
-                }
-            } else {
-                for (series, value) in values.filter({ $0.key.name == name }).sorted(by: { $0.key.labels.lexicographicallyPrecedes($1.key.labels) }) {
-                    out += "\(name)\(Self.braces(Self.formatted(series.labels))) \(Self.number(value))\n"
-                }
-            }
-        }
-        return out
-    }
+    /// The registry's state as of now, for the exposition (MetricsRegistry+Exposition.swift).
+    func snapshot() -> State { state.withLock { $0 } }
 
-    private static func render(_ labels: [(String, String)]) -> [String] {
+    static func render(_ labels: [(String, String)]) -> [String] {
         var flat: [String] = []
         flat.reserveCapacity(labels.count * 2)
         for (key, value) in labels {
@@ -233,21 +201,6 @@ public final class MetricsRegistry: Sendable {
             end = value.index(after: end)
         }
         return String(value[..<end])
-    }
-
-    /// `key="value"` pairs for the exposition, values escaped as the text format requires.
-    private static func formatted(_ flat: [String]) -> [String] {
-        stride(from: 0, to: flat.count - 1, by: 2).map { index in
-            let escaped = flat[index + 1].replacingAll("\\", with: "\\\\").replacingAll("\"", with: "\\\"")
-                .replacingAll("\n", with: "\\n")
-            return "\(flat[index])=\"\(escaped)\""
-        }
-    }
-
-    private static func braces(_ labels: [String]) -> String { labels.isEmpty ? "" : "{" + labels.joined(separator: ",") + "}" }
-
-    private static func number(_ value: Double) -> String {
-        value == value.rounded() && abs(value) < 1e15 ? String(Int64(value)) : String(value)
     }
 }
 
