@@ -146,8 +146,7 @@ def h2load_instructions(work, tls, sim_port, requests):
                             capture_output=True, text=True, check=True)
     if f"{requests} 2xx" not in result.stdout:
         raise RuntimeError(f"h2load: not every request succeeded:\n{result.stdout}")
-    with open(out) as data:
-        return int(next(line.split()[1] for line in data if line.startswith(("summary:", "totals:"))))
+    return callgrind_total(out)
 
 
 def floor_instructions(queue_bench, work, claims):
@@ -156,6 +155,11 @@ def floor_instructions(queue_bench, work, claims):
     out = f"{work}/floor-{claims}.out"
     subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", queue_bench, "floor", work, str(claims)],
                    check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return callgrind_total(out)
+
+
+def callgrind_total(out):
+    """The instructions a callgrind output file counts in all (its `summary:` or `totals:` line)."""
     with open(out) as data:
         return int(next(line.split()[1] for line in data if line.startswith(("summary:", "totals:"))))
 

@@ -1,9 +1,10 @@
 """PostgreSQL deliver drains, several per process count, to tell a change in `make bench`'s scaling curve from its
-noise (the curve's point is the median of three drains since the twenty-first session, one before). Each run: a fresh database on a durable throwaway server, 50,000 jobs
-prefilled over 1,000 devices, `PROCESSES` deliver processes (DEVICE_BURST off, as `make bench`'s drain; polled every
-100 ms rather than its 250, so its figures compare with each other, and only roughly with the bench's points), timed
-from the first delivery to the last; also how many claims and completion batches the deliverers made (their store
-histograms). A run that hits the 180 s cap says so (`"complete": false`).
+noise (the curve's point is the median of three drains since the twenty-first session, one before). Each run: a
+fresh database on a durable throwaway server, 50,000 jobs prefilled over 1,000 devices, `PROCESSES` deliver
+processes (DEVICE_BURST off, as `make bench`'s drain; polled every 100 ms rather than its 250, so its figures
+compare with each other, and only roughly with the bench's points), timed from the first delivery to the last; also
+how many claims and completion batches the deliverers made (their store histograms). A run that hits the 180 s cap
+says so (`"complete": false`).
 
     .venv/bin/python bench/pg_scaling_drains.py RUNS PROCESSES
 

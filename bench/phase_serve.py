@@ -66,9 +66,7 @@ class Scraper:
 
     def _scrape(self, connection):
         connection.request("GET", "/metrics")
-        response = connection.getresponse()
-        response.read()
-        return response.status
+        connection.getresponse().read()
 
     def _loop(self):
         connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)

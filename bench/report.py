@@ -11,19 +11,23 @@ from harness import ROOT
 RESULTS = ROOT / "bench" / "results"
 
 
-def get(r, path):
-    """The value at a dotted path; a figure measured several times gives its median."""
+def at(r, path):
+    """The value at a dotted path, as stored: a figure measured several times is its summary."""
     value = r
     for key in path.split("."):
         value = value[key]
+    return value
+
+
+def get(r, path):
+    """The value at a dotted path; a figure measured several times gives its median."""
+    value = at(r, path)
     return value["median"] if isinstance(value, dict) and "median" in value else value
 
 
 def cell(r, path, unit=""):
     """A figure's median with its spread over the runs: `0.21 (0.19–0.23)`."""
-    value = r
-    for key in path.split("."):
-        value = value[key]
+    value = at(r, path)
     if not isinstance(value, dict):
         return f"{number(value)}{unit}"
     text = f"{number(value['median'])}{unit}"
@@ -32,9 +36,7 @@ def cell(r, path, unit=""):
 
 def worst(r, path):
     """The highest of a figure's runs (a count that must be zero in every run: lost jobs, order violations)."""
-    value = r
-    for key in path.split("."):
-        value = value[key]
+    value = at(r, path)
     return value["max"] if isinstance(value, dict) else value
 
 

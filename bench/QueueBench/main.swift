@@ -211,7 +211,7 @@ if arguments.count == 4, arguments[1] == "floor" {
         _ = try enqueue(store, ids, perDevice: 10)
         try store.checkpoint()
         let result = try claimAndComplete(store, count: Int(arguments[3])!)
-        print("{\"claim_cpu_us_10k\":[\(String(format: "%.2f", result.cpuMicrosPerJob))]}")
+        print("{\"floor_cpu_us_per_job\":[\(String(format: "%.2f", result.cpuMicrosPerJob))]}")
         exit(0)
     } catch {
         log("failed: \(error)")

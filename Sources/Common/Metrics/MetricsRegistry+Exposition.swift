@@ -36,10 +36,10 @@ extension MetricsRegistry {
             out += "\n"
             if family.kind == .histogram {
                 // Bounds written once per family, not once per series and bucket.
-                let familyBounds = family.buckets.map { "le=\"\(Self.number($0))\"" }
+                let familyBounds = Self.bounds(family.buckets)
                 for series in (histogramsByFamily[name] ?? []).sorted(by: { $0.labels.lexicographicallyPrecedes($1.labels) }) {
                     let histogram = series.cell.state.withLock { $0 }
-                    let bounds = histogram.buckets == family.buckets ? familyBounds : histogram.buckets.map { "le=\"\(Self.number($0))\"" }
+                    let bounds = histogram.buckets == family.buckets ? familyBounds : Self.bounds(histogram.buckets)
                     let labels = Self.formatted(series.labels)
                     let open = labels.isEmpty ? "{" : "{" + labels + ","
                     for (index, bound) in bounds.enumerated() {
@@ -89,7 +89,10 @@ extension MetricsRegistry {
 
     private static func braces(_ labels: String) -> String { labels.isEmpty ? "" : "{" + labels + "}" }
 
-    static func number(_ value: Double) -> String {
+    /// `le="0.5"`, … for upper bounds.
+    private static func bounds(_ buckets: [Double]) -> [String] { buckets.map { "le=\"\(number($0))\"" } }
+
+    private static func number(_ value: Double) -> String {
         value == value.rounded() && abs(value) < 1e15 ? String(Int64(value)) : String(value)
     }
 }
