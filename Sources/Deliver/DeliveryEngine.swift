@@ -84,13 +84,6 @@ public final class DeliveryEngine: Sendable {
         let connection: HTTP2ClientConnection
     }
 
-    /// What other threads hand the delivery thread, taken as a whole at the top of each round.
-    struct Shared: Sendable {
-        var answers: [Answer] = []
-        var wakeRequested = true
-        var stopping = false
-    }
-
     let configuration: Configuration
     /// `configuration.leaseNeededToSend` in milliseconds, worked out once: asked twice a push, and a `Duration`'s
     /// components cost a division each time.
@@ -105,9 +98,7 @@ public final class DeliveryEngine: Sendable {
     let logger: Logger
     let metrics: MetricsRegistry
     let perPush: DeliveryMetrics.PerPush
-    private let shared = Mutex(Shared())
-    /// Signalled with every change to `shared`; the delivery thread sleeps on it between rounds.
-    private let wakeUp = WakeUp()
+    private let inbox = DeliveryInbox()
     private let finished = DispatchSemaphore(value: 0)
     /// Loop-thread state, confined to the delivery thread (claimed when it starts, checked on every access).
     let loopState: ThreadConfined<DeliveryLoopState>
@@ -164,15 +155,13 @@ public final class DeliveryEngine: Sendable {
 
     /// New jobs may be waiting (called by ingest in `serve`, and by the connection pool when capacity returns).
     public func wake() {
-        shared.withLock { $0.wakeRequested = true }
-        wakeUp.signal()
+        inbox.requestWake()
     }
 
     /// Stops claiming, waits up to `grace` for pushes in flight, gives back the leases of the rest. Blocks.
     public func shutdown(grace: Duration) {
         graceDeadline.withLock { $0 = .now + grace }
-        shared.withLock { $0.stopping = true }
-        wakeUp.signal()
+        inbox.requestStop()
         finished.wait()
     }
 
@@ -186,13 +175,7 @@ public final class DeliveryEngine: Sendable {
         var lastChange = (try? store.changeCounter()) ?? 0
         while true {
             heartbeat.beat()
-            let arrived = shared.withLock { shared -> Shared in
-                defer {
-                    shared.answers.removeAll(keepingCapacity: true)
-                    shared.wakeRequested = false
-                }
-                return shared
-            }
+            let arrived = inbox.take()
             var outcomes: [JobOutcome] = []
             outcomes.reserveCapacity(arrived.answers.count)
             for answer in arrived.answers { handle(answer, into: &outcomes) }
@@ -245,7 +228,7 @@ public final class DeliveryEngine: Sendable {
     /// poll interval passes.
     private func waitForWork() {
         let idle = ContinuousClock.now - loopState.lastActivity > .seconds(1) && loopState.inFlight.isEmpty
-        wakeUp.wait(until: .now + (idle ? configuration.idlePollInterval : configuration.pollInterval))
+        inbox.wait(until: .now + (idle ? configuration.idlePollInterval : configuration.pollInterval))
     }
 
     private func claimAndSend(now: Int64) {
@@ -394,10 +377,8 @@ public final class DeliveryEngine: Sendable {
         // The completion holds only what matches the answer to its push: capturing `job` copied the whole job into
         // its context (five references retained here, released on the connection's thread when it ends).
         let (jobID, publicID) = (job.id, job.publicID)
-        connection.send(request) { [weak self] result in
-            guard let self else { return }
-            self.shared.withLock { $0.answers.append(Answer(jobID: jobID, publicID: publicID, result: result, connection: connection)) }
-            self.wakeUp.signal()
+        connection.send(request) { [inbox] result in
+            inbox.post(Answer(jobID: jobID, publicID: publicID, result: result, connection: connection))
         }
     }
 

@@ -304,6 +304,45 @@ import Testing
         #expect(!events.all.contains(.ready))
     }
 
+    /// Requests sent in a burst reach the loop in one task, which takes every request sent until it runs. One sent
+    /// after `close()` must not ride along with a burst sent before it, even when the burst's task was already taken
+    /// by the loop but had not run yet: it goes as its own task, behind the close's, is refused and never reaches the
+    /// server, while the burst is answered.
+    @Test func aRequestSentAfterCloseIsRefusedThoughTheBurstBeforeItHadNotReachedTheLoop() throws {
+        let served = Mutex<[String]>([])
+        let server = try server { request, responder in
+            served.withLock { $0.append(request.path) }
+            responder.respond(status: 200)
+        }
+        defer { server.stop() }
+        let connection = try client(server.port)
+        #expect(send(connection, HTTP2Request(path: "/up")).map { (try? $0.get())?.status } == 200)
+        // The loop takes its queue a turn at a time. Held in one turn, it gets the next turn's tasks queued: another
+        // hold, then the burst's task. Released, it takes both and is held again with the burst's task taken but not
+        // run; the close and the late request come in then.
+        let firstHold = LoopHold(loop)
+        let secondHold = LoopHold(loop, entered: false)
+        let results = Mutex<[String: Result<HTTP2Response, HTTP2Failure>]>([:])
+        let group = DispatchGroup()
+        func post(_ path: String) {
+            group.enter()
+            connection.send(HTTP2Request(path: path)) { outcome in
+                results.withLock { $0[path] = outcome }
+                group.leave()
+            }
+        }
+        for index in 0..<10 { post("/burst-\(index)") }
+        firstHold.release()
+        secondHold.waitUntilHolding()
+        connection.close()
+        post("/late")
+        secondHold.release()
+        #expect(group.wait(timeout: .now() + 20) == .success, "every request was answered or refused")
+        #expect(results.withLock { $0["/late"] } == .failure(.refused))
+        #expect(!served.withLock { $0 }.contains("/late"))
+        #expect((0..<10).allSatisfy { index in results.withLock { (try? $0["/burst-\(index)"]?.get())?.status } == 200 })
+    }
+
     @Test func manyRequestsOnOneConnectionAllComplete() throws {
         let server = try server(streams: 100) { request, responder in responder.respond(status: 200, body: request.body) }
         defer { server.stop() }
@@ -321,4 +360,22 @@ final class EventLog: Sendable {
     private let events = Mutex<[HTTP2ClientConnection.Event]>([])
     func append(_ event: HTTP2ClientConnection.Event) { events.withLock { $0.append(event) } }
     var all: [HTTP2ClientConnection.Event] { events.withLock { $0 } }
+}
+
+/// Keeps an event loop busy in one of its tasks until released: what is queued meanwhile waits for its next turn.
+final class LoopHold: Sendable {
+    private let holding = DispatchSemaphore(value: 0)
+    private let released = DispatchSemaphore(value: 0)
+
+    /// Queues the holding task; unless `entered` is false, waits until the loop is in it.
+    init(_ loop: EventLoop, entered: Bool = true) {
+        loop.execute { [holding, released] in
+            holding.signal()
+            released.wait()
+        }
+        if entered { waitUntilHolding() }
+    }
+
+    func waitUntilHolding() { holding.wait() }
+    func release() { released.signal() }
 }
