@@ -64,12 +64,12 @@ public struct APNsRequestFactory: Sendable {
         headers.reserveCapacity(adding: 384 + providerToken.utf8.count)
         headers.append("authorization", providerToken, prefix: "bearer ")
         // Until when APNs should keep trying an offline phone (seconds): acceptance + JOB_TTL (a digest's newest).
-        // Unique per request, like the ids below: kept out of the HPACK table, as Apple asks for :path (which never
-        // is indexed).
-        headers.append("apns-expiration", decimal: Int(expiresAt / 1000), sensitive: true)
+        // Unique per request, like the ids below: the value never enters the HPACK table, the name does once per
+        // connection, as Apple advises (`:path` never is indexed).
+        headers.append("apns-expiration", decimal: Int(expiresAt / 1000), indexing: .uniqueValue)
         // Fixed per job across retries, so APNs and the phone see one notification, not several.
-        headers.append("apns-id", job.publicID, sensitive: true)
-        headers.append("apns-collapse-id", job.publicID, sensitive: true)
+        headers.append("apns-id", job.publicID, indexing: .uniqueValue)
+        headers.append("apns-collapse-id", job.publicID, indexing: .uniqueValue)
         return HTTP2Request(path: "/3/device/" + job.deviceToken, headerBlock: headers, body: APNsPayload.encode(push))
     }
 }

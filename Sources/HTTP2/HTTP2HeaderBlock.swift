@@ -3,12 +3,27 @@
 /// delivery thread), so the event loop hands it to nghttp2 without hashing, lower-casing or copying strings header
 /// by header — that was a sixth of the event loop's instructions per push (docs/performance.md, sixteenth session).
 ///
-/// Layout, per header: one flag byte (1: never indexed), the name's and the value's length (4 bytes each, little
-/// endian), then the name's and the value's UTF-8. One allocation for the whole block.
+/// Layout, per header: one byte for its `Indexing`, the name's and the value's length (4 bytes each, little endian),
+/// then the name's and the value's UTF-8. One allocation for the whole block.
 public struct HTTP2HeaderBlock: Sendable, Equatable {
+    /// What HPACK does with a header: whether it enters the connection's dynamic table, so later requests send an
+    /// index instead of the name (and value).
+    public enum Indexing: UInt8, Sendable {
+        /// Added to the table: the same header comes again (the topic, the provider token).
+        case indexed = 0
+        /// Never added (`NGHTTP2_NV_FLAG_NO_INDEX`): secret, or of no use to the table.
+        case never = 1
+        /// A value unique to each request under a name every request has (APNs' `apns-id`, `apns-expiration`):
+        /// added once, on the connection's first request, and never after, so later requests name it by its index
+        /// and spell only the value. Apple's advice for APNs (docs/performance.md, twenty-second session).
+        case uniqueValue = 2
+    }
+
     private(set) var bytes: [UInt8] = []
     /// Headers in the block.
     public private(set) var count = 0
+    /// Whether a header is `Indexing.uniqueValue` (asked once per request, not looked for).
+    private(set) var hasUniqueValues = false
 
     static let entryHead = 9
 
@@ -17,22 +32,21 @@ public struct HTTP2HeaderBlock: Sendable, Equatable {
     }
 
     /// Appends `name: prefix + value`. Names are lower-cased (HTTP/2 wants them so; callers mostly write them so
-    /// already). `sensitive`: never put in the HPACK dynamic table (`NGHTTP2_NV_FLAG_NO_INDEX`): unique per request
-    /// (Apple's advice for what changes every push), or secret.
-    public mutating func append(_ name: String, _ value: String, prefix: String = "", sensitive: Bool = false) {
+    /// already).
+    public mutating func append(_ name: String, _ value: String, prefix: String = "", indexing: Indexing = .indexed) {
         // Each string copied once, as a buffer: walking `String.UTF8View` byte by byte (to copy, or to look for
         // capitals) cost more than the rest of building a push's headers.
         var (name, prefix, value) = (name, prefix, value)
         name.withUTF8 { name in
             prefix.withUTF8 { prefix in
-                value.withUTF8 { value in append(name: name, prefix: prefix, value: value, sensitive: sensitive) }
+                value.withUTF8 { value in append(name: name, prefix: prefix, value: value, indexing: indexing) }
             }
         }
     }
 
     /// Appends `name: number` in decimal, as `String(number)` writes it, without making the String (the
     /// deliverer's `apns-expiration`, on every push).
-    public mutating func append(_ name: String, decimal number: Int, sensitive: Bool = false) {
+    public mutating func append(_ name: String, decimal number: Int, indexing: Indexing = .indexed) {
         var name = name
         // The magnitude is unsigned, so Int.min has one too; written from the end of room for a sign and 20 digits.
         var rest = number.magnitude
@@ -50,7 +64,7 @@ public struct HTTP2HeaderBlock: Sendable, Equatable {
             name.withUTF8 { name in
                 append(
                     name: name, prefix: UnsafeBufferPointer(start: nil, count: 0), value: UnsafeBufferPointer(rebasing: digits[start...]),
-                    sensitive: sensitive)
+                    indexing: indexing)
             }
         }
     }
@@ -59,6 +73,7 @@ public struct HTTP2HeaderBlock: Sendable, Equatable {
     public mutating func append(contentsOf other: HTTP2HeaderBlock) {
         bytes.append(contentsOf: other.bytes)
         count += other.count
+        hasUniqueValues = hasUniqueValues || other.hasUniqueValues
     }
 
     /// Reserves room for `capacity` more bytes of headers.
@@ -67,14 +82,14 @@ public struct HTTP2HeaderBlock: Sendable, Equatable {
     }
 
     private mutating func append(
-        name: UnsafeBufferPointer<UInt8>, prefix: UnsafeBufferPointer<UInt8>, value: UnsafeBufferPointer<UInt8>, sensitive: Bool
+        name: UnsafeBufferPointer<UInt8>, prefix: UnsafeBufferPointer<UInt8>, value: UnsafeBufferPointer<UInt8>, indexing: Indexing
     ) {
         // The whole entry laid out on the stack (the name lower-cased as it is copied) and appended at once: appended
         // byte by byte and part by part, and checked index by index, the four headers of a push cost about 2,800
         // instructions (callgrind, nineteenth session).
         let size = Self.entryHead + name.count + prefix.count + value.count
         withUnsafeTemporaryAllocation(of: UInt8.self, capacity: size) { entry in
-            entry.initializeElement(at: 0, to: sensitive ? 1 : 0)
+            entry.initializeElement(at: 0, to: indexing.rawValue)
             Self.writeLength(name.count, into: entry, at: 1)
             Self.writeLength(prefix.count + value.count, into: entry, at: 5)
             var offset = Self.entryHead
@@ -90,6 +105,7 @@ public struct HTTP2HeaderBlock: Sendable, Equatable {
             bytes.append(contentsOf: UnsafeBufferPointer(entry))
         }
         count += 1
+        if indexing == .uniqueValue { hasUniqueValues = true }
     }
 
     private static func writeLength(_ length: Int, into head: UnsafeMutableBufferPointer<UInt8>, at offset: Int) {
@@ -98,30 +114,31 @@ public struct HTTP2HeaderBlock: Sendable, Equatable {
     }
 
     /// The headers, in order (tests, and whoever wants to read a request back).
-    public var fields: [(name: String, value: String, sensitive: Bool)] {
-        var fields: [(name: String, value: String, sensitive: Bool)] = []
+    public var fields: [(name: String, value: String, indexing: Indexing)] {
+        var fields: [(name: String, value: String, indexing: Indexing)] = []
         bytes.withUnsafeBufferPointer { buffer in
-            Self.forEach(in: buffer) { name, value, sensitive in
-                fields.append((String(decoding: name, as: UTF8.self), String(decoding: value, as: UTF8.self), sensitive))
+            Self.forEach(in: buffer) { name, value, indexing in
+                fields.append((String(decoding: name, as: UTF8.self), String(decoding: value, as: UTF8.self), indexing))
             }
         }
         return fields
     }
 
-    /// Calls `body` with each header's name and value bytes (views into `buffer`) and its flag, in order.
+    /// Calls `body` with each header's name and value bytes (views into `buffer`) and its indexing, in order.
     static func forEach(
         in buffer: UnsafeBufferPointer<UInt8>,
-        _ body: (UnsafeBufferPointer<UInt8>, UnsafeBufferPointer<UInt8>, Bool) throws -> Void
+        _ body: (UnsafeBufferPointer<UInt8>, UnsafeBufferPointer<UInt8>, Indexing) throws -> Void
     ) rethrows {
         var offset = 0
         while offset < buffer.count {
-            let sensitive = buffer[offset] != 0
+            // Only `append` writes the byte, from an `Indexing`.
+            let indexing = Indexing(rawValue: buffer[offset]) ?? .never
             let nameLength = length(in: buffer, at: offset + 1)
             let valueLength = length(in: buffer, at: offset + 5)
             let nameStart = offset + entryHead
             try body(
                 UnsafeBufferPointer(rebasing: buffer[nameStart..<nameStart + nameLength]),
-                UnsafeBufferPointer(rebasing: buffer[nameStart + nameLength..<nameStart + nameLength + valueLength]), sensitive)
+                UnsafeBufferPointer(rebasing: buffer[nameStart + nameLength..<nameStart + nameLength + valueLength]), indexing)
             offset = nameStart + nameLength + valueLength
         }
     }

@@ -12,7 +12,7 @@ public struct HTTP2Request: Sendable {
         sensitiveHeaders: Set<String> = []
     ) {
         var block = HTTP2HeaderBlock()
-        for (name, value) in headers { block.append(name, value, sensitive: sensitiveHeaders.contains(name.lowercased())) }
+        for (name, value) in headers { block.append(name, value, indexing: sensitiveHeaders.contains(name.lowercased()) ? .never : .indexed) }
         self.init(method: method, path: path, headerBlock: block, body: body)
     }
 

@@ -35,6 +35,9 @@ final class HTTP2Session {
     private unowned let delegate: any HTTP2SessionDelegate
     /// Bodies being sent, by stream.
     private var outgoingBodies: [Int32: (bytes: [UInt8], offset: Int)] = [:]
+    /// A request with `Indexing.uniqueValue` headers went out on this session: their names are in the peer's
+    /// dynamic table (from that request on, in HPACK's order), so these headers are never indexed again.
+    private var uniqueValueNamesIndexed = false
     /// Inside `nghttp2_session_mem_recv`/`mem_send`, whose callbacks must not call either again (nghttp2's rule;
     /// breaking it corrupts the session's memory). The transport is built so they never do; this proves it.
     private var inLibraryCall = false
@@ -131,6 +134,7 @@ final class HTTP2Session {
         }
         guard id > 0 else { throw Failure(code: id, context: "submit request") }
         if !body.isEmpty { outgoingBodies[id] = (body, 0) }
+        if !uniqueValueNamesIndexed, headers.hasUniqueValues { uniqueValueNamesIndexed = true }
         return id
     }
 
@@ -178,6 +182,9 @@ final class HTTP2Session {
     var peerMaxConcurrentStreams: Int {
         Int(nghttp2_session_get_remote_settings(handle, NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS))
     }
+
+    /// Bytes our HPACK encoder's dynamic table holds (tests: what the headers we sent left in it).
+    var encoderTableSize: Int { nghttp2_session_get_hd_deflate_dynamic_table_size(handle) }
 
     var wantsIO: Bool { nghttp2_session_want_read(handle) != 0 || nghttp2_session_want_write(handle) != 0 }
 
@@ -231,18 +238,25 @@ final class HTTP2Session {
             first.bytes.withUnsafeBufferPointer { firstBytes in
                 last.bytes.withUnsafeBufferPointer { lastBytes in
                     var index = 0
-                    func add(_ name: UnsafeBufferPointer<UInt8>, _ value: UnsafeBufferPointer<UInt8>, _ sensitive: Bool) {
+                    let indexesUniqueValues = !uniqueValueNamesIndexed
+                    func add(_ name: UnsafeBufferPointer<UInt8>, _ value: UnsafeBufferPointer<UInt8>, _ indexing: HTTP2HeaderBlock.Indexing) {
+                        let indexed =
+                            switch indexing {
+                            case .indexed: true
+                            case .never: false
+                            case .uniqueValue: indexesUniqueValues
+                            }
                         nva.initializeElement(
                             at: index,
                             to: nghttp2_nv(
                                 name: UnsafeMutablePointer(mutating: name.baseAddress ?? Self.empty.utf8Start),
                                 value: UnsafeMutablePointer(mutating: value.baseAddress ?? Self.empty.utf8Start),
                                 namelen: name.count, valuelen: value.count,
-                                flags: UInt8(sensitive ? NGHTTP2_NV_FLAG_NO_INDEX.rawValue : NGHTTP2_NV_FLAG_NONE.rawValue)))
+                                flags: UInt8(indexed ? NGHTTP2_NV_FLAG_NONE.rawValue : NGHTTP2_NV_FLAG_NO_INDEX.rawValue)))
                         index += 1
                     }
                     HTTP2HeaderBlock.forEach(in: firstBytes, add)
-                    add(UnsafeBufferPointer(start: middle.name.utf8Start, count: middle.name.utf8CodeUnitCount), middle.value, true)
+                    add(UnsafeBufferPointer(start: middle.name.utf8Start, count: middle.name.utf8CodeUnitCount), middle.value, .never)
                     HTTP2HeaderBlock.forEach(in: lastBytes, add)
                     defer { _ = nva.prefix(index).deinitialize() }
                     return body(UnsafeBufferPointer(rebasing: nva.prefix(index)))

@@ -4,39 +4,40 @@ import Testing
 /// The request headers as laid out once for nghttp2: order, lower-cased names, values with their prefix, and which
 /// are kept out of the HPACK dynamic table.
 @Suite struct HTTP2HeaderBlockTests {
-    @Test func keepsOrderLowerCasesNamesAndMarksTheNeverIndexedOnes() {
+    @Test func keepsOrderLowerCasesNamesAndHowEachIsIndexed() {
         var block = HTTP2HeaderBlock()
         block.append("Authorization", "eyJ.token", prefix: "bearer ")
-        block.append("apns-id", "0f1e2d3c-aaaa-bbbb-cccc-000000000001", sensitive: true)
+        block.append("apns-id", "0f1e2d3c-aaaa-bbbb-cccc-000000000001", indexing: .uniqueValue)
+        block.append("cookie", "secret", indexing: .never)
         block.append("x-empty", "")
         let fields = block.fields
-        #expect(block.count == 3)
-        #expect(fields.map(\.name) == ["authorization", "apns-id", "x-empty"])
-        #expect(fields.map(\.value) == ["bearer eyJ.token", "0f1e2d3c-aaaa-bbbb-cccc-000000000001", ""])
-        #expect(fields.map(\.sensitive) == [false, true, false])
+        #expect(block.count == 4)
+        #expect(fields.map(\.name) == ["authorization", "apns-id", "cookie", "x-empty"])
+        #expect(fields.map(\.value) == ["bearer eyJ.token", "0f1e2d3c-aaaa-bbbb-cccc-000000000001", "secret", ""])
+        #expect(fields.map(\.indexing) == [.indexed, .uniqueValue, .never, .indexed])
     }
 
     /// `apns-expiration` is written as digits straight into the block: the same text as `String(number)`.
     @Test(arguments: [0, 9, 10, 1_764_806_400, -1, -42, Int.max, Int.min])
     func aDecimalValueIsWrittenAsStringWouldWriteIt(_ number: Int) {
         var block = HTTP2HeaderBlock()
-        block.append("APNs-Expiration", decimal: number, sensitive: true)
+        block.append("APNs-Expiration", decimal: number, indexing: .uniqueValue)
         #expect(block.fields.map(\.name) == ["apns-expiration"])
         #expect(block.fields.map(\.value) == [String(number)])
-        #expect(block.fields.map(\.sensitive) == [true])
+        #expect(block.fields.map(\.indexing) == [.uniqueValue])
     }
 
     @Test func aBlockAppendedKeepsItsHeadersAndFlags() {
         var fixed = HTTP2HeaderBlock()
         fixed.append("apns-topic", "t")
         var block = fixed
-        block.append("apns-id", "1", sensitive: true)
+        block.append("apns-id", "1", indexing: .uniqueValue)
         var both = HTTP2HeaderBlock()
         both.append(contentsOf: block)
         both.append(contentsOf: fixed)
         #expect(both.count == 3)
         #expect(both.fields.map(\.name) == ["apns-topic", "apns-id", "apns-topic"])
-        #expect(both.fields.map(\.sensitive) == [false, true, false])
+        #expect(both.fields.map(\.indexing) == [.indexed, .uniqueValue, .indexed])
         #expect(fixed.count == 1, "the block it was copied from is unchanged")
     }
 
@@ -52,6 +53,6 @@ import Testing
         let request = HTTP2Request(
             path: "/3/device/aa", headers: [("APNs-ID", "1"), ("apns-topic", "t")], sensitiveHeaders: ["apns-id"])
         #expect(request.headers.fields.map(\.name) == ["apns-id", "apns-topic"])
-        #expect(request.headers.fields.map(\.sensitive) == [true, false])
+        #expect(request.headers.fields.map(\.indexing) == [.never, .indexed])
     }
 }
