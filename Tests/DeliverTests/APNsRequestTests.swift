@@ -6,9 +6,9 @@ import Testing
 @testable import Queue
 
 /// The request the deliverer sends for a job, as laid out for nghttp2 (the simulator checks what arrives; this checks
-/// what the wire cannot show: which headers stay out of the HPACK dynamic table).
+/// what the wire cannot show: which headers enter the HPACK dynamic table only once per connection).
 @Suite struct APNsRequestTests {
-    @Test func uniquePerRequestHeadersAreNeverIndexedAndTheRestAre() {
+    @Test func uniquePerRequestHeadersEnterTheHPACKTableOncePerConnectionAndTheRestAreIndexed() {
         let factory = APNsRequestFactory(topic: "app.example", lateNotice: .seconds(60))
         let job = ClaimedJob(
             id: 7, publicID: "0f1e2d3c-aaaa-bbbb-cccc-000000000001", deviceID: "d", deviceToken: "ab" + String(repeating: "0", count: 62),

@@ -1,0 +1,115 @@
+"""Alternated drains of two or more `kumapush-relay` builds, for changes too small for `make bench` to show
+(docs/performance.md, twenty-second session). Each round drains 100,000 queued pushes over 1,000 devices once per
+binary, in turn, as `make bench`'s delivery phase does (`apns-sim --threads 2`, DEVICE_BURST=off, a copy of one
+prefilled database), and prints for each drain the `deliver` process's CPU per push split into user and system
+time, its context switches and minor page faults per push, and how many completion batches it committed; then the
+median CPU per push of each binary. With --h2load, h2load sends the same 100,000 requests to the same simulator
+after each drain, its user and system CPU per request printed likewise. With --attach, a command is started on
+each deliverer once it runs (PID replaced by its pid) and stopped with SIGINT when the drain ends, e.g.
+`--attach "perf record -g -o /tmp/deliver.data -p PID"` or `--attach "strace -f -c -o /tmp/deliver.strace -p PID"`.
+
+Usage: python3 bench/deliver_ab.py [--rounds 3] [--h2load] [--attach CMD] RELAY_BINARY [RELAY_BINARY ...]
+Run nothing else meanwhile (2 cores). About 15 s a drain."""
+import argparse
+import os
+import resource
+import shlex
+import shutil
+import signal
+import statistics
+import subprocess
+import time
+
+from harness import (ROOT, TLS, WORK, apns_env, free_port, kill_all, metric, phase_folder, relay_env, run, sqlite_store,
+                     start, start_sim, stop)
+import phase_delivery
+
+DELIVERED = 'kumapush_deliveries_total{outcome="delivered"'
+
+
+def process_counters(pid):
+    """(user s, system s, minor faults) from /proc/<pid>/stat, and context switches summed over its threads."""
+    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    ticks = os.sysconf("SC_CLK_TCK")
+    switches = 0
+    for thread in os.listdir(f"/proc/{pid}/task"):
+        for line in open(f"/proc/{pid}/task/{thread}/status"):
+            if line.startswith(("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches")):
+                switches += int(line.split()[1])
+    return int(fields[11]) / ticks, int(fields[12]) / ticks, int(fields[7]), switches
+
+
+def drain(binary, template, folder, label, attach):
+    jobs = phase_delivery.JOBS
+    db = phase_delivery.copy_database(template, folder / f"{label}.db")
+    sim, sim_port = start_sim()
+    metrics_port = free_port()
+    deliver = start([binary, "deliver"], relay_env(sqlite_store(db), METRICS_ADDR=f"127.0.0.1:{metrics_port}",
+                                                   DEVICE_BURST="off", **apns_env(sim_port)), folder / f"{label}.log")
+    tracer = subprocess.Popen(shlex.split(attach.replace("PID", str(deliver.pid)))) if attach else None
+    started = time.monotonic()
+    while metric(metrics_port, DELIVERED) < jobs:
+        if time.monotonic() - started > 300:
+            raise TimeoutError(f"{label}: the drain did not finish in 300 s")
+        time.sleep(0.25)
+    if tracer:
+        tracer.send_signal(signal.SIGINT)
+        tracer.wait()
+    user, system, faults, switches = process_counters(deliver.pid)
+    batches = metric(metrics_port, "kumapush_delivery_batch_size_count")
+    stop(deliver)
+    phase_delivery.remove_database(db)
+    figures = {"user": user / jobs * 1e6, "system": system / jobs * 1e6, "switches": switches / jobs,
+               "faults": faults / jobs, "batches": batches}
+    print(f"{label}: {figures['user'] + figures['system']:.1f} µs CPU/push (user {figures['user']:.1f}, system "
+          f"{figures['system']:.1f}); {figures['switches']:.2f} context switches, {figures['faults']:.2f} minor faults "
+          f"a push; {batches:.0f} completion batches", flush=True)
+    return figures, sim, sim_port
+
+
+def h2load_split(sim_port, folder):
+    # The provider token is signed once, by a Python child that would count among the children measured here.
+    token = phase_delivery.provider_token()
+    phase_delivery.provider_token = lambda: token
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    _, answered, _ = phase_delivery.h2load(sim_port, folder)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    user = (after.ru_utime - before.ru_utime) / max(answered, 1) * 1e6
+    system = (after.ru_stime - before.ru_stime) / max(answered, 1) * 1e6
+    print(f"  h2load: {user + system:.2f} µs CPU/request (user {user:.2f}, system {system:.2f})", flush=True)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("binaries", nargs="+")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--h2load", action="store_true")
+    parser.add_argument("--attach", help="a command to run on each deliverer (PID: its pid), stopped with SIGINT")
+    arguments = parser.parse_args()
+    try:
+        compare(arguments)
+    finally:
+        kill_all()
+        shutil.rmtree(WORK, ignore_errors=True)
+
+
+def compare(arguments):
+    run([ROOT / "scripts" / "generate-test-certs.sh", TLS], check=True, stdout=subprocess.DEVNULL)
+    folder = phase_folder("deliver-ab")
+    template = phase_delivery.prefill(folder)
+    cpu = {binary: [] for binary in arguments.binaries}
+    for round_number in range(1, arguments.rounds + 1):
+        for index, binary in enumerate(arguments.binaries):
+            figures, sim, sim_port = drain(binary, template, folder, f"round {round_number}, binary {index + 1}",
+                                           arguments.attach)
+            cpu[binary].append(figures["user"] + figures["system"])
+            if arguments.h2load:
+                h2load_split(sim_port, folder)
+            stop(sim)
+    for index, binary in enumerate(arguments.binaries):
+        print(f"binary {index + 1} ({binary}): median {statistics.median(cpu[binary]):.1f} µs CPU/push "
+              f"({', '.join(f'{value:.1f}' for value in cpu[binary])})")
+
+
+if __name__ == "__main__":
+    main()
