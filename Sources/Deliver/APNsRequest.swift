@@ -62,10 +62,12 @@ public struct APNsRequestFactory: Sendable {
         // the fixed ones.
         var headers = fixedHeaders
         headers.reserveCapacity(adding: 384 + providerToken.utf8.count)
-        headers.append("authorization", providerToken, prefix: "bearer ")
+        // Never indexed, as Apple asks (nghttp2 would not index it anyway).
+        headers.append("authorization", providerToken, prefix: "bearer ", indexing: .never)
         // Until when APNs should keep trying an offline phone (seconds): acceptance + JOB_TTL (a digest's newest).
-        // Unique per request, like the ids below: the value never enters the HPACK table, the name does once per
-        // connection, as Apple advises (`:path` never is indexed).
+        // Unique per request, like the ids below: indexed with a connection's first request only, so later ones name
+        // it by index and their values do not fill APNs' small HPACK table, as Apple advises (`:path` never is
+        // indexed).
         headers.append("apns-expiration", decimal: Int(expiresAt / 1000), indexing: .uniqueValue)
         // Fixed per job across retries, so APNs and the phone see one notification, not several.
         headers.append("apns-id", job.publicID, indexing: .uniqueValue)

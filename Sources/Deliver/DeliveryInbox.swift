@@ -1,4 +1,3 @@
-import HTTP2
 import Synchronization
 import Threading
 

@@ -57,16 +57,19 @@ public final class EventLoop: @unchecked Sendable {
 
     /// Runs `task` on the loop thread, soon. Safe from any thread, including the loop's own. Accepted until the
     /// loop has ended, also while it stops: the tasks it runs last queue their own follow-ups (a closed
-    /// connection's release), which must run too, or what they free stays allocated for good.
-    public func execute(_ task: @escaping Task) {
-        let wakeLoop = tasks.withLock { state -> Bool in
-            guard !state.ended else { return false }
+    /// connection's release), which must run too, or what they free stays allocated for good. Returns false, the
+    /// task dropped, once the loop has ended.
+    @discardableResult
+    public func execute(_ task: @escaping Task) -> Bool {
+        let (accepted, wakeLoop) = tasks.withLock { state -> (Bool, Bool) in
+            guard !state.ended else { return (false, false) }
             state.queue.append(task)
             // Only the task that finds the queue empty wakes the loop: one queued before it already did, and the
-            // loop takes the whole queue at once. A deliverer hands over hundreds of pushes a turn.
-            return state.queue.count == 1
+            // loop takes the whole queue at once.
+            return (true, state.queue.count == 1)
         }
         if wakeLoop { signal() }
+        return accepted
     }
 
     /// Stops the loop after the tasks queued (and those they queue); blocks until the thread has ended. Not from the

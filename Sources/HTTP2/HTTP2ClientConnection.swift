@@ -67,7 +67,7 @@ public final class HTTP2ClientConnection: Sendable {
         }
     }
 
-    /// A request `send` hands the loop, with whom its result goes to.
+    /// A request `send` hands the loop, and whom its result goes to.
     private struct Outgoing {
         let request: HTTP2Request
         let completion: Completion
@@ -145,12 +145,17 @@ public final class HTTP2ClientConnection: Sendable {
             shared.outbox.append(Outgoing(request: request, completion: completion))
             return shared.outbox.count == 1
         }
-        if first { loop.execute { [self] in enqueue(takeOutbox()) } }
+        if first, !loop.execute({ [self] in enqueue(takeOutbox()) }) {
+            // The loop has ended (its pool shut down), so nothing will take the outbox: its requests are dropped, as
+            // a task the loop refuses always was, rather than kept (each completion holds this connection).
+            _ = takeOutbox()
+        }
     }
 
     private func takeOutbox() -> [Outgoing] {
         shared.withLock { shared in
             var taken: [Outgoing] = []
+            // The requests leave in the outbox's buffer; the empty one, as large, stays for the next burst.
             taken.reserveCapacity(shared.outbox.count)
             swap(&taken, &shared.outbox)
             return taken

@@ -9,13 +9,13 @@ public struct HTTP2HeaderBlock: Sendable, Equatable {
     /// What HPACK does with a header: whether it enters the connection's dynamic table, so later requests send an
     /// index instead of the name (and value).
     public enum Indexing: UInt8, Sendable {
-        /// Added to the table: the same header comes again (the topic, the provider token).
+        /// Added to the table: the same header comes again (the topic, the push type).
         case indexed = 0
-        /// Never added (`NGHTTP2_NV_FLAG_NO_INDEX`): secret, or of no use to the table.
+        /// Never added (`NGHTTP2_NV_FLAG_NO_INDEX`): secret (the provider token), or of no use to the table.
         case never = 1
         /// A value unique to each request under a name every request has (APNs' `apns-id`, `apns-expiration`):
-        /// added once, on the connection's first request, and never after, so later requests name it by its index
-        /// and spell only the value. Apple's advice for APNs (docs/performance.md, twenty-second session).
+        /// added with the connection's first request only, so later requests name it by its index and spell only
+        /// the value, and their values do not fill the peer's table. Apple's advice for APNs (docs/architecture.md).
         case uniqueValue = 2
     }
 

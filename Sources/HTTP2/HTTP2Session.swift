@@ -35,8 +35,10 @@ final class HTTP2Session {
     private unowned let delegate: any HTTP2SessionDelegate
     /// Bodies being sent, by stream.
     private var outgoingBodies: [Int32: (bytes: [UInt8], offset: Int)] = [:]
-    /// A request with `Indexing.uniqueValue` headers went out on this session: their names are in the peer's
-    /// dynamic table (from that request on, in HPACK's order), so these headers are never indexed again.
+    /// A request with `Indexing.uniqueValue` headers was submitted with them indexed, so that their names enter
+    /// both tables when its HEADERS are encoded (in submission order, before any later request's); these headers
+    /// are never indexed again on this session. Set at the submission, not the encoding: should that HEADERS never
+    /// go out (the transport failed first), later requests spell the names, which costs bytes, not correctness.
     private var uniqueValueNamesIndexed = false
     /// Inside `nghttp2_session_mem_recv`/`mem_send`, whose callbacks must not call either again (nghttp2's rule;
     /// breaking it corrupts the session's memory). The transport is built so they never do; this proves it.

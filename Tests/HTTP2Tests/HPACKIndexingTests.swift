@@ -71,7 +71,7 @@ import Testing
         // length prefixes). The values, new each time, are never referenced from the table either way.
         #expect(neverSizes[1] - sizes[1] >= 14, "\(sizes) against \(neverSizes)")
         // Only the first request's id and expiry entered the table (32 bytes of overhead each, RFC 7541 §4.1):
-        // the later ones, each with its own values, left it as it was, so they evict nothing (the provider token).
+        // the later ones, each with its own values, left it as it was (APNs keeps a small table).
         #expect(tables[0] - neverTables[0] == 32 + 15 + 10 + 32 + 7 + 36, "\(tables) against \(neverTables)")
         #expect(tables[1] == tables[0] && tables[2] == tables[0], "\(tables)")
         // The server decodes the same headers either way.

@@ -320,8 +320,13 @@ import Testing
         // The loop takes its queue a turn at a time. Held in one turn, it gets the next turn's tasks queued: another
         // hold, then the burst's task. Released, it takes both and is held again with the burst's task taken but not
         // run; the close and the late request come in then.
-        let firstHold = LoopHold(loop)
-        let secondHold = LoopHold(loop, entered: false)
+        let firstHold = try LoopHold(loop)
+        let secondHold = try LoopHold(loop, entered: false)
+        // Whatever fails, the loop is let go (the suite stops it at the end).
+        defer {
+            firstHold.release()
+            secondHold.release()
+        }
         let results = Mutex<[String: Result<HTTP2Response, HTTP2Failure>]>([:])
         let group = DispatchGroup()
         func post(_ path: String) {
@@ -333,7 +338,7 @@ import Testing
         }
         for index in 0..<10 { post("/burst-\(index)") }
         firstHold.release()
-        secondHold.waitUntilHolding()
+        try secondHold.waitUntilHolding()
         connection.close()
         post("/late")
         secondHold.release()
@@ -341,6 +346,26 @@ import Testing
         #expect(results.withLock { $0["/late"] } == .failure(.refused))
         #expect(!served.withLock { $0 }.contains("/late"))
         #expect((0..<10).allSatisfy { index in results.withLock { (try? $0["/burst-\(index)"]?.get())?.status } == 200 })
+    }
+
+    /// A connection whose loop has ended (its pool shut down) keeps nothing sent to it: the requests are dropped, as
+    /// a task the loop refuses always was, not held in its outbox with their completions (each holds what the
+    /// caller gave it; the deliverer's, the connection itself).
+    @Test func requestsSentOnceTheLoopHasEndedAreNotKept() throws {
+        final class Captured: Sendable {}
+        let ended = EventLoop(name: "test-ended")
+        ended.shutdown()
+        let connection = HTTP2ClientConnection(
+            HTTP2ClientConnection.Configuration(host: "127.0.0.1", port: 9), tls: try TLSContext.client(extraCAFile: TLSFixtures.caFile),
+            loop: ended
+        ) { _ in }
+        weak var released: Captured?
+        do {
+            let captured = Captured()
+            released = captured
+            for path in ["/a", "/b"] { connection.send(HTTP2Request(path: path)) { _ in _ = captured } }
+        }
+        #expect(released == nil, "the completions were dropped with their requests")
     }
 
     @Test func manyRequestsOnOneConnectionAllComplete() throws {
@@ -368,14 +393,17 @@ final class LoopHold: Sendable {
     private let released = DispatchSemaphore(value: 0)
 
     /// Queues the holding task; unless `entered` is false, waits until the loop is in it.
-    init(_ loop: EventLoop, entered: Bool = true) {
+    init(_ loop: EventLoop, entered: Bool = true) throws {
         loop.execute { [holding, released] in
             holding.signal()
             released.wait()
         }
-        if entered { waitUntilHolding() }
+        if entered { try waitUntilHolding() }
     }
 
-    func waitUntilHolding() { holding.wait() }
+    /// Waits (20 s at most, a bound on a failure only) until the loop is in the holding task.
+    func waitUntilHolding() throws {
+        try #require(holding.wait(timeout: .now() + 20) == .success, "the loop reached the holding task")
+    }
     func release() { released.signal() }
 }

@@ -1,5 +1,6 @@
-import HTTP2
 import Testing
+
+@testable import HTTP2
 
 /// The request headers as laid out once for nghttp2: order, lower-cased names, values with their prefix, and which
 /// are kept out of the HPACK dynamic table.
@@ -39,6 +40,8 @@ import Testing
         #expect(both.fields.map(\.name) == ["apns-topic", "apns-id", "apns-topic"])
         #expect(both.fields.map(\.indexing) == [.indexed, .uniqueValue, .indexed])
         #expect(fixed.count == 1, "the block it was copied from is unchanged")
+        // Whether a session must index the block's unique values on its first request goes along too.
+        #expect(both.hasUniqueValues && !fixed.hasUniqueValues)
     }
 
     @Test func valuesLongerThanTwoBytesOfLengthSurvive() {
