@@ -79,12 +79,13 @@ print(head + "." + b(r.to_bytes(32, "big") + s.to_bytes(32, "big")))
 """], capture_output=True, text=True, check=True).stdout.strip()
 
 
-def h2load(sim_port, folder, requests=JOBS):
-    """h2load (2 connections × 500 streams) with the relay's request. Returns (requests/s, 2xx, CPU seconds)."""
+def h2load(sim_port, folder, requests=JOBS, token=None):
+    """h2load (2 connections × 500 streams) with the relay's request. Returns (requests/s, 2xx, CPU seconds). `token`:
+    a provider token signed beforehand (else one is signed here, by a Python child)."""
     payload = folder / "payload.json"
     payload.write_text('{"aps":{"alert":{"title":"Monitor 1 is down","body":"Request failed with status code 503"},"sound":"default","interruption-level":"active","thread-id":"monitor-1"}}')
     status, cpu, out = run_with_rusage(["h2load", "-n", requests, "-c", "2", "-m", "500", "-d", payload,
-                                        "-H", f"authorization: bearer {provider_token()}", "-H", f"apns-topic: {TOPIC}",
+                                        "-H", f"authorization: bearer {token or provider_token()}", "-H", f"apns-topic: {TOPIC}",
                                         "-H", "apns-push-type: alert", "-H", "apns-priority: 10", "-H", "content-type: application/json",
                                         f"https://127.0.0.1:{sim_port}/3/device/{'ab' * 32}"], folder / "h2load.out")
     match = re.search(r"finished in [\d.]+\w+, ([\d.]+) req/s", out)
