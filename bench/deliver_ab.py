@@ -2,13 +2,14 @@
 (docs/performance.md, twenty-second session). Each round drains 100,000 queued pushes over 1,000 devices once per
 binary, in turn, as `make bench`'s delivery phase does (`apns-sim --threads 2`, DEVICE_BURST=off, a copy of one
 prefilled database), and prints for each drain the `deliver` process's CPU per push split into user and system
-time, its context switches and minor page faults per push, and how many completion batches it committed; then the
+time, its context switches, minor page faults, write calls and bytes written (`/proc/<pid>/io`: the WAL's frames
+and the sockets') per push, and how many completion batches it committed; then the
 median CPU per push of each binary. With --h2load, h2load sends the same 100,000 requests to the same simulator
 after each drain, its user and system CPU per request printed likewise. With --attach, a command is started on
 each deliverer once it runs (PID replaced by its pid) and stopped with SIGINT when the drain ends, e.g.
 `--attach "perf record -g -o /tmp/deliver.data -p PID"` or `--attach "strace -f -c -o /tmp/deliver.strace -p PID"`.
 
-Usage: python3 bench/deliver_ab.py [--rounds 3] [--h2load] [--attach CMD] RELAY_BINARY [RELAY_BINARY ...]
+Usage: python3 bench/deliver_ab.py [--rounds 3] [--h2load] [--attach CMD] [--env NAME=VALUE] RELAY_BINARY [...]
 Run nothing else meanwhile (2 cores). About 15 s a drain."""
 import argparse
 import os
@@ -39,13 +40,14 @@ def process_counters(pid):
     return int(fields[11]) / ticks, int(fields[12]) / ticks, int(fields[7]), switches
 
 
-def drain(binary, template, folder, label, attach):
+def drain(binary, template, folder, label, attach, settings):
     jobs = phase_delivery.JOBS
     db = phase_delivery.copy_database(template, folder / f"{label}.db")
     sim, sim_port = start_sim()
     metrics_port = free_port()
     deliver = start([binary, "deliver"], relay_env(sqlite_store(db), METRICS_ADDR=f"127.0.0.1:{metrics_port}",
-                                                   DEVICE_BURST="off", **apns_env(sim_port)), folder / f"{label}.log")
+                                                   DEVICE_BURST="off", **apns_env(sim_port), **settings),
+                    folder / f"{label}.log")
     tracer = subprocess.Popen(shlex.split(attach.replace("PID", str(deliver.pid)))) if attach else None
     started = time.monotonic()
     while metric(metrics_port, DELIVERED) < jobs:
@@ -55,15 +57,20 @@ def drain(binary, template, folder, label, attach):
     if tracer:
         tracer.send_signal(signal.SIGINT)
         tracer.wait()
+    elapsed = time.monotonic() - started
     user, system, faults, switches = process_counters(deliver.pid)
+    io = dict(line.split(": ") for line in open(f"/proc/{deliver.pid}/io").read().splitlines())
     batches = metric(metrics_port, "kumapush_delivery_batch_size_count")
     stop(deliver)
     phase_delivery.remove_database(db)
     figures = {"user": user / jobs * 1e6, "system": system / jobs * 1e6, "switches": switches / jobs,
-               "faults": faults / jobs, "batches": batches}
-    print(f"{label}: {figures['user'] + figures['system']:.1f} µs CPU/push (user {figures['user']:.1f}, system "
+               "faults": faults / jobs, "batches": batches, "writes": int(io["syscw"]) / jobs,
+               "written": int(io["wchar"]) / jobs / 1024, "rate": jobs / elapsed}
+    print(f"{label}: {figures['rate']:,.0f} pushes/s (from the start, polled every 0.25 s), "
+          f"{figures['user'] + figures['system']:.1f} µs CPU/push (user {figures['user']:.1f}, system "
           f"{figures['system']:.1f}); {figures['switches']:.2f} context switches, {figures['faults']:.2f} minor faults "
-          f"a push; {batches:.0f} completion batches", flush=True)
+          f"a push; {figures['writes']:.2f} write calls and {figures['written']:.2f} KiB written a push; "
+          f"{batches:.0f} completion batches", flush=True)
     return figures, sim, sim_port
 
 
@@ -84,6 +91,8 @@ def main():
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--h2load", action="store_true")
     parser.add_argument("--attach", help="a command to run on each deliverer (PID: its pid), stopped with SIGINT")
+    parser.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
+                        help="a setting for every deliverer, e.g. SYNC=full (repeatable)")
     arguments = parser.parse_args()
     try:
         compare(arguments)
@@ -100,7 +109,7 @@ def compare(arguments):
     for round_number in range(1, arguments.rounds + 1):
         for index, binary in enumerate(arguments.binaries):
             figures, sim, sim_port = drain(binary, template, folder, f"round {round_number}, binary {index + 1}",
-                                           arguments.attach)
+                                           arguments.attach, dict(item.split("=", 1) for item in arguments.env))
             cpu[binary].append(figures["user"] + figures["system"])
             if arguments.h2load:
                 h2load_split(sim_port, folder)

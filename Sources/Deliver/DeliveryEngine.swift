@@ -180,9 +180,10 @@ public final class DeliveryEngine: Sendable {
             outcomes.reserveCapacity(arrived.answers.count)
             for answer in arrived.answers { handle(answer, into: &outcomes) }
             dispatchResends()
-            if !outcomes.isEmpty || !state.unrecorded.isEmpty && ContinuousClock.now >= state.unrecordedRetryAt { record(outcomes) }
+            let toRecord = !outcomes.isEmpty || !state.unrecorded.isEmpty && ContinuousClock.now >= state.unrecordedRetryAt ? outcomes : nil
 
             if arrived.stopping {
+                if let toRecord { record(toRecord) }
                 if state.inFlight.isEmpty || ContinuousClock.now >= graceDeadline.withLock({ $0 ?? .now }) { break }
             } else {
                 let now = clock.nowMillis()
@@ -214,7 +215,7 @@ public final class DeliveryEngine: Sendable {
                         logger.error("APNs unreachable: every connection failing, delivery paused until a probe succeeds")
                     }
                 }
-                claimAndSend(now: now)
+                claimAndSend(now: now, recordingFirst: toRecord)
                 settleProbe()
             }
             waitForWork()
@@ -231,43 +232,69 @@ public final class DeliveryEngine: Sendable {
         inbox.wait(until: .now + (idle ? configuration.idlePollInterval : configuration.pollInterval))
     }
 
-    private func claimAndSend(now: Int64) {
+    /// Claims as many due heads as there are free streams, and sends them. `outcomes`, this turn's answers, are
+    /// recorded first, in the claim's transaction when the claim goes ahead (the heads they promote are written once).
+    private func claimAndSend(now: Int64, recordingFirst outcomes: [JobOutcome]?) {
         let state = loopState
         let allowance = state.breaker.allowance(now: now)
+        guard allowance == .normal, let outcomes, let limit = claimLimit(allowance, due: true) else {
+            if let outcomes { record(outcomes) }
+            if let limit = claimLimit(allowance, due: state.claimDue), let jobs = claim(limit: limit, allowance: allowance, now: now) {
+                send(claimed: jobs, limit: limit, allowance: allowance, now: now)
+            }
+            return
+        }
+        if let jobs = recordThenClaim(outcomes, limit: limit, now: now) {
+            send(claimed: jobs, limit: limit, allowance: allowance, now: now)
+        }
+    }
+
+    /// How many jobs this turn may claim: nil when none (no free stream, the breaker allowing nothing, or nothing
+    /// due: `due` is whether anything may have become claimable since the last claim).
+    private func claimLimit(_ allowance: OutageBreaker.Allowance, due: Bool) -> Int? {
+        let state = loopState
         // Pushes waiting for this pool's streams go before new claims; those waiting for the other environment's
         // (unreachable, or granting none) take nothing from it.
         let waitingHere = state.resendQueue.count { route($0) == configuration.environment }
         let capacity = min(configuration.concurrency - state.inFlight.count, pool.freeStreams) - waitingHere
-        guard capacity > 0 else { return }
-        let limit: Int
+        guard capacity > 0 else { return nil }
         switch allowance {
         case .normal:
-            guard state.claimDue else { return }
-            limit = min(capacity, 1000)
+            return due ? min(capacity, 1000) : nil
         case .probe:
             // With the breaker open or paused and nothing queued, a claim every turn was two empty write
             // transactions every 25 ms: on SQLite the writer ingest waits for, on PostgreSQL from every deliverer.
-            guard state.claimDue || !state.probeFoundNothing else { return }
-            limit = 1
+            return due || !state.probeFoundNothing ? 1 : nil
         case .nothing:
-            return
+            return nil
         }
+    }
+
+    /// The claim alone. Nil when it failed (logged).
+    func claim(limit: Int, allowance: OutageBreaker.Allowance, now: Int64) -> [ClaimedJob]? {
+        let state = loopState
         state.claimDue = false
-        var jobs: [ClaimedJob]
         do {
             let started = ContinuousClock.now
-            jobs = try store.claim(worker: configuration.worker, limit: limit, now: now, lease: configuration.lease)
+            var jobs = try store.claim(worker: configuration.worker, limit: limit, now: now, lease: configuration.lease)
             metrics.observe("kumapush_delivery_store_seconds", [("operation", "claim")], value: (ContinuousClock.now - started).seconds)
             // A probe with nothing due takes the retry that comes soonest: the backlog's retries may be backed off
             // for minutes, and APNs' recovery should not wait for them (the backlog goes out once a probe is answered).
             if allowance == .probe, jobs.isEmpty, try store.makeNextRetryDue(now: now) {
                 jobs = try store.claim(worker: configuration.worker, limit: limit, now: now, lease: configuration.lease)
             }
+            return jobs
         } catch {
             logger.error("claim failed", ["error": error.description])
             state.lastDatabaseFailureAt = .now
-            return
+            return nil
         }
+    }
+
+    /// Sends what a claim of up to `limit` returned; a job expired or inside its device's digest window is recorded
+    /// instead.
+    private func send(claimed jobs: [ClaimedJob], limit: Int, allowance: OutageBreaker.Allowance, now: Int64) {
+        let state = loopState
         for job in jobs where job.attempt == 1 {
             perPush.claimWait.observe(Double(max(0, now - job.createdAt)) / 1000)
         }
@@ -410,41 +437,6 @@ public final class DeliveryEngine: Sendable {
             }
         }
         if !outcomes.isEmpty { record(outcomes) }
-    }
-
-    /// At most this many outcomes wait for an unreachable database; beyond it they are dropped (their leases
-    /// expire and the jobs go again) rather than grow without bound.
-    static let maximumUnrecorded = 100_000
-
-    private func record(_ outcomes: [JobOutcome]) {
-        let state = loopState
-        // `+` on an empty array still copies every outcome into a new one (four strings retained each).
-        let batch = state.unrecorded.isEmpty ? outcomes : state.unrecorded + outcomes
-        do {
-            let started = ContinuousClock.now
-            _ = try store.finish(batch, worker: configuration.worker, now: clock.nowMillis())
-            metrics.observe("kumapush_delivery_store_seconds", [("operation", "finish")], value: (ContinuousClock.now - started).seconds)
-            metrics.observe("kumapush_delivery_batch_size", value: Double(batch.count))
-            if !state.unrecorded.isEmpty {
-                logger.info("recorded delivery results kept while the database was unreachable", ["count": String(state.unrecorded.count)])
-                state.unrecorded = []
-            }
-            // A finished head lets the device's next job become due: look again at once.
-            state.claimDue = true
-        } catch  where error.code == .unavailable && batch.count <= Self.maximumUnrecorded {
-            if state.unrecorded.isEmpty {
-                logger.error(
-                    "recording delivery results failed: kept until the database answers",
-                    ["error": error.description, "count": String(batch.count)])
-            }
-            state.unrecorded = batch
-            state.unrecordedRetryAt = .now + .milliseconds(200)
-            state.lastDatabaseFailureAt = .now
-        } catch {
-            // The leases expire and the jobs are retried; nothing is lost, at worst sent twice.
-            logger.error("recording delivery results failed", ["error": error.description, "count": String(batch.count)])
-            state.unrecorded = []
-        }
     }
 
     private func housekeeping(now: Int64, purge: Bool) {

@@ -45,6 +45,12 @@ public protocol JobQueue: Sendable {
     /// Applies outcomes in one transaction. Returns, per outcome, whether the job was still leased to `worker` at
     /// that attempt (false: the lease expired and the answer was ignored).
     func finish(_ outcomes: [JobOutcome], worker: String, now: Int64) throws(StoreError) -> [Bool]
+    /// `finish`, then `claim`, in one transaction where the store can: a delivery loop's turn records its answers
+    /// and claims the heads they let through, and the pages both write (the jobs promoted, then leased) are written
+    /// once. The outcomes are applied or the call throws, and then nothing was claimed; a failed claim is returned
+    /// with the outcomes applied.
+    func finishThenClaim(_ outcomes: [JobOutcome], worker: String, now: Int64, claimLimit: Int, lease: Duration) throws(StoreError)
+        -> FinishedThenClaimed
     /// The oldest `limit` jobs waiting behind the device's head, in order: a look, which seals nothing (the engine's
     /// check whether a digest is due, tools and tests). A digest takes its jobs with `carryBacklog`.
     func pendingJobs(deviceID: String, limit: Int) throws(StoreError) -> [PendingJob]

@@ -2,6 +2,8 @@ import Common
 import Queue
 
 /// Passes every call to a real store; tests subclass it to make one operation fail the way a sick disk would.
+/// `finishThenClaim` is not passed on: the protocol's own version calls `finish` and `claim` here, so a subclass that
+/// counts or fails one of them sees the delivery loop's calls too.
 /// @unchecked Sendable: it holds only the (Sendable) inner store; subclasses add no state.
 open class ForwardingStore: RelayStore, @unchecked Sendable {
     public let inner: SQLiteStore

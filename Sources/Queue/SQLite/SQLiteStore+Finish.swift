@@ -6,17 +6,20 @@ import SQLiteDriver
 extension SQLiteStore {
     public func finish(_ outcomes: [JobOutcome], worker: String, now: Int64) throws(StoreError) -> [Bool] {
         guard !outcomes.isEmpty else { return [] }
-        return try write { db in
-            let held = try Self.heldJobs(outcomes.map(\.jobID), worker: worker, db)
-            var tokens: [String: String] = [:]
-            for device in FinishPlan.devicesToReadTokensOf(outcomes) {
-                tokens[device] = try db.statement("SELECT device_token FROM devices WHERE id = ?").rows([.text(device)]) { $0.text(0) }
-                    .first
-            }
-            let plan = FinishPlan.plan(outcomes, FinishPlan.State(held: held.attempts, tokens: tokens), now: now)
-            try Self.apply(plan, numbers: held.numbers, now: now, db)
-            return plan.applied
+        return try write { db in try Self.finish(outcomes, worker: worker, now: now, db) }
+    }
+
+    /// `finish`'s reads and writes, inside the caller's transaction.
+    static func finish(_ outcomes: [JobOutcome], worker: String, now: Int64, _ db: SQLiteConnection) throws -> [Bool] {
+        let held = try heldJobs(outcomes.map(\.jobID), worker: worker, db)
+        var tokens: [String: String] = [:]
+        for device in FinishPlan.devicesToReadTokensOf(outcomes) {
+            tokens[device] = try db.statement("SELECT device_token FROM devices WHERE id = ?").rows([.text(device)]) { $0.text(0) }
+                .first
         }
+        let plan = FinishPlan.plan(outcomes, FinishPlan.State(held: held.attempts, tokens: tokens), now: now)
+        try apply(plan, numbers: held.numbers, now: now, db)
+        return plan.applied
     }
 
     /// The jobs of `ids` this worker holds: their attempt, and their number in their device's queue (where the
@@ -110,5 +113,29 @@ extension SQLiteStore {
         }
         guard settled > 0 else { return }
         try db.statement("UPDATE devices SET live_jobs = live_jobs - ?2 WHERE id = ?1").run([.text(settlement.device), .integer(Int64(settled))])
+    }
+}
+
+extension SQLiteStore {
+    /// One transaction: the promoted heads' pages, written by the finish and again by the claim that leases them,
+    /// go to the WAL once. Not a savepoint around the claim: SQLite copies every page first changed under a
+    /// savepoint into a statement journal, on every call, for a failure that is rare. When the transaction fails,
+    /// the finish runs again alone, so a failed claim still leaves the outcomes applied.
+    public func finishThenClaim(_ outcomes: [JobOutcome], worker: String, now: Int64, claimLimit: Int, lease: Duration) throws(StoreError)
+        -> FinishedThenClaimed
+    {
+        do {
+            return try write { db in
+                let started = ContinuousClock.now
+                let applied = outcomes.isEmpty ? [] : try Self.finish(outcomes, worker: worker, now: now, db)
+                let finishTime = ContinuousClock.now - started
+                let claimed = claimLimit > 0 ? try Self.claim(worker: worker, limit: claimLimit, now: now, lease: lease, db) : []
+                return FinishedThenClaimed(applied: applied, claimed: .success(claimed), finishTime: finishTime)
+            }
+        } catch {
+            let started = ContinuousClock.now
+            let applied = try finish(outcomes, worker: worker, now: now)
+            return FinishedThenClaimed(applied: applied, claimed: .failure(error), finishTime: ContinuousClock.now - started)
+        }
     }
 }

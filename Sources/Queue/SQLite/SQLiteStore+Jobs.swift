@@ -117,58 +117,61 @@ extension SQLiteStore {
 
     public func claim(worker: String, limit: Int, now: Int64, lease: Duration) throws(StoreError) -> [ClaimedJob] {
         guard limit > 0 else { return [] }
+        return try write { db in try Self.claim(worker: worker, limit: limit, now: now, lease: lease, db) }
+    }
+
+    /// `claim`'s statements, inside the caller's transaction.
+    static func claim(worker: String, limit: Int, now: Int64, lease: Duration, _ db: SQLiteConnection) throws -> [ClaimedJob] {
         let leaseExpiresAt = now + lease.wholeMilliseconds
-        return try write { db in
-            // The jobs leased, each then given its device's columns in place: a job copied out and back (or into a
-            // new array, or sorted into one) retained and released its strings and payload each time.
-            var claimed = try db.statement(
-                """
-                UPDATE jobs SET state = 'running', attempt = attempt + 1, attempted_at = ?1, attempted_by = ?2,
-                                lease_expires_at = ?3
-                WHERE id IN (SELECT id FROM jobs WHERE state IN ('available', 'retryable') AND scheduled_at <= ?1
-                             ORDER BY scheduled_at LIMIT ?4)
-                RETURNING id, public_id, device_id, payload, attempt, created_at, expires_at, reports_outcome, folded, badge
-                """
-            ).rows([.integer(now), .text(worker), .integer(leaseExpiresAt), .integer(Int64(limit))]) {
-                ClaimedJob(
-                    id: $0.int64(0), publicID: $0.text(1), deviceID: $0.text(2), deviceToken: "", downNotificationLevel: .normal,
-                    payload: $0.blob(3), attempt: $0.int(4), createdAt: $0.int64(5), expiresAt: $0.int64(6), reportsOutcome: $0.int(7) == 1,
-                    folded: $0.isNull(8) ? FoldedAlerts() : FoldedAlerts(encoded: $0.blob(8)), badge: $0.isNull(9) ? nil : $0.int(9),
-                    leaseExpiresAt: leaseExpiresAt)
-            }
-            let lookup = try db.statement(
-                """
-                SELECT device_token, down_notification_level, apns_environment, \(DeviceBurst.recentPushes(now: "?2")),
-                       last_successful_notification
-                FROM devices d WHERE id = ?1
-                """)
-            var orphans: [Int] = []
-            for index in claimed.indices {
-                let deviceID = claimed[index].deviceID
-                var found = false
-                try lookup.forEachRow([.text(deviceID), .integer(now)]) { device in
-                    found = true
-                    claimed[index].deviceToken = device.text(0)
-                    claimed[index].downNotificationLevel = Device.DownNotificationLevel(rawValue: device.text(1)) ?? .normal
-                    claimed[index].environment = device.isNull(2) ? nil : Settings.APNsEnvironment(rawValue: device.text(2))
-                    claimed[index].recentPushes = device.int(3)
-                    claimed[index].lastPushAt = device.optionalInt64(4)
-                }
-                // Deleting a device deletes its jobs in the same transaction (deleteDevice), so a job whose device is
-                // gone exists only if a binary older than schema 12 deleted the device (it relied on the foreign
-                // key's cascade) during an upgrade. Such jobs can never be delivered: this one and every other job
-                // of the device go, the way the cascade would have removed them (a scan of the queue, once per
-                // such device).
-                if !found {
-                    try db.statement("DELETE FROM jobs WHERE device_id = ?").run([.text(deviceID)])
-                    orphans.append(index)
-                }
-            }
-            for index in orphans.reversed() { claimed.remove(at: index) }
-            // Acceptance order, which is what callers log and send in.
-            claimed.sort { $0.id < $1.id }
-            return claimed
+        // The jobs leased, each then given its device's columns in place: a job copied out and back (or into a
+        // new array, or sorted into one) retained and released its strings and payload each time.
+        var claimed = try db.statement(
+            """
+            UPDATE jobs SET state = 'running', attempt = attempt + 1, attempted_at = ?1, attempted_by = ?2,
+                            lease_expires_at = ?3
+            WHERE id IN (SELECT id FROM jobs WHERE state IN ('available', 'retryable') AND scheduled_at <= ?1
+                         ORDER BY scheduled_at LIMIT ?4)
+            RETURNING id, public_id, device_id, payload, attempt, created_at, expires_at, reports_outcome, folded, badge
+            """
+        ).rows([.integer(now), .text(worker), .integer(leaseExpiresAt), .integer(Int64(limit))]) {
+            ClaimedJob(
+                id: $0.int64(0), publicID: $0.text(1), deviceID: $0.text(2), deviceToken: "", downNotificationLevel: .normal,
+                payload: $0.blob(3), attempt: $0.int(4), createdAt: $0.int64(5), expiresAt: $0.int64(6), reportsOutcome: $0.int(7) == 1,
+                folded: $0.isNull(8) ? FoldedAlerts() : FoldedAlerts(encoded: $0.blob(8)), badge: $0.isNull(9) ? nil : $0.int(9),
+                leaseExpiresAt: leaseExpiresAt)
         }
+        let lookup = try db.statement(
+            """
+            SELECT device_token, down_notification_level, apns_environment, \(DeviceBurst.recentPushes(now: "?2")),
+                   last_successful_notification
+            FROM devices d WHERE id = ?1
+            """)
+        var orphans: [Int] = []
+        for index in claimed.indices {
+            let deviceID = claimed[index].deviceID
+            var found = false
+            try lookup.forEachRow([.text(deviceID), .integer(now)]) { device in
+                found = true
+                claimed[index].deviceToken = device.text(0)
+                claimed[index].downNotificationLevel = Device.DownNotificationLevel(rawValue: device.text(1)) ?? .normal
+                claimed[index].environment = device.isNull(2) ? nil : Settings.APNsEnvironment(rawValue: device.text(2))
+                claimed[index].recentPushes = device.int(3)
+                claimed[index].lastPushAt = device.optionalInt64(4)
+            }
+            // Deleting a device deletes its jobs in the same transaction (deleteDevice), so a job whose device is
+            // gone exists only if a binary older than schema 12 deleted the device (it relied on the foreign
+            // key's cascade) during an upgrade. Such jobs can never be delivered: this one and every other job
+            // of the device go, the way the cascade would have removed them (a scan of the queue, once per
+            // such device).
+            if !found {
+                try db.statement("DELETE FROM jobs WHERE device_id = ?").run([.text(deviceID)])
+                orphans.append(index)
+            }
+        }
+        for index in orphans.reversed() { claimed.remove(at: index) }
+        // Acceptance order, which is what callers log and send in.
+        claimed.sort { $0.id < $1.id }
+        return claimed
     }
 
     public func pendingJobs(deviceID: String, limit: Int) throws(StoreError) -> [PendingJob] {
