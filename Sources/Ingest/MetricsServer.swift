@@ -19,7 +19,7 @@ public enum MetricsServer {
             responder.respond(
                 HTTPResponse(
                     status: 200, headers: [("Content-Type", "text/plain; version=0.0.4")],
-                    body: Array(metrics.exposition().utf8)))
+                    body: metrics.expositionBytes()))
         }
     }
 }

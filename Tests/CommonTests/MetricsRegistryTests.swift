@@ -53,6 +53,18 @@ import Testing
         #expect(metrics.value("done_total", [("route", "a")]) == 6)
     }
 
+    /// Counts are written digit by digit into the scrape's bytes: every digit, in order, zero included.
+    @Test func countsOfSeveralDigitsAndZeroAreWrittenWhole() {
+        let metrics = MetricsRegistry()
+        metrics.describe("wait_seconds", .histogram, "test", buckets: [0.001, 1])
+        for _ in 0..<1_203 { metrics.observe("wait_seconds", value: 0.5) }
+        let text = metrics.exposition()
+        #expect(text.contains("wait_seconds_bucket{le=\"0.001\"} 0\n"))
+        #expect(text.contains("wait_seconds_bucket{le=\"1\"} 1203\n"))
+        #expect(text.contains("wait_seconds_bucket{le=\"+Inf\"} 1203\n") && text.contains("wait_seconds_count 1203\n"))
+        #expect(text.contains("wait_seconds_sum 601.5\n"))
+    }
+
     /// A handle (`histogram(_:_:)`, resolved once by the deliverer for its per-push histograms) records into the same
     /// series as `observe` by name; one made for a series past the family's cap counts every observation as dropped.
     @Test func aHistogramHandleRecordsIntoItsSeriesAndOnePastTheCapCountsDrops() {
