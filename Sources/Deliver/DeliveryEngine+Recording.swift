@@ -56,26 +56,28 @@ extension DeliveryEngine {
     }
 
     /// `outcomes` recorded and the heads they let through claimed, in one store call. When recording fails, it is
-    /// handled as `record`'s failure and the claim runs alone, as it would after it.
+    /// handled as `record`'s failure, and the claim runs alone only if one was due anyway (as it did after a failed
+    /// `record`): the answers it would have let through are not recorded.
     func recordThenClaim(_ outcomes: [JobOutcome], limit: Int, now: Int64) -> [ClaimedJob]? {
         let state = loopState
         let batch = batchToRecord(outcomes)
-        state.claimDue = false
+        let wasDue = state.claimDue
         let started = ContinuousClock.now
         let result: FinishedThenClaimed
         do {
             result = try store.finishThenClaim(batch, worker: configuration.worker, now: now, claimLimit: limit, lease: configuration.lease)
         } catch {
             recordingFailed(batch, error)
-            return claim(limit: limit, allowance: .normal, now: now)
+            return wasDue ? claim(limit: limit, allowance: .normal, now: now) : nil
         }
         metrics.observe("kumapush_delivery_store_seconds", [("operation", "finish")], value: result.finishTime.seconds)
-        metrics.observe(
-            "kumapush_delivery_store_seconds", [("operation", "claim")], value: (ContinuousClock.now - started - result.finishTime).seconds)
         recorded(batch)
         state.claimDue = false
         switch result.claimed {
-        case .success(let jobs): return jobs
+        case .success(let jobs):
+            metrics.observe(
+                "kumapush_delivery_store_seconds", [("operation", "claim")], value: (ContinuousClock.now - started - result.finishTime).seconds)
+            return jobs
         case .failure(let error):
             logger.error("claim failed", ["error": error.description])
             state.lastDatabaseFailureAt = .now

@@ -122,7 +122,7 @@ package final class SQLiteConnection {
     /// front, so two processes never deadlock upgrading read locks; a busy database waits up to the busy timeout.
     package func writeTransaction<T>(_ body: () throws -> T) throws -> T {
         // Prepared once and kept: sqlite3_exec would parse BEGIN and COMMIT again for every transaction, which the
-        // delivery profile showed at several percent of its time (two transactions per loop turn).
+        // delivery profile showed at several percent of its time (then two transactions per loop turn, one since).
         try statement("BEGIN IMMEDIATE").run()
         do {
             let result = try body()

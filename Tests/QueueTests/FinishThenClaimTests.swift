@@ -1,5 +1,7 @@
 import Common
+import Foundation
 import Queue
+import TestSupport
 import Testing
 
 /// `finishThenClaim`: a delivery loop's turn, its answers recorded and the heads they let through claimed in one
@@ -38,26 +40,75 @@ import Testing
         #expect(try db.liveLabels(a) == ["a2"], "a1 was delivered: recorded though the claim after it failed")
     }
 
+    @Test(arguments: StoreKind.allCases) func aFailedFinishThrowsAndClaimsNothing(_ kind: StoreKind) throws {
+        let db = try TestDatabase(kind)
+        let a = try db.device(1)
+        let c = try db.device(3)
+        try db.enqueue(a, "a1", "a2")
+        let head = try #require(try db.claim().first)
+        try db.enqueue(c, "c1")
+        try refuse(db, "deletes", "BEFORE DELETE ON jobs", when: nil)
+
+        #expect(throws: StoreError.self) {
+            try db.store.finishThenClaim([.delivered(head)], worker: "w1", now: t0, claimLimit: 10, lease: .seconds(60))
+        }
+        #expect(try db.liveLabels(a) == ["a1", "a2"], "nothing recorded")
+        #expect(try db.kind.rawQuery(db.location, "SELECT state FROM jobs WHERE device_id = '\(c)'") == [["available"]], "nothing claimed")
+    }
+
+    /// The point of one transaction: the heads a finish promotes are the rows its claim leases, so their pages reach
+    /// the WAL once, not once per transaction. Measured against the same turn made as two transactions (the protocol's
+    /// own version, reached through a `ForwardingStore`) on a twin database.
+    @Test func onSQLiteATurnWritesTheWALOnceForWhatBothHalvesChange() throws {
+        func walGrowth(ofATurnThrough forwarding: Bool) throws -> Int {
+            let directory = TemporaryDirectory()
+            let path = directory.path("relay.db")
+            // No truncation thread: the WAL only grows while the test measures it.
+            let sqlite = try SQLiteStore(path: path, options: .init(walTruncateInterval: nil), now: t0)
+            let store: any RelayStore = forwarding ? ForwardingStore(inner: sqlite) : sqlite
+            for seed in 1...50 {
+                let device = try store.registerDevice(
+                    token: String(format: "%064x", seed), authTokenHash: "h", now: t0, newID: { try DeviceID.generate() }
+                ).device.id
+                _ = try store.enqueue(
+                    ["first", "second"].map { NewJob(deviceID: device, publicID: UUID().uuidString, payload: Array($0.utf8)) }, now: t0,
+                    ttl: .seconds(3600))
+            }
+            let heads = try store.claim(worker: "w1", limit: 100, now: t0, lease: .seconds(60))
+            #expect(heads.count == 50)
+            let before = try walSize(path)
+            let turn = try store.finishThenClaim(heads.map { .delivered($0) }, worker: "w1", now: t0, claimLimit: 100, lease: .seconds(60))
+            #expect(try turn.claimed.get().map(\.label) == Array(repeating: "second", count: 50))
+            return try walSize(path) - before
+        }
+        let oneTransaction = try walGrowth(ofATurnThrough: false)
+        let twoTransactions = try walGrowth(ofATurnThrough: true)
+        #expect(oneTransaction > 0 && oneTransaction < twoTransactions, "WAL bytes: \(oneTransaction) in one transaction, \(twoTransactions) in two")
+    }
+
+    private func walSize(_ path: String) throws -> Int {
+        (try FileManager.default.attributesOfItem(atPath: path + "-wal")[.size] as? Int) ?? 0
+    }
+
     /// A trigger that aborts any statement leasing a job, on the store's own database.
     private func refuseClaims(_ db: TestDatabase) throws {
+        try refuse(db, "claims", "BEFORE UPDATE OF state ON jobs", when: "NEW.state = 'running'")
+    }
+
+    /// A trigger named `refuse_<what>` that aborts the statements `event` names (where `when` holds).
+    private func refuse(_ db: TestDatabase, _ what: String, _ event: String, when condition: String?) throws {
         switch db.kind {
         case .sqlite:
             try db.kind.rawQuery(
                 db.location,
-                """
-                CREATE TRIGGER refuse_claims BEFORE UPDATE OF state ON jobs WHEN NEW.state = 'running'
-                BEGIN SELECT RAISE(ABORT, 'claims refused'); END
-                """)
+                "CREATE TRIGGER refuse_\(what) \(event) \(condition.map { "WHEN \($0)" } ?? "") BEGIN SELECT RAISE(ABORT, '\(what) refused'); END")
         case .postgres:
             try db.kind.rawQuery(
                 db.location,
-                "CREATE FUNCTION refuse_claims() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'claims refused'; END $$")
+                "CREATE FUNCTION refuse_\(what)() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION '\(what) refused'; END $$")
             try db.kind.rawQuery(
                 db.location,
-                """
-                CREATE TRIGGER refuse_claims BEFORE UPDATE OF state ON jobs FOR EACH ROW WHEN (NEW.state = 'running')
-                EXECUTE FUNCTION refuse_claims()
-                """)
+                "CREATE TRIGGER refuse_\(what) \(event) FOR EACH ROW \(condition.map { "WHEN (\($0))" } ?? "") EXECUTE FUNCTION refuse_\(what)()")
         }
     }
 }

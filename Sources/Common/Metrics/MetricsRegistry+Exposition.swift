@@ -28,7 +28,9 @@ extension MetricsRegistry {
         var out = ExpositionText()
         out.bytes.reserveCapacity(32 * 1024)
         for (name, family) in snapshot.families.sorted(by: { $0.key < $1.key }) {
-            out.write("# HELP ", name, " ", family.help, "\n# TYPE ", name, " ", family.kind.rawValue, "\n")
+            out.write("# HELP ", name, " ")
+            out.write(family.help, "\n# TYPE ", name)
+            out.write(" ", family.kind.rawValue, "\n")
             if family.kind == .histogram {
                 // Bounds written once per family, not once per series and bucket.
                 let familyBounds = Self.bounds(family.buckets)
@@ -38,14 +40,18 @@ extension MetricsRegistry {
                     let labels = Self.formatted(series.labels)
                     let open = labels.isEmpty ? "{" : "{" + labels + ","
                     for (index, bound) in bounds.enumerated() {
-                        out.write(name, "_bucket", open, bound, "} ")
+                        out.write(name, "_bucket", open)
+                        out.write(bound, "} ")
                         out.write(histogram.bucketCounts[index])
                     }
-                    out.write(name, "_bucket", open, "le=\"+Inf\"} ")
+                    out.write(name, "_bucket", open)
+                    out.write("le=\"+Inf\"} ")
                     out.write(histogram.count)
-                    out.write(name, "_sum", Self.braces(labels), " ")
+                    out.write(name, "_sum", Self.braces(labels))
+                    out.write(" ")
                     out.write(histogram.sum)
-                    out.write(name, "_count", Self.braces(labels), " ")
+                    out.write(name, "_count", Self.braces(labels))
+                    out.write(" ")
                     out.write(histogram.count)
                 }
             } else {
@@ -82,7 +88,7 @@ extension MetricsRegistry {
     /// `le="0.5"`, … for upper bounds.
     private static func bounds(_ buckets: [Double]) -> [String] { buckets.map { "le=\"\(number($0))\"" } }
 
-    static func number(_ value: Double) -> String {
+    fileprivate static func number(_ value: Double) -> String {
         value == value.rounded() && abs(value) < 1e15 ? String(Int64(value)) : String(value)
     }
 }
@@ -93,8 +99,11 @@ extension MetricsRegistry {
 struct ExpositionText {
     var bytes: [UInt8] = []
 
-    mutating func write(_ pieces: String...) {
-        for piece in pieces { bytes.append(contentsOf: piece.utf8) }
+    /// Up to three pieces of a line (not variadic: that would allocate an array for every call).
+    mutating func write(_ first: String, _ second: String = "", _ third: String = "") {
+        bytes.append(contentsOf: first.utf8)
+        bytes.append(contentsOf: second.utf8)
+        bytes.append(contentsOf: third.utf8)
     }
 
     /// A count and the line's end, its digits written without a `String` in between.

@@ -119,20 +119,23 @@ extension SQLiteStore {
 extension SQLiteStore {
     /// One transaction: the promoted heads' pages, written by the finish and again by the claim that leases them,
     /// go to the WAL once. Not a savepoint around the claim: SQLite copies every page first changed under a
-    /// savepoint into a statement journal, on every call, for a failure that is rare. When the transaction fails,
-    /// the finish runs again alone, so a failed claim still leaves the outcomes applied.
+    /// savepoint into a statement journal, on every call, for a failure that is rare. When the claim or the commit
+    /// fails after the finish's statements ran, the transaction rolls back and the finish runs again alone, so a failed
+    /// claim still leaves the outcomes applied; a failure before that (the write lock, the finish) is the finish's.
     public func finishThenClaim(_ outcomes: [JobOutcome], worker: String, now: Int64, claimLimit: Int, lease: Duration) throws(StoreError)
         -> FinishedThenClaimed
     {
+        var finished = false
         do {
             return try write { db in
                 let started = ContinuousClock.now
                 let applied = outcomes.isEmpty ? [] : try Self.finish(outcomes, worker: worker, now: now, db)
                 let finishTime = ContinuousClock.now - started
+                finished = true
                 let claimed = claimLimit > 0 ? try Self.claim(worker: worker, limit: claimLimit, now: now, lease: lease, db) : []
                 return FinishedThenClaimed(applied: applied, claimed: .success(claimed), finishTime: finishTime)
             }
-        } catch {
+        } catch  where finished {
             let started = ContinuousClock.now
             let applied = try finish(outcomes, worker: worker, now: now)
             return FinishedThenClaimed(applied: applied, claimed: .failure(error), finishTime: ContinuousClock.now - started)

@@ -117,7 +117,7 @@ public final class SQLiteStore: Sendable {
         return result
     }
 
-    static func storeError(_ error: any Error) -> StoreError {
+    private static func storeError(_ error: any Error) -> StoreError {
         switch error {
         case let error as StoreError: return error
         case let error as SQLiteError where error.isCorruption:
