@@ -3,8 +3,8 @@
 binary, in turn, as `make bench`'s delivery phase does (`apns-sim --threads 2`, DEVICE_BURST=off, a copy of one
 prefilled database), and prints for each drain the `deliver` process's CPU per push split into user and system
 time, its context switches, minor page faults, write calls and bytes written (`/proc/<pid>/io`: the WAL's frames
-and the sockets') per push, and how many completion batches it committed; then the
-median CPU per push of each binary. With --h2load, h2load sends the same 100,000 requests to the same simulator
+and the sockets') per push, how many completion batches it committed, and the simulator's CPU per push (what the
+deliverer's requests cost the other side); then the median CPU per push of each binary. With --h2load, h2load sends the same 100,000 requests to the same simulator
 after each drain, its user and system CPU per request printed likewise. With --attach, a command is started on
 each deliverer once it runs (PID replaced by its pid) and stopped with SIGINT when the drain ends, e.g.
 `--attach "perf record -g -o /tmp/deliver.data -p PID"` or `--attach "strace -f -c -o /tmp/deliver.strace -p PID"`.
@@ -21,7 +21,7 @@ import statistics
 import subprocess
 import time
 
-from harness import (ROOT, TLS, WORK, apns_env, free_port, kill_all, metric, phase_folder, relay_env, run, sqlite_store,
+from harness import (ROOT, TLS, WORK, apns_env, cpu_seconds, free_port, kill_all, metric, phase_folder, relay_env, run, sqlite_store,
                      start, start_sim, stop)
 import phase_delivery
 
@@ -49,6 +49,7 @@ def drain(binary, template, folder, label, attach, settings):
                                                    DEVICE_BURST="off", **apns_env(sim_port), **settings),
                     folder / f"{label}.log")
     tracer = subprocess.Popen(shlex.split(attach.replace("PID", str(deliver.pid)))) if attach else None
+    sim_cpu = cpu_seconds(sim.pid)
     started = time.monotonic()
     while metric(metrics_port, DELIVERED) < jobs:
         if time.monotonic() - started > 300:
@@ -57,7 +58,7 @@ def drain(binary, template, folder, label, attach, settings):
     if tracer:
         tracer.send_signal(signal.SIGINT)
         tracer.wait()
-    elapsed = time.monotonic() - started
+    sim_cpu = cpu_seconds(sim.pid) - sim_cpu
     user, system, faults, switches = process_counters(deliver.pid)
     io = dict(line.split(": ") for line in open(f"/proc/{deliver.pid}/io").read().splitlines())
     batches = metric(metrics_port, "kumapush_delivery_batch_size_count")
@@ -65,12 +66,11 @@ def drain(binary, template, folder, label, attach, settings):
     phase_delivery.remove_database(db)
     figures = {"user": user / jobs * 1e6, "system": system / jobs * 1e6, "switches": switches / jobs,
                "faults": faults / jobs, "batches": batches, "writes": int(io["syscw"]) / jobs,
-               "written": int(io["wchar"]) / jobs / 1024, "rate": jobs / elapsed}
-    print(f"{label}: {figures['rate']:,.0f} pushes/s (from the start, polled every 0.25 s), "
-          f"{figures['user'] + figures['system']:.1f} µs CPU/push (user {figures['user']:.1f}, system "
+               "written": int(io["wchar"]) / jobs / 1024, "sim": sim_cpu / jobs * 1e6}
+    print(f"{label}: {figures['user'] + figures['system']:.1f} µs CPU/push (user {figures['user']:.1f}, system "
           f"{figures['system']:.1f}); {figures['switches']:.2f} context switches, {figures['faults']:.2f} minor faults "
           f"a push; {figures['writes']:.2f} write calls and {figures['written']:.2f} KiB written a push; "
-          f"{batches:.0f} completion batches", flush=True)
+          f"{batches:.0f} completion batches; the simulator {figures['sim']:.1f} µs CPU/push", flush=True)
     return figures, sim, sim_port
 
 
