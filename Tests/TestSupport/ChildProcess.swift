@@ -21,9 +21,11 @@ public final class ChildProcess {
     private var buffer = Data()
     private var reachedEOF = false
 
-    public init(_ product: String, _ arguments: [String]) throws {
+    /// `environment`: variables set for the child on top of this process's own.
+    public init(_ product: String, _ arguments: [String], environment: [String: String] = [:]) throws {
         process.executableURL = Self.buildDirectory.appendingPathComponent(product)
         process.arguments = arguments
+        if !environment.isEmpty { process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 } }
         process.standardOutput = output
         try process.run()
     }
