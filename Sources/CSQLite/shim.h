@@ -18,9 +18,4 @@ static const int CSQLite_CONSTRAINT_UNIQUE = SQLITE_CONSTRAINT_UNIQUE;
 /// https://www.sqlite.org/c3ref/c_config_covering_index_scan.html#sqliteconfigmemstatus
 static inline int CSQLite_disableMemoryStatistics(void) { return sqlite3_config(SQLITE_CONFIG_MEMSTATUS, 0); }
 
-/// Statement journals (a write statement's undo pages inside a longer transaction) stay in memory up to `bytes`,
-/// then spill to a temporary file; SQLite's default is 64 KiB. Before SQLite initializes, like the one above.
-/// https://www.sqlite.org/c3ref/c_config_covering_index_scan.html#sqliteconfigstmtjrnlspill
-static inline int CSQLite_setStatementJournalSpill(int bytes) { return sqlite3_config(SQLITE_CONFIG_STMTJRNL_SPILL, bytes); }
-
 #endif

@@ -33,18 +33,9 @@ package final class SQLiteConnection {
     /// Process-wide settings SQLite takes only before it initializes: run once, before the first connection opens.
     /// Swift runs a static property's initializer once, thread-safely.
     private static let configured: Void = {
-        // SQLITE_MISUSE means something opened a database first; the settings are optimisations, so that is no error.
+        // SQLITE_MISUSE means something opened a database first; the setting is an optimisation, so that is no error.
         _ = CSQLite_disableMemoryStatistics()
-        // A claim of a few hundred jobs changes more than SQLite's default 64 KiB of pages in a multi-row UPDATE, so
-        // every claim batch created, wrote, read and unlinked a temporary file for its statement journal: about 50
-        // system calls a batch, and copies of the claimed jobs' pages (notification content) written to /var/tmp
-        // outside the database that `secure_delete` keeps clean. Held in memory up to 4 MiB (a claim of 1,000 jobs
-        // spread over the table); a bigger statement, such as a migration rewriting a large queue, still spills.
-        _ = CSQLite_setStatementJournalSpill(SQLiteConnection.statementJournalInMemoryBytes)
     }()
-
-    /// The largest statement journal kept in memory (see `configured`).
-    private static let statementJournalInMemoryBytes: Int32 = 4 << 20
 
     package init(path: String, options: Options) throws {
         Self.configured

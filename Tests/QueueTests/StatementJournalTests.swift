@@ -4,9 +4,11 @@ import Queue
 import TestSupport
 import Testing
 
-/// A claim of many jobs is a multi-row UPDATE inside a transaction, so SQLite keeps a statement journal of the pages
-/// it changes (copies of the claimed jobs, notification content included). Past SQLite's default 64 KiB that journal
-/// went to a temporary file, created and unlinked in the temporary directory on every claim batch.
+/// A claim of many jobs is a multi-row UPDATE inside a transaction. As `UPDATE` it made SQLite keep a statement journal
+/// of the pages it changes (copies of the claimed jobs, notification content included), and past SQLite's 64 KiB that
+/// journal went to a temporary file, created and unlinked in the temporary directory on every claim batch; as
+/// `UPDATE OR FAIL` it needs none. (RETURNING's rows still spill once a batch's payloads pass SQLite's 2 MiB
+/// temporary cache, which the 1 KiB payloads here do not.)
 @Suite struct StatementJournalTests {
     @Test func aClaimOfAThousandJobsWritesNoTemporaryFile() throws {
         let db = try TestDatabase()
@@ -15,8 +17,8 @@ import Testing
         for seed in 1...1000 { jobs.append(NewJob(deviceID: try db.device(seed), publicID: UUID().uuidString, payload: payload)) }
         _ = try db.store.enqueue(jobs, now: TestDatabase.t0, ttl: .seconds(3600))
 
-        // A process of its own: SQLite takes the setting once, before its first connection opens, and reads
-        // SQLITE_TMPDIR once. A file created and unlinked there moves the directory's modification time.
+        // A process of its own: SQLite reads SQLITE_TMPDIR once a process. A file created and unlinked there moves the
+        // directory's modification time.
         let temporary = TemporaryDirectory()
         let untouched = try modificationTime(temporary.url.path)
         let probe = try ChildProcess("QueueProbe", ["drain", db.location, "w1", "1000", "0"], environment: ["SQLITE_TMPDIR": temporary.url.path])

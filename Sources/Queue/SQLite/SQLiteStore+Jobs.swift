@@ -125,9 +125,14 @@ extension SQLiteStore {
         let leaseExpiresAt = now + lease.wholeMilliseconds
         // The jobs leased, each then given its device's columns in place: a job copied out and back (or into a
         // new array, or sorted into one) retained and released its strings and payload each time.
+        // OR FAIL: a multi-row UPDATE that may abort keeps a statement journal (the pages it changes, to undo the
+        // statement alone), and past SQLite's 64 KiB that journal is a temporary file, created, written and unlinked
+        // on every claim batch, with copies of the claimed jobs' content, outside the database `secure_delete`
+        // keeps clean. The claim runs in its own transaction (or the finish's), which rolls back whole on any error,
+        // so undoing the statement alone is never needed (docs/performance.md, twenty-third session).
         var claimed = try db.statement(
             """
-            UPDATE jobs SET state = 'running', attempt = attempt + 1, attempted_at = ?1, attempted_by = ?2,
+            UPDATE OR FAIL jobs SET state = 'running', attempt = attempt + 1, attempted_at = ?1, attempted_by = ?2,
                             lease_expires_at = ?3
             WHERE id IN (SELECT id FROM jobs WHERE state IN ('available', 'retryable') AND scheduled_at <= ?1
                          ORDER BY scheduled_at LIMIT ?4)
