@@ -4,7 +4,7 @@ binary, in turn, as `make bench`'s delivery phase does (`apns-sim --threads 2`, 
 prefilled database), and prints for each drain the `deliver` process's CPU per push split into user and system
 time, its context switches, minor page faults, write calls and bytes written (`/proc/<pid>/io`: the WAL's frames
 and the sockets') per push, how many completion batches it committed, and the simulator's CPU per push (what the
-deliverer's requests cost the other side); then the median CPU per push of each binary. With --h2load, h2load sends the same 100,000 requests to the same simulator
+deliverer's requests cost the other side) and the deliverer's peak RSS; then the median CPU per push of each binary. With --h2load, h2load sends the same 100,000 requests to the same simulator
 after each drain, its user and system CPU per request printed likewise. With --attach, a command is started on
 each deliverer once it runs (PID replaced by its pid) and stopped with SIGINT when the drain ends, e.g.
 `--attach "perf record -g -o /tmp/deliver.data -p PID"` or `--attach "strace -f -c -o /tmp/deliver.strace -p PID"`.
@@ -21,8 +21,8 @@ import statistics
 import subprocess
 import time
 
-from harness import (ROOT, TLS, WORK, apns_env, cpu_seconds, free_port, kill_all, metric, phase_folder, relay_env, run, sqlite_store,
-                     start, start_sim, stop)
+from harness import (ROOT, TLS, WORK, apns_env, cpu_seconds, free_port, kill_all, metric, peak_rss_mib, phase_folder,
+                     relay_env, run, sqlite_store, start, start_sim, stop)
 import phase_delivery
 
 DELIVERED = 'kumapush_deliveries_total{outcome="delivered"'
@@ -60,17 +60,20 @@ def drain(binary, template, folder, label, attach, settings):
         tracer.wait()
     sim_cpu = cpu_seconds(sim.pid) - sim_cpu
     user, system, faults, switches = process_counters(deliver.pid)
+    peak = peak_rss_mib(deliver)
     io = dict(line.split(": ") for line in open(f"/proc/{deliver.pid}/io").read().splitlines())
     batches = metric(metrics_port, "kumapush_delivery_batch_size_count")
     stop(deliver)
     phase_delivery.remove_database(db)
     figures = {"user": user / jobs * 1e6, "system": system / jobs * 1e6, "switches": switches / jobs,
                "faults": faults / jobs, "batches": batches, "writes": int(io["syscw"]) / jobs,
-               "written": int(io["wchar"]) / jobs / 1024, "sim": sim_cpu / jobs * 1e6}
+               "written": int(io["wchar"]) / jobs / 1024, "sim": sim_cpu / jobs * 1e6,
+               "rss": peak}
     print(f"{label}: {figures['user'] + figures['system']:.1f} µs CPU/push (user {figures['user']:.1f}, system "
           f"{figures['system']:.1f}); {figures['switches']:.2f} context switches, {figures['faults']:.2f} minor faults "
           f"a push; {figures['writes']:.2f} write calls and {figures['written']:.2f} KiB written a push; "
-          f"{batches:.0f} completion batches; the simulator {figures['sim']:.1f} µs CPU/push", flush=True)
+          f"{batches:.0f} completion batches; the simulator {figures['sim']:.1f} µs CPU/push; peak RSS {peak:.1f} MiB",
+          flush=True)
     return figures, sim, sim_port
 
 
