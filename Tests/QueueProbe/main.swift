@@ -13,6 +13,7 @@ import Queue
 //   QueueProbe hold DB WORKER LEASE_MS N   claim up to N jobs, print "held <job>..." then wait to be killed
 //   QueueProbe enqueue DB DEVICE BATCH     enqueue batches of BATCH jobs; prints "committed <k>" after each;
 //                                          in the middle of batch 3 prints "mid-batch" and waits to be killed
+//   QueueProbe rescue DB                   makes the jobs whose lease expired due again; prints "rescued <n>"
 
 let arguments = CommandLine.arguments
 guard arguments.count >= 3 else { fatalError("usage: QueueProbe drain|hold|enqueue DB ...") }
@@ -93,6 +94,8 @@ case "enqueue":
         _ = try store.enqueue(jobs, now: SystemClock().nowMillis(), ttl: .seconds(3600))
         emit("committed \(number)")
     }
+case "rescue":
+    emit("rescued \(try store.rescueExpiredLeases(now: SystemClock().nowMillis()))")
 default:
     fatalError("unknown probe command \(arguments[1])")
 }

@@ -28,6 +28,24 @@ import Testing
         #expect(try modificationTime(temporary.url.path) == untouched, "SQLite wrote a temporary file")
     }
 
+    /// The rescue of a crashed deliverer's leases is the other statement that changes up to a batch of jobs at once.
+    @Test func rescuingAThousandExpiredLeasesWritesNoTemporaryFile() throws {
+        let db = try TestDatabase()
+        let payload = Array(repeating: UInt8(ascii: "x"), count: 1024)
+        var jobs: [NewJob] = []
+        for seed in 1...1000 { jobs.append(NewJob(deviceID: try db.device(seed), publicID: UUID().uuidString, payload: payload)) }
+        _ = try db.store.enqueue(jobs, now: TestDatabase.t0, ttl: .seconds(3600))
+        // Leased at t0 for a second: long expired by the probe's clock.
+        #expect(try db.claim(limit: 1000, lease: .seconds(1)).count == 1000)
+
+        let temporary = TemporaryDirectory()
+        let untouched = try modificationTime(temporary.url.path)
+        let probe = try ChildProcess("QueueProbe", ["rescue", db.location], environment: ["SQLITE_TMPDIR": temporary.url.path])
+        let output = try probe.readToEnd()
+        #expect(output.status == 0 && output.lines == ["rescued 1000"])
+        #expect(try modificationTime(temporary.url.path) == untouched, "SQLite wrote a temporary file")
+    }
+
     /// Seconds and nanoseconds.
     private func modificationTime(_ path: String) throws -> [Int] {
         var status = stat()

@@ -223,10 +223,12 @@ extension SQLiteStore {
     }
 
     public func rescueExpiredLeases(now: Int64) throws(StoreError) -> Int {
+        // OR FAIL, as the claim: no statement journal (a crashed deliverer's thousand pushes would have spilled one,
+        // with their content, to a temporary file), and the statement's transaction rolls back whole on any error.
         try write { db in
             try db.statement(
                 """
-                UPDATE jobs SET state = 'retryable', scheduled_at = ?1, last_error = 'lease expired',
+                UPDATE OR FAIL jobs SET state = 'retryable', scheduled_at = ?1, last_error = 'lease expired',
                                 attempted_by = NULL, lease_expires_at = NULL
                 WHERE state = 'running' AND lease_expires_at <= ?1
                 """
