@@ -11,11 +11,7 @@ import Testing
 /// temporary cache, which the 1 KiB payloads here do not.)
 @Suite struct StatementJournalTests {
     @Test func aClaimOfAThousandJobsWritesNoTemporaryFile() throws {
-        let db = try TestDatabase()
-        let payload = Array(repeating: UInt8(ascii: "x"), count: 1024)
-        var jobs: [NewJob] = []
-        for seed in 1...1000 { jobs.append(NewJob(deviceID: try db.device(seed), publicID: UUID().uuidString, payload: payload)) }
-        _ = try db.store.enqueue(jobs, now: TestDatabase.t0, ttl: .seconds(3600))
+        let db = try thousandDevicesWithAJobOfOneKiB()
 
         // A process of its own: SQLite reads SQLITE_TMPDIR once a process. A file created and unlinked there moves the
         // directory's modification time.
@@ -30,11 +26,7 @@ import Testing
 
     /// The rescue of a crashed deliverer's leases is the other statement that changes up to a batch of jobs at once.
     @Test func rescuingAThousandExpiredLeasesWritesNoTemporaryFile() throws {
-        let db = try TestDatabase()
-        let payload = Array(repeating: UInt8(ascii: "x"), count: 1024)
-        var jobs: [NewJob] = []
-        for seed in 1...1000 { jobs.append(NewJob(deviceID: try db.device(seed), publicID: UUID().uuidString, payload: payload)) }
-        _ = try db.store.enqueue(jobs, now: TestDatabase.t0, ttl: .seconds(3600))
+        let db = try thousandDevicesWithAJobOfOneKiB()
         // Leased at t0 for a second: long expired by the probe's clock.
         #expect(try db.claim(limit: 1000, lease: .seconds(1)).count == 1000)
 
@@ -44,6 +36,17 @@ import Testing
         let output = try probe.readToEnd()
         #expect(output.status == 0 && output.lines == ["rescued 1000"])
         #expect(try modificationTime(temporary.url.path) == untouched, "SQLite wrote a temporary file")
+    }
+
+    /// 1,000 devices, each with one job of 1 KiB: a batch's pages well past SQLite's 64 KiB, its payloads under its
+    /// 2 MiB temporary cache.
+    private func thousandDevicesWithAJobOfOneKiB() throws -> TestDatabase {
+        let db = try TestDatabase()
+        let payload = Array(repeating: UInt8(ascii: "x"), count: 1024)
+        var jobs: [NewJob] = []
+        for seed in 1...1000 { jobs.append(NewJob(deviceID: try db.device(seed), publicID: UUID().uuidString, payload: payload)) }
+        _ = try db.store.enqueue(jobs, now: TestDatabase.t0, ttl: .seconds(3600))
+        return db
     }
 
     /// Seconds and nanoseconds.
