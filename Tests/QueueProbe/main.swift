@@ -14,9 +14,11 @@ import Queue
 //   QueueProbe enqueue DB DEVICE BATCH     enqueue batches of BATCH jobs; prints "committed <k>" after each;
 //                                          in the middle of batch 3 prints "mid-batch" and waits to be killed
 //   QueueProbe rescue DB                   makes the jobs whose lease expired due again; prints "rescued <n>"
+//   QueueProbe retry-due DB                makes every retryable job due now; prints "made due <n>"
+//   QueueProbe take-back DB WORKER         gives WORKER's leases back; prints "taken back <n>"
 
 let arguments = CommandLine.arguments
-guard arguments.count >= 3 else { fatalError("usage: QueueProbe drain|hold|enqueue DB ...") }
+guard arguments.count >= 3 else { fatalError("usage: QueueProbe drain|hold|enqueue|rescue|retry-due|take-back DB ...") }
 // DB is a SQLite file or a PostgreSQL connection string, as DATABASE_PATH or DATABASE_URL would be.
 let store: any RelayStore =
     PostgresStore.isDatabaseURL(arguments[2])
@@ -96,6 +98,10 @@ case "enqueue":
     }
 case "rescue":
     emit("rescued \(try store.rescueExpiredLeases(now: SystemClock().nowMillis()))")
+case "retry-due":
+    emit("made due \(try store.makeRetryableDue(now: SystemClock().nowMillis()))")
+case "take-back":
+    emit("taken back \(try store.takeBackLeases(of: arguments[3], now: SystemClock().nowMillis()))")
 default:
     fatalError("unknown probe command \(arguments[1])")
 }

@@ -12,16 +12,8 @@ import Testing
 @Suite struct StatementJournalTests {
     @Test func aClaimOfAThousandJobsWritesNoTemporaryFile() throws {
         let db = try thousandDevicesWithAJobOfOneKiB()
-
-        // A process of its own: SQLite reads SQLITE_TMPDIR once a process. A file created and unlinked there moves the
-        // directory's modification time.
-        let temporary = TemporaryDirectory()
-        let untouched = try modificationTime(temporary.url.path)
-        let probe = try ChildProcess("QueueProbe", ["drain", db.location, "w1", "1000", "0"], environment: ["SQLITE_TMPDIR": temporary.url.path])
-        let output = try probe.readToEnd()
-        #expect(output.status == 0)
+        let output = try probeWritingNoTemporaryFile(["drain", db.location, "w1", "1000", "0"])
         #expect(output.lines.count { $0.hasPrefix("claimed ") } == 1000)
-        #expect(try modificationTime(temporary.url.path) == untouched, "SQLite wrote a temporary file")
     }
 
     /// The rescue of a crashed deliverer's leases is the other statement that changes up to a batch of jobs at once.
@@ -29,13 +21,36 @@ import Testing
         let db = try thousandDevicesWithAJobOfOneKiB()
         // Leased at t0 for a second: long expired by the probe's clock.
         #expect(try db.claim(limit: 1000, lease: .seconds(1)).count == 1000)
+        #expect(try probeWritingNoTemporaryFile(["rescue", db.location]).lines == ["rescued 1000"])
+    }
 
+    /// After an outage, the first answer that is not one makes every retrying push due at once: a whole backlog.
+    @Test func makingAThousandRetriesDueWritesNoTemporaryFile() throws {
+        let db = try thousandDevicesWithAJobOfOneKiB()
+        // Backed off far past the probe's clock.
+        let retryAt = TestDatabase.t0 + 10 * 365 * 86_400_000
+        let claimed = try db.claim(limit: 1000)
+        _ = try db.store.finish(claimed.map { JobOutcome.retry($0, at: retryAt) }, worker: "w1", now: TestDatabase.t0)
+        #expect(try probeWritingNoTemporaryFile(["retry-due", db.location]).lines == ["made due 1000"])
+    }
+
+    /// A deliverer starting takes back its dead predecessor's leases: up to its DELIVER_CONCURRENCY.
+    @Test func takingBackAThousandLeasesWritesNoTemporaryFile() throws {
+        let db = try thousandDevicesWithAJobOfOneKiB()
+        #expect(try db.claim("gone", limit: 1000, lease: .seconds(3600)).count == 1000)
+        #expect(try probeWritingNoTemporaryFile(["take-back", db.location, "gone"]).lines == ["taken back 1000"])
+    }
+
+    /// Runs QueueProbe with `arguments` in a process of its own, with SQLITE_TMPDIR at a fresh directory (SQLite reads
+    /// it once a process), and expects it to succeed without touching that directory: a file created and unlinked
+    /// there moves the directory's modification time.
+    private func probeWritingNoTemporaryFile(_ arguments: [String]) throws -> (lines: [String], status: Int32) {
         let temporary = TemporaryDirectory()
         let untouched = try modificationTime(temporary.url.path)
-        let probe = try ChildProcess("QueueProbe", ["rescue", db.location], environment: ["SQLITE_TMPDIR": temporary.url.path])
-        let output = try probe.readToEnd()
-        #expect(output.status == 0 && output.lines == ["rescued 1000"])
+        let output = try ChildProcess("QueueProbe", arguments, environment: ["SQLITE_TMPDIR": temporary.url.path]).readToEnd()
+        #expect(output.status == 0)
         #expect(try modificationTime(temporary.url.path) == untouched, "SQLite wrote a temporary file")
+        return output
     }
 
     /// 1,000 devices, each with one job of 1 KiB: a batch's pages well past SQLite's 64 KiB, its payloads under its

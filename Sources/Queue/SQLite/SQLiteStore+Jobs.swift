@@ -29,6 +29,8 @@ extension SQLiteStore {
         "(\(alias).state = 'available' OR \(alias).state = 'running' OR \(alias).state = 'retryable')"
     }
 
+    static let batchUpdate = "UPDATE OR FAIL"
+
     /// The badge: monitors of `device` whose last word, within the retention, was "down".
     static func downMonitors(_ device: String, since: String) -> String {
         "(SELECT count(*) FROM monitor_states m WHERE m.device_id = \(device) AND m.down = 1 AND m.updated_at >= \(since))"

@@ -31,7 +31,9 @@ extension SharedQueries {
 
     public func makeRetryableDue(now: Int64) throws(StoreError) -> Int {
         let count = try writeStatement { db in
-            try db.change("UPDATE jobs SET scheduled_at = $1::bigint WHERE state = 'retryable' AND scheduled_at > $1::bigint", [.integer(now)])
+            try db.change(
+                "\(Self.batchUpdate) jobs SET scheduled_at = $1::bigint WHERE state = 'retryable' AND scheduled_at > $1::bigint",
+                [.integer(now)])
         }
         if count > 0 { jobsBecameDue() }
         return count
@@ -50,7 +52,7 @@ extension SharedQueries {
         try writeStatement { db in
             try db.change(
                 """
-                UPDATE jobs SET state = 'retryable', scheduled_at = $1::bigint, last_error = 'worker gone',
+                \(Self.batchUpdate) jobs SET state = 'retryable', scheduled_at = $1::bigint, last_error = 'worker gone',
                                 attempted_by = NULL, lease_expires_at = NULL
                 WHERE \(LeaseGuard.condition(worker: "$2::text", attempt: nil))
                 """, [.integer(now), .text(worker)])

@@ -28,6 +28,11 @@ protocol SharedQueries {
     /// The condition that the job `alias` is its device's head, spelt so that the store finds it through
     /// `jobs_one_head_per_device`.
     static func isHead(_ alias: String) -> String
+    /// How a statement that changes a batch of jobs at once begins. SQLite's `UPDATE OR FAIL`: a plain `UPDATE` of
+    /// many rows inside a transaction keeps a statement journal (copies of the pages it changes, notification content
+    /// included) and spills it to a temporary file past 64 KiB; with `OR FAIL` it needs none, and the transaction
+    /// rolls back whole on any error anyway. PostgreSQL has no such clause and keeps no such journal.
+    static var batchUpdate: String { get }
 
     /// A monitor not heard of for this long no longer counts towards a device's badge (TOMBSTONE_RETENTION).
     var monitorRetention: Duration { get }
