@@ -40,7 +40,7 @@ enum MigrateStoreCommand: Command {
             throw StartupError(description: "cannot open --from \(from): \(error.message)", exitCode: ExitCode.usage)
         }
         do {
-            target = try PostgresStore(url: to, now: now)
+            target = try PostgresStore(url: to, options: postgresOptions(settings), now: now)
         } catch {
             // The URL may hold a password: it is not repeated.
             throw StartupError(

@@ -7,13 +7,7 @@ import Queue
 func openStore(_ settings: Settings, clock: some WallClock = SystemClock(), logger: Logger? = nil) throws -> any RelayStore {
     do {
         if let url = settings.databaseURL {
-            return try PostgresStore(
-                url: url,
-                options: .init(
-                    monitorRetention: settings.tombstoneRetention, lockTimeout: settings.pgLockTimeout,
-                    idleInTransactionTimeout: settings.pgIdleInTransactionTimeout,
-                    logger: logger ?? Logger(label: "relay", settings: settings)),
-                now: clock.nowMillis())
+            return try PostgresStore(url: url, options: postgresOptions(settings, logger: logger), now: clock.nowMillis())
         }
         return try SQLiteStore(
             path: settings.databasePath,
@@ -26,4 +20,12 @@ func openStore(_ settings: Settings, clock: some WallClock = SystemClock(), logg
     } catch {
         throw StartupError.openingDatabase(settings, error)
     }
+}
+
+/// PostgreSQL's options as the settings give them: every command that opens PostgreSQL (the relay's processes,
+/// `migrate-store`'s target) waits for locks and reports a schema upgrade alike.
+func postgresOptions(_ settings: Settings, logger: Logger? = nil) -> PostgresStore.Options {
+    .init(
+        monitorRetention: settings.tombstoneRetention, lockTimeout: settings.pgLockTimeout,
+        idleInTransactionTimeout: settings.pgIdleInTransactionTimeout, logger: logger ?? Logger(label: "relay", settings: settings))
 }
