@@ -7,18 +7,26 @@ import Testing
 /// A claim of many jobs is a multi-row UPDATE inside a transaction. As `UPDATE` it made SQLite keep a statement journal
 /// of the pages it changes (copies of the claimed jobs, notification content included), and past SQLite's 64 KiB that
 /// journal went to a temporary file, created and unlinked in the temporary directory on every claim batch; as
-/// `UPDATE OR FAIL` it needs none. (RETURNING's rows still spill once a batch's payloads pass SQLite's 2 MiB
-/// temporary cache, which the 1 KiB payloads here do not.)
+/// `UPDATE OR FAIL` it needs none. The same holds for the other statements that change a batch of jobs, and for
+/// RETURNING's rows, which the writer keeps in memory (`temp_store = MEMORY`).
 @Suite struct StatementJournalTests {
     @Test func aClaimOfAThousandJobsWritesNoTemporaryFile() throws {
-        let db = try thousandDevicesWithAJobOfOneKiB()
+        let db = try thousandDevicesWithAJob()
+        let output = try probeWritingNoTemporaryFile(["drain", db.location, "w1", "1000", "0"])
+        #expect(output.lines.count { $0.hasPrefix("claimed ") } == 1000)
+    }
+
+    /// RETURNING's rows wait in a temporary table until the statement ends: past SQLite's 2 MiB temporary cache (a
+    /// thousand jobs of 4 KiB, each near what a stored push can hold) it went to a temporary file.
+    @Test func aClaimOfAThousandLargeJobsWritesNoTemporaryFile() throws {
+        let db = try thousandDevicesWithAJob(ofBytes: 4096)
         let output = try probeWritingNoTemporaryFile(["drain", db.location, "w1", "1000", "0"])
         #expect(output.lines.count { $0.hasPrefix("claimed ") } == 1000)
     }
 
     /// The rescue of a crashed deliverer's leases is the other statement that changes up to a batch of jobs at once.
     @Test func rescuingAThousandExpiredLeasesWritesNoTemporaryFile() throws {
-        let db = try thousandDevicesWithAJobOfOneKiB()
+        let db = try thousandDevicesWithAJob()
         // Leased at t0 for a second: long expired by the probe's clock.
         #expect(try db.claim(limit: 1000, lease: .seconds(1)).count == 1000)
         #expect(try probeWritingNoTemporaryFile(["rescue", db.location]).lines == ["rescued 1000"])
@@ -26,7 +34,7 @@ import Testing
 
     /// After an outage, the first answer that is not one makes every retrying push due at once: a whole backlog.
     @Test func makingAThousandRetriesDueWritesNoTemporaryFile() throws {
-        let db = try thousandDevicesWithAJobOfOneKiB()
+        let db = try thousandDevicesWithAJob()
         // Backed off far past the probe's clock.
         let retryAt = TestDatabase.t0 + 10 * 365 * 86_400_000
         let claimed = try db.claim(limit: 1000)
@@ -36,7 +44,7 @@ import Testing
 
     /// A deliverer starting takes back its dead predecessor's leases: up to its DELIVER_CONCURRENCY.
     @Test func takingBackAThousandLeasesWritesNoTemporaryFile() throws {
-        let db = try thousandDevicesWithAJobOfOneKiB()
+        let db = try thousandDevicesWithAJob()
         #expect(try db.claim("gone", limit: 1000, lease: .seconds(3600)).count == 1000)
         #expect(try probeWritingNoTemporaryFile(["take-back", db.location, "gone"]).lines == ["taken back 1000"])
     }
@@ -55,9 +63,9 @@ import Testing
 
     /// 1,000 devices, each with one job of 1 KiB: a batch's pages well past SQLite's 64 KiB, its payloads under its
     /// 2 MiB temporary cache.
-    private func thousandDevicesWithAJobOfOneKiB() throws -> TestDatabase {
+    private func thousandDevicesWithAJob(ofBytes size: Int = 1024) throws -> TestDatabase {
         let db = try TestDatabase()
-        let payload = Array(repeating: UInt8(ascii: "x"), count: 1024)
+        let payload = Array(repeating: UInt8(ascii: "x"), count: size)
         var jobs: [NewJob] = []
         for seed in 1...1000 { jobs.append(NewJob(deviceID: try db.device(seed), publicID: UUID().uuidString, payload: payload)) }
         _ = try db.store.enqueue(jobs, now: TestDatabase.t0, ttl: .seconds(3600))

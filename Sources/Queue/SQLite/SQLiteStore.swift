@@ -61,6 +61,10 @@ public final class SQLiteStore: Sendable {
         do {
             let opened = try SQLiteConnection(path: path, options: options.connection)
             try Migrations.apply(on: opened, now: now, logger: options.logger)
+            // After the migrations, whose table rebuilds may sort a whole queue: from here the writer's temporary
+            // tables (a claim's RETURNING rows, an `IN (…)` list) stay in memory, bounded by a claim's size, instead of
+            // spilling notification content to an unlinked file in /var/tmp past SQLite's 2 MiB temporary cache.
+            try opened.execute("PRAGMA temp_store = MEMORY")
             // Reads are point lookups and the occasional stats scan: a small cache keeps the process small.
             var readOptions = options.connection
             readOptions.cacheKiB = 4096
