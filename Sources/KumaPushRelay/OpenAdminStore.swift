@@ -11,7 +11,7 @@ func openAdminStore(_ settings: Settings, clock: some WallClock = SystemClock())
             variable: "DATABASE_PATH",
             message:
                 "no database at \(settings.databasePath) (admin commands never create one): "
-                + "pass --env-file with the units' settings, or DATABASE_PATH")
+                + "name the relay's database with --database-path, as its units do, or --env-file with its DATABASE_URL")
     }
     guard let store = try openStore(settings, clock: clock) as? any RelayStore & SupportQueries else {
         preconditionFailure("every store answers the support queries")

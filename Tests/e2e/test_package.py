@@ -145,6 +145,7 @@ def carries_an_alert_as_the_kumapush_user(binary, fake_apns):
             push = wait_until(lambda: fake_apns.pushes(token), what="the push")[0]
             assert push["payload"]["aps"]["alert"]["title"] == "Packaged is down"
             backs_up_as_documented(token)
+            runs_an_admin_command_as_the_runbook_says()
             relay.send_signal(signal.SIGTERM)
             assert relay.wait(timeout=60) == 0
         finally:
@@ -177,6 +178,17 @@ def backs_up_as_documented(token):
         assert all(path.stat().st_uid == pwd.getpwnam("kumapush").pw_uid for path in pathlib.Path("/var/lib/kumapush").iterdir())
     finally:
         copy.unlink(missing_ok=True)
+
+
+def runs_an_admin_command_as_the_runbook_says():
+    """docs/outage-runbook.md's SQLite line, run as written (as root) while the relay runs: it opens the relay's
+    database, sees the device, and leaves nothing beside the database that is not kumapush's."""
+    runbook = (ROOT / "docs" / "outage-runbook.md").read_text()
+    line = re.search(r"```sh\n(runuser .*)\n```", runbook).group(1)
+    result = subprocess.run(["bash", "-euo", "pipefail", "-c", line], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, line + result.stderr
+    assert re.search(r"devices\W+1\b", result.stdout), result.stdout
+    assert all(path.stat().st_uid == pwd.getpwnam("kumapush").pw_uid for path in pathlib.Path("/var/lib/kumapush").iterdir())
 
 
 @pytest.mark.timeout(1800)
