@@ -191,6 +191,15 @@ extension DeliveryEngine {
         }
     }
 
+    /// A push dead-lettered without being sent (it outlived JOB_TTL waiting, or cannot be built), counted and logged as
+    /// an answered one is: `kumapush_deliveries_total{outcome="dead_letter"}`, which the dead-letter alert watches, missed
+    /// exactly the alerts an outage or a stopped deliverer let expire.
+    func abandonedUnsent(_ job: ClaimedJob, reason: String) -> JobOutcome {
+        metrics.increment("kumapush_deliveries_total", [("outcome", "dead_letter"), ("reason", reason)])
+        logger.warning("push dead-lettered", ["job.id": job.publicID, "reason": reason, "device.token": Redact.token(job.deviceToken)])
+        return JobOutcome(job, kind: .abandon(reason: reason))
+    }
+
     /// The queue outcome of a verdict: retries wait with full-jitter backoff, and a job whose next try would fall
     /// after its JOB_TTL is dead-lettered as `Expired` instead.
     static func outcome(for verdict: Verdict, job: ClaimedJob, backoff: Backoff, now: Int64) -> JobOutcome {

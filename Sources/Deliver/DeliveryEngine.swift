@@ -308,7 +308,7 @@ public final class DeliveryEngine: Sendable {
         var outcomes: [JobOutcome] = []
         for job in jobs {
             if now > job.expiresAt {
-                outcomes.append(JobOutcome(job, kind: .abandon(reason: "Expired")))
+                outcomes.append(abandonedUnsent(job, reason: "Expired"))
                 continue
             }
             if let until = digestWindowEnd(for: job, now: now) {
@@ -363,7 +363,7 @@ public final class DeliveryEngine: Sendable {
                 merged.isEmpty && job.folded.isEmpty
                 ? try factory.push(for: job, now: now) : try factory.digest(for: job, merging: merged, now: now)
         } catch {
-            outcomes.append(JobOutcome(job, kind: .abandon(reason: "InvalidPayload")))
+            outcomes.append(abandonedUnsent(job, reason: "InvalidPayload"))
             return
         }
         do {

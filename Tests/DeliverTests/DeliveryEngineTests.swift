@@ -101,6 +101,19 @@ import Testing
         #expect(stored.lastDeliveryError == "BadDeviceToken")
     }
 
+    /// Alerts that outlived JOB_TTL before a deliverer took them (an outage, deliverers stopped) are lost to the user:
+    /// they count as dead letters in `kumapush_deliveries_total`, whose growth the shipped alert rule watches, though
+    /// no request was sent.
+    @Test func alertsThatExpiredWaitingCountAsDeadLetters() throws {
+        let h = try DeliveryHarness()
+        defer { h.stop() }
+        let device = try h.device(1)
+        try h.enqueue(device.id, ["a", "b"], ttl: .seconds(3600), acceptedAgo: .seconds(7200))
+        #expect(try h.waitUntil { try h.store.countDeadLetters(DeadLetterFilter(reason: "Expired")) == 2 })
+        #expect(h.metrics.value("kumapush_deliveries_total", [("outcome", "dead_letter"), ("reason", "Expired")]) == 2)
+        #expect(h.simulator.received.isEmpty, "nothing was sent")
+    }
+
     @Test func testButtonOutcomesAreReported() throws {
         let h = try DeliveryHarness()
         defer { h.stop() }
