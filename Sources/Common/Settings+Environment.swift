@@ -33,6 +33,12 @@ extension Settings {
         while index < arguments.count {
             let argument = arguments[index]
             index += 1
+            // The end of options: what follows is the command's, whatever it looks like (a device id may begin
+            // with `--`).
+            if argument == "--" {
+                remaining += arguments[(index - 1)...]
+                break
+            }
             let (flag, inlineValue) = splitFlag(argument)
             guard let variable = variables.first(where: { $0.flag == flag }) else {
                 remaining.append(argument)

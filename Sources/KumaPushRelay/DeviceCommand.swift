@@ -9,6 +9,7 @@ enum DeviceCommand: Command {
     static let help = """
         Usage: kumapush-relay device show ID [--json]
                kumapush-relay device delete ID
+               (an ID that begins with -- goes after --: device delete -- --Xy12…)
 
           show     registered, APNs environment, last success, last error, live jobs, dead letters by reason and
                    the tombstone of a removed device; the token only as a prefix, never a notification's content
@@ -22,7 +23,7 @@ enum DeviceCommand: Command {
         var options = OptionParser(arguments)
         let json = options.flag("--json")
         guard let action = options.positional(), let id = options.positional() else {
-            throw UsageError("device takes show ID or delete ID")
+            throw UsageError("device takes show ID or delete ID (an ID that begins with -- goes after --: device show -- ID)")
         }
         try options.finish()
         let store = try openAdminStore(settings)

@@ -13,6 +13,11 @@ enum EnvironmentFile {
         var index = 0
         while index < arguments.count {
             let argument = arguments[index]
+            if argument == "--" {
+                // The end of options: the rest is the command's (a device id may begin with `--`).
+                kept += arguments[index...]
+                break
+            }
             if argument == "--env-file" {
                 guard index + 1 < arguments.count else { throw UsageError("--env-file needs a file") }
                 path = arguments[index + 1]

@@ -1,8 +1,19 @@
 /// Reads a subcommand's own options (`--reason R`, `--since=7d`, `--dry-run`) from what `Settings.load` left.
 struct OptionParser {
     private var arguments: [String]
+    /// What follows a `--`: positional whatever it looks like. A device id may begin with `--` (its alphabet has `-`),
+    /// and `device delete -- --x…` is then the only way to name it.
+    private var operands: [String]
 
-    init(_ arguments: [String]) { self.arguments = arguments }
+    init(_ arguments: [String]) {
+        if let end = arguments.firstIndex(of: "--") {
+            self.arguments = Array(arguments[..<end])
+            operands = Array(arguments[(end + 1)...])
+        } else {
+            self.arguments = arguments
+            operands = []
+        }
+    }
 
     /// Removes and returns the value of `--name VALUE` or `--name=VALUE`, if present.
     mutating func value(_ name: String) throws -> String? {
@@ -28,14 +39,14 @@ struct OptionParser {
         return true
     }
 
-    /// Removes and returns the first argument that is not an option.
+    /// Removes and returns the first argument that is not an option, then those after `--`.
     mutating func positional() -> String? {
-        guard let index = arguments.firstIndex(where: { !$0.hasPrefix("--") }) else { return nil }
-        return arguments.remove(at: index)
+        if let index = arguments.firstIndex(where: { !$0.hasPrefix("--") }) { return arguments.remove(at: index) }
+        return operands.isEmpty ? nil : operands.removeFirst()
     }
 
     /// Fails on anything not consumed.
     func finish() throws {
-        if let extra = arguments.first { throw UsageError("unexpected argument \"\(extra)\"") }
+        if let extra = arguments.first ?? operands.first { throw UsageError("unexpected argument \"\(extra)\"") }
     }
 }

@@ -91,3 +91,24 @@ def test_the_oldest_waiting_job_s_age_is_scraped(relays, tmp_path):
 
     first = wait_until(lambda: age() or None, what="a positive age")
     wait_until(lambda: age() > first, what="the age to grow")
+
+
+def test_a_device_whose_id_begins_with_two_dashes_is_shown_and_erased_after_two_dashes(relay, tmp_path):
+    """Device ids are drawn from A-Z, a-z, 0-9, `-` and `_`: about one in 4,096 begins with `--`, which every command
+    took for an option, so support could neither show nor erase that device. After `--` it is the id."""
+    dashed = "--dashedId0123"
+    export = tmp_path / "devices.json"
+    export.write_text(json.dumps([{"id": dashed, "device_token": token(41), "auth_token_hash": "0" * 64,
+                                   "last_successful_notification": None, "date_added": "2026-09-20T12:00:00+00:00",
+                                   "down_notification_level": "normal"}]))
+    imported = relay("import-devices", str(export))
+    assert imported.returncode == 0, imported.stderr
+
+    refused = relay("device", "show", dashed)
+    assert refused.returncode == 2 and "goes after --" in refused.stderr
+    shown = relay("device", "show", "--json", "--", dashed)
+    assert shown.returncode == 0, shown.stderr
+    assert json.loads(shown.stdout)["id"] == dashed
+    deleted = relay("device", "delete", "--", dashed)
+    assert deleted.returncode == 0 and "deleted device" in deleted.stdout, deleted.stderr
+    assert json.loads(relay("device", "show", "--json", "--", dashed).stdout)["removed"]["reason"] == "DeletedByOperator"
