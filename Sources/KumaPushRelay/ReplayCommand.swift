@@ -33,6 +33,8 @@ enum ReplayCommand: Command {
             print("\(total) dead letter\(total == 1 ? "" : "s") would be replayed")
             return ExitCode.ok
         }
+        // Only the dead letters there are now: a requeued one that is dead-lettered again meanwhile has a new id past this.
+        filter.through = try store.lastDeadLetterID(filter)
         let progress = ProgressBar(total: total, label: "replaying")
         var replayed = 0
         var left = 0

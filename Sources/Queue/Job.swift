@@ -235,12 +235,16 @@ public struct DeadLetterFilter: Sendable, Equatable {
     public var since: Int64?
     /// Only those with a larger id: where a replay that left some behind goes on (`ReplayBatch.lastExamined`).
     public var after: Int64?
+    /// Only those with an id up to this one: a replay examines the dead letters there were when it began. What it
+    /// requeues gets a new, larger id; one that is dead-lettered again while the replay runs is not replayed twice.
+    public var through: Int64?
 
-    public init(reason: String? = nil, deviceID: String? = nil, since: Int64? = nil, after: Int64? = nil) {
+    public init(reason: String? = nil, deviceID: String? = nil, since: Int64? = nil, after: Int64? = nil, through: Int64? = nil) {
         self.reason = reason
         self.deviceID = deviceID
         self.since = since
         self.after = after
+        self.through = through
     }
 }
 

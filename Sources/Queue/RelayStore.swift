@@ -76,6 +76,8 @@ public protocol JobQueue: Sendable {
     func makeNextRetryDue(now: Int64) throws(StoreError) -> Bool
     /// How many dead letters match.
     func countDeadLetters(_ filter: DeadLetterFilter) throws(StoreError) -> Int
+    /// The largest id among the dead letters `filter` matches, nil when none does: where a replay stops.
+    func lastDeadLetterID(_ filter: DeadLetterFilter) throws(StoreError) -> Int64?
     /// Examines up to `limit` matching dead letters (oldest first) and puts each back in the queue with a fresh `ttl`,
     /// but for those whose device already holds `deviceCap` live jobs, which stay dead letters (SPEC §4: no device
     /// ever holds more). A replayed job no longer reports an outcome: no Test request waits for it.

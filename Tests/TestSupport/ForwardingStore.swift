@@ -45,6 +45,7 @@ open class ForwardingStore: RelayStore, @unchecked Sendable {
     open func makeRetryableDue(now: Int64) throws(StoreError) -> Int { try inner.makeRetryableDue(now: now) }
     open func makeNextRetryDue(now: Int64) throws(StoreError) -> Bool { try inner.makeNextRetryDue(now: now) }
     open func countDeadLetters(_ filter: DeadLetterFilter) throws(StoreError) -> Int { try inner.countDeadLetters(filter) }
+    open func lastDeadLetterID(_ filter: DeadLetterFilter) throws(StoreError) -> Int64? { try inner.lastDeadLetterID(filter) }
     open func replayDeadLetters(
         _ filter: DeadLetterFilter, limit: Int, now: Int64, ttl: Duration, deviceCap: Int
     ) throws(StoreError) -> ReplayBatch {

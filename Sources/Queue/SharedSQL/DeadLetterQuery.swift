@@ -12,6 +12,7 @@ extension DeadLetterFilter {
         if let deviceID { add("device_id =", .text(deviceID), "text") }
         if let since { add("finalized_at >=", .integer(since), "bigint") }
         if let after { add("id >", .integer(after), "bigint") }
+        if let through { add("id <=", .integer(through), "bigint") }
         return (terms.joined(separator: " AND "), values)
     }
 }

@@ -7,6 +7,11 @@ extension SharedQueries {
         return try read { db in try db.query("SELECT count(*) FROM jobs WHERE \(whereClause)", values) { $0.int(0) }.first ?? 0 }
     }
 
+    public func lastDeadLetterID(_ filter: DeadLetterFilter) throws(StoreError) -> Int64? {
+        let (whereClause, values): (String, [Connection.Value]) = filter.conditions()
+        return try read { db in try db.query("SELECT max(id) FROM jobs WHERE \(whereClause)", values) { $0.optionalInt64(0) }.first ?? nil }
+    }
+
     /// `CASE`, not `max(0, …)` or `greatest(0, …)`: the one spelling both databases have.
     public func purgeDeadLetters(keeping: Int) throws(StoreError) -> Int {
         try writeStatement { db in
