@@ -114,6 +114,60 @@ import Testing
         #expect(h.simulator.received.isEmpty, "nothing was sent")
     }
 
+    /// SPEC §4 and §2.2: dead letters go after DEAD_LETTER_RETENTION (7 days) and tombstones after
+    /// TOMBSTONE_RETENTION (30 days); a deliverer purges them when it starts and every ten minutes. Younger ones stay.
+    @Test func aDelivererPurgesDeadLettersAndTombstonesPastTheirRetention() throws {
+        let now = SystemClock().nowMillis()
+        var planted: Result<PastRetention, any Error>?
+        // Planted before the engine starts: one of each just past its retention, one just within it.
+        let h = try DeliveryHarness(engineStore: { store in
+            planted = Result { try PastRetention(plantedIn: store, now: now) }
+            return store
+        })
+        defer { h.stop() }
+        let seeds = try #require(planted).get()
+        #expect(try h.waitUntil { try h.store.countDeadLetters(DeadLetterFilter(deviceID: seeds.oldDeadLetter)) == 0 }, "the old dead letter goes")
+        #expect(try h.waitUntil { try h.store.tombstone(deviceID: seeds.oldTombstone) == nil }, "the old tombstone goes")
+        #expect(try h.store.countDeadLetters(DeadLetterFilter(deviceID: seeds.youngDeadLetter)) == 1)
+        #expect(try h.store.tombstone(deviceID: seeds.youngTombstone)?.reason == "DeletedByOperator")
+    }
+
+    /// Devices holding a dead letter 8 and 6 days old, and two devices erased 31 and 29 days ago.
+    private struct PastRetention {
+        let oldDeadLetter: String
+        let youngDeadLetter: String
+        let oldTombstone: String
+        let youngTombstone: String
+        static let day: Int64 = 86_400_000
+
+        init(plantedIn store: SQLiteStore, now: Int64) throws {
+            func device(_ seed: Int) throws -> String {
+                try store.registerDevice(
+                    token: String(format: "%064x", seed), authTokenHash: "h", now: now, newID: { try DeviceID.generate() }
+                ).device.id
+            }
+            func deadLetter(agedDays days: Int64, seed: Int) throws -> String {
+                let id = try device(seed)
+                let at = now - days * Self.day
+                let event = AlertEvent(kind: .monitor, status: .down, monitorID: 1, monitorName: "DB", message: "down")
+                _ = try store.enqueue(
+                    [NewJob(deviceID: id, publicID: UUID().uuidString.lowercased(), payload: event.jobPayload)], now: at, ttl: .seconds(3600))
+                let claimed = try store.claim(worker: "earlier", limit: 1, now: at, lease: .seconds(60))
+                _ = try store.finish(claimed.map { JobOutcome($0, kind: .deadLetter(reason: "BadDeviceToken")) }, worker: "earlier", now: at)
+                return id
+            }
+            func erased(agedDays days: Int64, seed: Int) throws -> String {
+                let id = try device(seed)
+                _ = try store.eraseDevice(id: id, reason: "DeletedByOperator", now: now - days * Self.day)
+                return id
+            }
+            oldDeadLetter = try deadLetter(agedDays: 8, seed: 801)
+            youngDeadLetter = try deadLetter(agedDays: 6, seed: 802)
+            oldTombstone = try erased(agedDays: 31, seed: 803)
+            youngTombstone = try erased(agedDays: 29, seed: 804)
+        }
+    }
+
     @Test func testButtonOutcomesAreReported() throws {
         let h = try DeliveryHarness()
         defer { h.stop() }
