@@ -32,7 +32,15 @@ final class DeliveryRuntime: Sendable {
             logger: logger.child(label: "apns"), onChange: { waker.wake() })
         let other = try Self.otherEnvironment(settings: settings, tls: tls, logger: logger, waker: waker)
         let worker = WorkerIdentity.current.workerID()
-        Self.takeBackLeasesOfGonePredecessors(store: store, clock: clock, logger: logger)
+        // On SQLite, a lock file beside the database says when a deliverer has ended, whatever its pid namespace.
+        let locks = settings.databaseURL == nil ? DelivererLocks(databasePath: settings.databasePath) : nil
+        do {
+            try locks?.hold(worker: worker)
+        } catch {
+            logger.warning("no lock file for this deliverer: a successor in another pid namespace waits out its leases", ["error": error.description])
+        }
+        Self.takeBackLeasesOfGonePredecessors(store: store, locks: locks, clock: clock, logger: logger)
+        locks?.removeEnded()
         self.other = other
         engine = DeliveryEngine(
             configuration: .init(settings: settings, worker: worker), store: store, pool: pool, other: other, tokens: tokens,
@@ -48,10 +56,12 @@ final class DeliveryRuntime: Sendable {
     }
 
     /// SPEC §4: a deliverer restarted on the same machine sends its crashed predecessor's in-flight pushes now, not
-    /// after LEASE_TIMEOUT. Best effort: a failure here leaves them to the lease, as before.
-    static func takeBackLeasesOfGonePredecessors(store: any RelayStore, clock: some WallClock, logger: Logger) {
+    /// after LEASE_TIMEOUT, also when it is PID 1 of a restarted container (`DelivererLocks`, SQLite only). Best
+    /// effort: a failure here leaves them to the lease, as before.
+    static func takeBackLeasesOfGonePredecessors(store: any RelayStore, locks: DelivererLocks?, clock: some WallClock, logger: Logger) {
         guard let holders = try? store.leaseHolders() else { return }
-        for holder in holders where WorkerIdentity.current.isGonePredecessor(holder) {
+        // Its lock file, when it has one, is the truth; else the pid, on this node only.
+        for holder in holders where locks?.hasEnded(holder) ?? WorkerIdentity.current.isGonePredecessor(holder) {
             guard let count = try? store.takeBackLeases(of: holder, now: clock.nowMillis()), count > 0 else { continue }
             logger.warning("took back the leases of a deliverer on this machine that is gone", ["worker": holder, "count": String(count)])
         }

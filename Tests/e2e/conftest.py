@@ -56,7 +56,7 @@ def relays(relay_binary, tmp_path, fake_apns):
     from relayproc import Relay, relay_env, free_port
     started = []
 
-    def start(command, **overrides):
+    def start(command, prefix=(), **overrides):
         settings = dict(APNS_URL=f"https://127.0.0.1:{fake_apns.port}", APNS_CA_FILE=TLS / "ca.pem",
                         APNS_AUTH_KEY_PATH=TLS / "apns-key.p8", APNS_KEY_ID="KEY1234567", APNS_TEAM_ID="TEAM123456",
                         APP_BUNDLE_IDENTIFIER=TOPIC, RETRY_BASE="50ms", RETRY_MAX="500ms", RATE_LIMIT_REGISTER="off")
@@ -64,7 +64,7 @@ def relays(relay_binary, tmp_path, fake_apns):
         env = relay_env(tmp_path, **settings)
         if command == "deliver":
             env["PORT"] = str(free_port())  # unused by deliver, but keeps processes from sharing anything
-        relay = Relay(relay_binary, command, env, tmp_path / f"{command}-{len(started)}.log")
+        relay = Relay(relay_binary, command, env, tmp_path / f"{command}-{len(started)}.log", prefix=prefix)
         # A deliverer has no /health; its metrics listener answering shows it started (one that exits at start-up,
         # e.g. on a setting it refuses, fails here with its exit code instead of as a later timeout).
         if command == "deliver":

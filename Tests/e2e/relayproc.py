@@ -29,10 +29,11 @@ def wait_until(condition, timeout=20.0, interval=0.02, what="condition"):
 class Relay:
     """One kumapush-relay subcommand running in the background."""
 
-    def __init__(self, binary, command, env, log_path, args=()):
+    def __init__(self, binary, command, env, log_path, args=(), prefix=()):
+        """`prefix`: a command the relay runs under, e.g. `unshare --pid --fork` (a container's namespaces)."""
         self.env = env
         self.log = open(log_path, "ab")
-        self.process = subprocess.Popen([str(binary), command, *args], env=env, stdout=self.log, stderr=self.log)
+        self.process = subprocess.Popen([*prefix, str(binary), command, *args], env=env, stdout=self.log, stderr=self.log)
         self.port = int(env.get("PORT", "0"))
 
     @property

@@ -1,8 +1,14 @@
 """A crash costs no wait (SPEC §4, issue 40): a deliverer restarted on the same host takes back the leases of its
 predecessor whose pid is gone at once, instead of leaving its in-flight pushes for LEASE_TIMEOUT. The worker id
-names the host, the pid and the node (the boot and pid namespace: `WorkerIdentity`)."""
+names the host, the pid and the node (the boot and pid namespace: `WorkerIdentity`); on SQLite each deliverer also
+holds a lock file beside the database (`DelivererLocks`), which tells a container's restarted PID 1 that the last
+one has ended."""
+import os
+import pathlib
 import signal
 import sqlite3
+
+import pytest
 
 from relayproc import request, wait_until
 from test_delivery import alert, register, token
@@ -32,6 +38,41 @@ def test_a_deliverer_restarted_after_sigkill_takes_back_its_predecessors_lease_a
     log = (tmp_path / "deliver-2.log").read_bytes().decode()
     assert "took back the leases" in log and holder in log
     assert second.process.poll() is None
+
+
+# What Docker gives a container's process (deploy/Dockerfile, restart: unless-stopped): PID 1 of a new pid namespace
+# at every start, with /proc of its own. --kill-child: SIGKILL to unshare ends the deliverer too.
+CONTAINER = ("unshare", "--pid", "--fork", "--mount-proc", "--kill-child")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="new pid namespaces need root")
+def test_a_deliverer_restarted_as_pid_1_of_a_new_container_takes_back_its_predecessors_lease(relays, fake_apns, tmp_path):
+    """Neither the pid (1, its own) nor the pid namespace (a new one) tells the restarted deliverer that the holder is
+    gone; before the lock files it waited out LEASE_TIMEOUT, an hour here."""
+    settings = dict(LEASE_TIMEOUT="1h")
+    ingest = relays("ingest")
+    first = relays("deliver", prefix=CONTAINER, **settings)
+    [deliverer] = pathlib.Path(f"/proc/{first.process.pid}/task/{first.process.pid}/children").read_text().split()
+    device_id, _ = register(ingest, 3)
+    fake_apns.hold = True
+    assert request("POST", f"{ingest.base}/wh/{device_id}", alert(1, "DB", 0, "in flight at the crash"))[0] == 202
+    wait_until(lambda: fake_apns.held(), what="the push in flight")
+    [holder] = running_workers(tmp_path / "relay.db")
+    assert ":1:" in holder, f"the worker id {holder} names PID 1"
+    first.signal(signal.SIGKILL)
+    first.wait()
+
+    def ended():
+        try:
+            return pathlib.Path(f"/proc/{deliverer}/stat").read_text().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+        except FileNotFoundError:
+            return True
+    wait_until(ended, what="the deliverer killed with its container")
+    fake_apns.hold = False
+    relays("deliver", prefix=CONTAINER, LOG_LEVEL="info", **settings)
+    wait_until(lambda: fake_apns.pushes(token(3)), timeout=30, what="the push delivered by the next deliverer")
+    log = (tmp_path / "deliver-2.log").read_bytes().decode()
+    assert "took back the leases" in log and holder in log
 
 
 def test_a_live_deliverers_leases_are_not_taken(relays, fake_apns, tmp_path):

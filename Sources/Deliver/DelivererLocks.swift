@@ -1,0 +1,70 @@
+import Common
+import Foundation
+
+/// One lock file per deliverer beside a SQLite database, held with `flock` for as long as the process runs: the kernel
+/// drops the lock when the process ends, however it ends. So a successor knows that a lease holder is gone even when
+/// the pid tells it nothing: a container restarted by Docker runs its deliverer as PID 1 of a new pid namespace every
+/// time, and `WorkerIdentity` never judges a holder of another namespace, or one with its own pid (SPEC §4: "a
+/// process restarted on the same host takes back its dead predecessor's leases at once"). Every process on one SQLite
+/// file shares its file system, so the files are seen by all of them, whatever namespace each runs in.
+///
+/// A file appears already locked (written under a temporary name, locked, then renamed into place), so one found
+/// unlocked belongs to a process that has ended. Its name is a hash of the worker id: the id holds the host name.
+public struct DelivererLocks: Sendable {
+    public let directory: String
+
+    /// Beside the database: `kumapush.db` → `kumapush.db-deliverers/`.
+    public init(databasePath: String) {
+        directory = databasePath + "-deliverers"
+    }
+
+    public struct Failure: Error, CustomStringConvertible {
+        public let description: String
+    }
+
+    /// Creates `worker`'s file, locked, and keeps it locked for the rest of the process's life (the descriptor is
+    /// never closed).
+    public func hold(worker: String) throws(Failure) {
+        if mkdir(directory, 0o700) != 0, errno != EEXIST { throw failure("cannot create") }
+        let temporary = path(worker) + ".new"
+        let descriptor = open(temporary, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
+        guard descriptor >= 0 else { throw failure("cannot create a file in") }
+        guard flock(descriptor, LOCK_EX | LOCK_NB) == 0, rename(temporary, path(worker)) == 0 else {
+            let error = failure("cannot lock a file in")
+            close(descriptor)
+            unlink(temporary)
+            throw error
+        }
+    }
+
+    /// Removes the files of processes that have ended: call it once their leases are taken back, or a successor would
+    /// find no file and fall back to the pid.
+    public func removeEnded() {
+        for name in (try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? [] where !name.hasSuffix(".new") {
+            _ = hasEnded(file: directory + "/" + name)
+        }
+    }
+
+    /// Whether `worker` held a file here and has ended (its file then goes); nil when it has no file here (a
+    /// deliverer of an older release, or one that could not create its file).
+    public func hasEnded(_ worker: String) -> Bool? {
+        hasEnded(file: path(worker))
+    }
+
+    private func hasEnded(file: String) -> Bool? {
+        let descriptor = open(file, O_RDWR | O_CLOEXEC)
+        guard descriptor >= 0 else { return nil }
+        defer { close(descriptor) }
+        guard flock(descriptor, LOCK_EX | LOCK_NB) == 0 else { return false }
+        unlink(file)
+        return true
+    }
+
+    func path(_ worker: String) -> String {
+        directory + "/" + Crypto.sha256Hex(worker).prefix(32)
+    }
+
+    private func failure(_ what: String) -> Failure {
+        Failure(description: "\(what) \(directory): \(String(cString: strerror(errno)))")
+    }
+}

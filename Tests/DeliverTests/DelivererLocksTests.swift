@@ -1,0 +1,39 @@
+import Foundation
+import TestSupport
+import Testing
+
+@testable import Deliver
+
+/// The lock files that tell a deliverer whether a lease holder has ended (`DelivererLocks`). A process that ended is
+/// played by a file nobody locks: the kernel drops a `flock` lock when the process holding it ends.
+/// `test_crash_recovery.py` shows the same with real processes killed in new pid namespaces.
+@Suite struct DelivererLocksTests {
+    @Test func aHeldFileIsAliveAnEndedOneIsGoneAndNoFileSaysNothing() throws {
+        let directory = TemporaryDirectory()
+        let locks = DelivererLocks(databasePath: directory.path("relay.db"))
+        try locks.hold(worker: "host:1:live@node")
+        try endedWorker("host:1:gone@node", in: locks)
+
+        #expect(locks.hasEnded("host:1:live@node") == false)
+        #expect(locks.hasEnded("host:1:gone@node") == true)
+        #expect(locks.hasEnded("host:1:gone@node") == nil, "its file went with the answer")
+        #expect(locks.hasEnded("host:7:older@node") == nil, "a deliverer of an older release has no file")
+    }
+
+    @Test func removingEndedFilesKeepsTheHeldOnes() throws {
+        let directory = TemporaryDirectory()
+        let locks = DelivererLocks(databasePath: directory.path("relay.db"))
+        try locks.hold(worker: "host:1:live@node")
+        try endedWorker("host:2:gone@node", in: locks)
+        try endedWorker("host:3:gone@node", in: locks)
+
+        locks.removeEnded()
+        #expect(try FileManager.default.contentsOfDirectory(atPath: locks.directory).count == 1)
+        #expect(locks.hasEnded("host:1:live@node") == false)
+    }
+
+    /// The file of a deliverer that ended: there, and locked by no one.
+    private func endedWorker(_ worker: String, in locks: DelivererLocks) throws {
+        #expect(FileManager.default.createFile(atPath: locks.path(worker), contents: nil))
+    }
+}
