@@ -132,6 +132,19 @@ import Testing
         HTTPRequest(method: "GET", path: "/", headers: forwarded.map { ["x-forwarded-for": $0] } ?? [:], peer: IPAddress(peer))
     }
 
+    /// PROXY_HEADER names the header the proxy writes the client into (Cloudflare's `CF-Connecting-IP`, nginx's
+    /// `X-Real-IP`): that one is read, whatever its case, and `X-Forwarded-For` is not.
+    @Test func theProxyHeaderSettingNamesTheHeaderRead() {
+        var settings = Settings()
+        settings.behindProxy = true
+        settings.proxyHeader = "CF-Connecting-IP"
+        let resolver = ClientAddressResolver(settings: settings)
+        let request = HTTPRequest(
+            method: "GET", path: "/", headers: ["cf-connecting-ip": "203.0.113.9", "x-forwarded-for": "198.51.100.1"],
+            peer: IPAddress("127.0.0.1"))
+        #expect(resolver.clientAddress(for: request) == "203.0.113.9")
+    }
+
     @Test func withoutProxyModeThePeerIsTheClient() {
         let resolver = ClientAddressResolver(behindProxy: false, headerName: "X-Forwarded-For", trustedProxies: [])
         #expect(resolver.clientAddress(for: request(peer: "127.0.0.1", forwarded: "9.9.9.9")) == "127.0.0.1")
