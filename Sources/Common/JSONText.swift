@@ -36,6 +36,15 @@ public enum JSONText {
         }
     }
 
+    /// How many bytes `byte` of a string's UTF-8 takes inside a JSON string literal, as `appendEscaped` writes it.
+    public static func escapedSize(of byte: UInt8) -> Int {
+        switch byte {
+        case 0x22, 0x5c, 0x0a, 0x0d, 0x09: return 2
+        case ..<0x20: return 6
+        default: return 1
+        }
+    }
+
     /// The escape of a quote, a backslash or a control character.
     private static func appendEscape(of byte: UInt8, to out: inout [UInt8]) {
         let hex: StaticString = "0123456789abcdef"

@@ -56,21 +56,27 @@ public enum APNsPayload {
     }
 
     /// `text` shortened by at least `excess` bytes of its JSON-escaped form, at a character boundary, plus `…`
-    /// (or "" when even that does not fit).
+    /// (or "" when even that does not fit). One pass over the bytes, then back to the character boundary: sizing each
+    /// character as a String of its own cost about 90 µs a kilobyte, and a 4 KiB message was cut on every push
+    /// (twenty-fourth session: 407 µs of deliverer CPU a push of such messages).
     static func cut(_ text: String, by excess: Int) -> String {
         let budget = escapedSize(text) - excess - escapedSize(ellipsis)
         guard budget > 0 else { return "" }
+        let bytes = text.utf8
         var used = 0
-        var kept = ""
-        for character in text {
-            let size = escapedSize(String(character))
+        var end = bytes.startIndex
+        while end < bytes.endIndex {
+            let size = JSONText.escapedSize(of: bytes[end])
             if used + size > budget { break }
             used += size
-            kept.append(character)
+            end = bytes.index(after: end)
         }
-        return kept + ellipsis
+        // The longest prefix within the budget may end inside a character (a multi-byte scalar, an emoji sequence):
+        // it keeps only the characters it holds whole.
+        while end > bytes.startIndex, end.samePosition(in: text) == nil { end = bytes.index(before: end) }
+        return String(text[..<end]) + ellipsis
     }
 
     /// Bytes `text` takes inside a JSON string literal.
-    static func escapedSize(_ text: String) -> Int { JSONText.quoted(text).utf8.count - 2 }
+    static func escapedSize(_ text: String) -> Int { text.utf8.reduce(0) { $0 + JSONText.escapedSize(of: $1) } }
 }
