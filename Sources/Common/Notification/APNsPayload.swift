@@ -62,21 +62,25 @@ public enum APNsPayload {
     static func cut(_ text: String, by excess: Int) -> String {
         let budget = escapedSize(text) - excess - escapedSize(ellipsis)
         guard budget > 0 else { return "" }
-        let bytes = text.utf8
-        var used = 0
-        var end = bytes.startIndex
-        while end < bytes.endIndex {
-            let size = JSONText.escapedSize(of: bytes[end])
-            if used + size > budget { break }
-            used += size
-            end = bytes.index(after: end)
+        var text = text
+        let fitting = text.withUTF8 { bytes in
+            var used = 0
+            for (offset, byte) in bytes.enumerated() {
+                used += JSONText.escapedSize(of: byte)
+                if used > budget { return offset }
+            }
+            return bytes.count
         }
         // The longest prefix within the budget may end inside a character (a multi-byte scalar, an emoji sequence):
         // it keeps only the characters it holds whole.
-        while end > bytes.startIndex, end.samePosition(in: text) == nil { end = bytes.index(before: end) }
+        var end = text.utf8.index(text.utf8.startIndex, offsetBy: fitting)
+        while end > text.startIndex, end.samePosition(in: text) == nil { end = text.utf8.index(before: end) }
         return String(text[..<end]) + ellipsis
     }
 
     /// Bytes `text` takes inside a JSON string literal.
-    static func escapedSize(_ text: String) -> Int { text.utf8.reduce(0) { $0 + JSONText.escapedSize(of: $1) } }
+    static func escapedSize(_ text: String) -> Int {
+        var text = text
+        return text.withUTF8 { bytes in bytes.reduce(0) { $0 + JSONText.escapedSize(of: $1) } }
+    }
 }
