@@ -23,6 +23,19 @@ import Testing
         }
     }
 
+    /// `TextCut.prefix` (stored messages, names, thread ids) rounds its budget down to a character boundary the same way:
+    /// it keeps what appending whole characters while they fit kept.
+    @Test(arguments: texts) func aPrefixKeepsTheWholeCharactersThatFit(_ text: String) {
+        for budget in stride(from: 0, through: text.utf8.count + 2, by: 5) {
+            var kept = ""
+            for character in text {
+                if kept.utf8.count + character.utf8.count > budget { break }
+                kept.append(character)
+            }
+            #expect(TextCut.prefix(text, maxBytes: budget) == kept, "budget \(budget)")
+        }
+    }
+
     @Test func aFourKiBMessageIsCutToFitAndEndsOnAWholeCharacter() {
         let message = String(repeating: "é🔴x", count: 600)
         let bytes = APNsPayload.encode(PushMessage(title: "DB is down", body: message))
