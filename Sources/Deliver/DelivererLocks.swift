@@ -10,6 +10,8 @@ import Foundation
 ///
 /// A file appears already locked (written under a temporary name, locked, then renamed into place), so one found
 /// unlocked belongs to a process that has ended. Its name is a hash of the worker id: the id holds the host name.
+/// A file stays until its deliverer's leases are taken back (`removeEnded`): a take-back that failed is tried again
+/// at the next start, still knowing the holder ended.
 public struct DelivererLocks: Sendable {
     public let directory: String
 
@@ -37,32 +39,38 @@ public struct DelivererLocks: Sendable {
         }
     }
 
-    /// Removes the files of processes that have ended: call it once their leases are taken back, or a successor would
-    /// find no file and fall back to the pid.
-    public func removeEnded() {
-        for name in (try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? [] where !name.hasSuffix(".new") {
-            _ = hasEnded(file: directory + "/" + name)
+    /// Removes the files of deliverers that have ended, but for those of `kept` (holders whose leases could not be
+    /// taken back: a later start tries again) and this process's own (`own`), which it never opens twice (on a file
+    /// system that emulates `flock` with POSIX locks, closing a second descriptor would drop its own lock).
+    public func removeEnded(keeping kept: [String], own: String) {
+        let keptNames = Set((kept + [own]).map(name))
+        for entry in (try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []
+        where !entry.hasSuffix(".new") && !keptNames.contains(entry) {
+            let file = directory + "/" + entry
+            if hasEnded(file: file) == true { unlink(file) }
         }
     }
 
-    /// Whether `worker` held a file here and has ended (its file then goes); nil when it has no file here (a
-    /// deliverer of an older release, or one that could not create its file).
+    /// Whether `worker` held a file here and has ended; nil when it has no file here (a deliverer of an older
+    /// release, or one that could not create its file) or the file cannot be checked. The file stays until
+    /// `removeEnded`, after its leases are taken back.
     public func hasEnded(_ worker: String) -> Bool? {
         hasEnded(file: path(worker))
     }
 
+    /// Takes the lock for a moment: only a file no process holds can be locked. Held means `EWOULDBLOCK`; any other
+    /// failure says nothing.
     private func hasEnded(file: String) -> Bool? {
         let descriptor = open(file, O_RDWR | O_CLOEXEC)
         guard descriptor >= 0 else { return nil }
         defer { close(descriptor) }
-        guard flock(descriptor, LOCK_EX | LOCK_NB) == 0 else { return false }
-        unlink(file)
-        return true
+        if flock(descriptor, LOCK_EX | LOCK_NB) == 0 { return true }
+        return errno == EWOULDBLOCK ? false : nil
     }
 
-    func path(_ worker: String) -> String {
-        directory + "/" + Crypto.sha256Hex(worker).prefix(32)
-    }
+    func path(_ worker: String) -> String { directory + "/" + name(worker) }
+
+    private func name(_ worker: String) -> String { String(Crypto.sha256Hex(worker).prefix(32)) }
 
     private func failure(_ what: String) -> Failure {
         Failure(description: "\(what) \(directory): \(String(cString: strerror(errno)))")

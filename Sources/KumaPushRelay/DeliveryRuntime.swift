@@ -39,8 +39,7 @@ final class DeliveryRuntime: Sendable {
         } catch {
             logger.warning("no lock file for this deliverer: a successor in another pid namespace waits out its leases", ["error": error.description])
         }
-        Self.takeBackLeasesOfGonePredecessors(store: store, locks: locks, clock: clock, logger: logger)
-        locks?.removeEnded()
+        Self.takeBackLeasesOfGonePredecessors(store: store, locks: locks, worker: worker, clock: clock, logger: logger)
         self.other = other
         engine = DeliveryEngine(
             configuration: .init(settings: settings, worker: worker), store: store, pool: pool, other: other, tokens: tokens,
@@ -58,13 +57,23 @@ final class DeliveryRuntime: Sendable {
     /// SPEC §4: a deliverer restarted on the same machine sends its crashed predecessor's in-flight pushes now, not
     /// after LEASE_TIMEOUT, also when it is PID 1 of a restarted container (`DelivererLocks`, SQLite only). Best
     /// effort: a failure here leaves them to the lease, as before.
-    static func takeBackLeasesOfGonePredecessors(store: any RelayStore, locks: DelivererLocks?, clock: some WallClock, logger: Logger) {
+    static func takeBackLeasesOfGonePredecessors(
+        store: any RelayStore, locks: DelivererLocks?, worker: String, clock: some WallClock, logger: Logger
+    ) {
         guard let holders = try? store.leaseHolders() else { return }
-        // Its lock file, when it has one, is the truth; else the pid, on this node only.
-        for holder in holders where locks?.hasEnded(holder) ?? WorkerIdentity.current.isGonePredecessor(holder) {
-            guard let count = try? store.takeBackLeases(of: holder, now: clock.nowMillis()), count > 0 else { continue }
-            logger.warning("took back the leases of a deliverer on this machine that is gone", ["worker": holder, "count": String(count)])
+        var notTakenBack: [String] = []
+        for holder in holders {
+            // Its lock file, when it has one, is the truth; else the pid, on this node only.
+            guard locks?.hasEnded(holder) ?? WorkerIdentity.current.isGonePredecessor(holder) else { continue }
+            guard let count = try? store.takeBackLeases(of: holder, now: clock.nowMillis()) else {
+                notTakenBack.append(holder)
+                continue
+            }
+            if count > 0 {
+                logger.warning("took back the leases of a deliverer on this machine that is gone", ["worker": holder, "count": String(count)])
+            }
         }
+        locks?.removeEnded(keeping: notTakenBack, own: worker)
     }
 
     func start() {

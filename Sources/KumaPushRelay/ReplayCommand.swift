@@ -23,7 +23,7 @@ enum ReplayCommand: Command {
     static func run(settings: Settings, arguments: [String]) throws -> Int32 {
         var options = OptionParser(arguments)
         let clock = SystemClock()
-        var filter = try DeadLetterOptions.filter(&options, clock: clock)
+        let filter = try DeadLetterOptions.filter(&options, clock: clock)
         let dryRun = options.flag("--dry-run")
         try options.finish()
 
@@ -33,20 +33,15 @@ enum ReplayCommand: Command {
             print("\(total) dead letter\(total == 1 ? "" : "s") would be replayed")
             return ExitCode.ok
         }
-        // Only the dead letters there are now: a requeued one that is dead-lettered again meanwhile has a new id past this.
-        filter.through = try store.lastDeadLetterID(filter)
         let progress = ProgressBar(total: total, label: "replaying")
-        var replayed = 0
-        var left = 0
-        while true {
-            let batch = try store.replayDeadLetters(
-                filter, limit: batchSize, now: clock.nowMillis(), ttl: settings.jobTTL, deviceCap: settings.deviceQueueMax)
-            guard let last = batch.lastExamined else { break }
-            filter.after = last
-            replayed += batch.replayed
-            left += batch.leftAtCap
-            progress.update(min(total, replayed + left))
-        }
+        var done = 0
+        let replay = try store.replayAllDeadLetters(
+            filter, pageSize: batchSize, now: { clock.nowMillis() }, ttl: settings.jobTTL, deviceCap: settings.deviceQueueMax,
+            afterPage: { page in
+                done += page.replayed + page.leftAtCap
+                progress.update(min(total, done))
+            })
+        let (replayed, left) = (replay.replayed, replay.leftAtCap)
         progress.finish()
         print("replayed \(replayed) dead letter\(replayed == 1 ? "" : "s")")
         if left > 0 {

@@ -16,19 +16,24 @@ import Testing
 
         #expect(locks.hasEnded("host:1:live@node") == false)
         #expect(locks.hasEnded("host:1:gone@node") == true)
-        #expect(locks.hasEnded("host:1:gone@node") == nil, "its file went with the answer")
+        #expect(locks.hasEnded("host:1:gone@node") == true, "its file stays until its leases are taken back")
         #expect(locks.hasEnded("host:7:older@node") == nil, "a deliverer of an older release has no file")
     }
 
-    @Test func removingEndedFilesKeepsTheHeldOnes() throws {
+    /// What goes: the files of ended deliverers whose leases were taken back. What stays: the held ones, and an
+    /// ended one whose take-back failed (the next start tries again, still knowing it ended).
+    @Test func removingEndedFilesKeepsTheHeldOnesAndThoseNotTakenBack() throws {
         let directory = TemporaryDirectory()
         let locks = DelivererLocks(databasePath: directory.path("relay.db"))
         try locks.hold(worker: "host:1:live@node")
+        try locks.hold(worker: "host:1:own@node")
         try endedWorker("host:2:gone@node", in: locks)
-        try endedWorker("host:3:gone@node", in: locks)
+        try endedWorker("host:3:failed@node", in: locks)
 
-        locks.removeEnded()
-        #expect(try FileManager.default.contentsOfDirectory(atPath: locks.directory).count == 1)
+        locks.removeEnded(keeping: ["host:3:failed@node"], own: "host:1:own@node")
+        #expect(try FileManager.default.contentsOfDirectory(atPath: locks.directory).count == 3)
+        #expect(locks.hasEnded("host:2:gone@node") == nil, "taken back: its file went")
+        #expect(locks.hasEnded("host:3:failed@node") == true)
         #expect(locks.hasEnded("host:1:live@node") == false)
     }
 

@@ -20,10 +20,13 @@ import Queue
 let arguments = CommandLine.arguments
 guard arguments.count >= 3 else { fatalError("usage: QueueProbe drain|hold|enqueue|rescue|retry-due|take-back DB ...") }
 // DB is a SQLite file or a PostgreSQL connection string, as DATABASE_PATH or DATABASE_URL would be.
+// PROBE_TEMP_STORE=file: SQLite's temporary files on disk, as without the relay's `temp_store = MEMORY`.
+var sqliteOptions = SQLiteStore.Options()
+sqliteOptions.temporaryTablesInMemory = ProcessInfo.processInfo.environment["PROBE_TEMP_STORE"] != "file"
 let store: any RelayStore =
     PostgresStore.isDatabaseURL(arguments[2])
     ? try PostgresStore(url: arguments[2], now: SystemClock().nowMillis())
-    : try SQLiteStore(path: arguments[2], now: SystemClock().nowMillis())
+    : try SQLiteStore(path: arguments[2], options: sqliteOptions, now: SystemClock().nowMillis())
 
 /// Writes straight to the pipe (no stdio buffering), so the test sees each line the moment it is printed.
 func emit(_ line: String) {

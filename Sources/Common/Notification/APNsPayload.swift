@@ -73,8 +73,7 @@ public enum APNsPayload {
         }
         // The longest prefix within the budget may end inside a character (a multi-byte scalar, an emoji sequence):
         // it keeps only the characters it holds whole.
-        var end = text.utf8.index(text.utf8.startIndex, offsetBy: fitting)
-        while end > text.startIndex, end.samePosition(in: text) == nil { end = text.utf8.index(before: end) }
+        let end = TextCut.characterStart(in: text, atOrBefore: text.utf8.index(text.utf8.startIndex, offsetBy: fitting))
         return String(text[..<end]) + ellipsis
     }
 

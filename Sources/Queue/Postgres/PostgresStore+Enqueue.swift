@@ -21,8 +21,6 @@ extension PostgresStore {
 
     static func isHead(_ alias: String) -> String { "\(alias).state IN \(headStates)" }
 
-    static let batchUpdate = "UPDATE"
-
     /// Locks the rows of `devices` (sorted, so concurrent transactions lock in one order), sent with the
     /// transaction's next statement (`PGConnection.runDeferred`). Under READ COMMITTED each statement sees what
     /// was committed before it started, so the statements after this one read the devices as the last holder of

@@ -7,6 +7,9 @@ import PostgresDriver
 /// to promote it), so each of them first locks the device rows it touches, in id order (no deadlock between them).
 /// Claims, retries, releases and rescues change a head's state but never which job is head: they need no lock.
 extension PostgresStore {
+    /// How a statement both stores share begins when it changes a batch of jobs (`SharedQueries.batchUpdate`).
+    static let batchUpdate = "UPDATE"
+
     /// Promotes a device's oldest pending job to head after its head left (completed, dead-lettered).
     static let promoteNext = """
         UPDATE jobs SET state = 'available'

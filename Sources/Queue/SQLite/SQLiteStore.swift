@@ -25,6 +25,10 @@ public final class SQLiteStore: Sendable {
         /// the queue (migration 12: about 20 s for a million queued jobs), and a process that starts silently for
         /// that long looks hung.
         public var logger: Logger?
+        /// The writer keeps its temporary tables and statement journals in memory (`temp_store = MEMORY`), so no copy
+        /// of notification content goes to a temporary file. Off only for the tests that show the statements that
+        /// change a batch of jobs keep no statement journal of their own (`StatementJournalTests`).
+        public var temporaryTablesInMemory = true
 
         public init(
             synchronousFull: Bool = false, busyTimeout: Duration = .seconds(5),
@@ -62,9 +66,11 @@ public final class SQLiteStore: Sendable {
             let opened = try SQLiteConnection(path: path, options: options.connection)
             try Migrations.apply(on: opened, now: now, logger: options.logger)
             // After the migrations, whose table rebuilds may sort a whole queue: from here the writer's temporary
-            // tables (a claim's RETURNING rows, an `IN (…)` list) stay in memory, bounded by a claim's size, instead of
-            // spilling notification content to an unlinked file in /var/tmp past SQLite's 2 MiB temporary cache.
-            try opened.execute("PRAGMA temp_store = MEMORY")
+            // tables (a claim's RETURNING rows, a finish's `IN (…)` list) and statement journals stay in memory instead
+            // of spilling notification content to an unlinked file in /var/tmp past SQLite's 2 MiB temporary cache.
+            // Each is as large as what one statement returns or changes: the statements that change a batch of jobs
+            // keep no statement journal at all (`UPDATE OR FAIL`), and a claim returns at most DELIVER_CONCURRENCY jobs.
+            if options.temporaryTablesInMemory { try opened.execute("PRAGMA temp_store = MEMORY") }
             // Reads are point lookups and the occasional stats scan: a small cache keeps the process small.
             var readOptions = options.connection
             readOptions.cacheKiB = 4096
