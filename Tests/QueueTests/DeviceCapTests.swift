@@ -337,4 +337,22 @@ import Testing
         #expect(try agree())
         #expect(try kind.rawQuery(db.location, "SELECT live_jobs FROM devices WHERE id = '\(a)'") == [["0"]])
     }
+
+    /// `dead-letters list` says after how many attempts a push was given up. The alerts a refused digest carried were
+    /// never claimed themselves (their count stayed 0): they take the attempts of the push that carried them.
+    @Test(arguments: StoreKind.allCases) func alertsADigestCarriedToTheDeadLettersCountItsAttempts(_ kind: StoreKind) throws {
+        let db = try TestDatabase(kind)
+        let device = try db.device(1)
+        try db.enqueue(device, "head", "second", "third")
+        let first = try #require(try db.claim().first)
+        _ = try db.store.finish([.retry(first, at: t0)], worker: "w1", now: t0)
+        let head = try #require(try db.claim(at: t0 + 1).first)
+        #expect(head.attempt == 2)
+        let carried = try db.store.pendingJobs(deviceID: device, limit: 10).map(\.asMerged)
+        #expect(carried.count == 2)
+        _ = try db.store.finish([JobOutcome(head, kind: .deadLetter(reason: "PayloadTooLarge"), merged: carried)], worker: "w1", now: t0 + 2)
+        let support = try #require(db.store as? any SupportQueries)
+        let letters = try support.listDeadLetters(DeadLetterFilter(), limit: 10)
+        #expect(letters.map(\.attempts) == [2, 2, 2])
+    }
 }

@@ -36,7 +36,7 @@ import Testing
         let merged = [MergedJob(id: 8, foldedCount: 2), MergedJob(id: 9)]
         let plan = FinishPlan.plan([outcome(7, .delivered, test: true, merged: merged)], held(7), now: now)
         #expect(plan.reports == [.init(publicID: "p7", kind: .delivered, reason: "")])
-        #expect(plan.settlements == [.init(device: "D", jobs: merged, deadLetterReason: nil)])
+        #expect(plan.settlements == [.init(device: "D", jobs: merged, deadLetterReason: nil, attempt: 1)])
         #expect(plan.successes == ["D": 1], "the settled jobs are the store's to count: only what it settles ends")
     }
 
@@ -84,7 +84,7 @@ import Testing
         expected.applied = [true]
         expected.discards = [.init(jobID: 7, reason: "BadTopic")]
         expected.reports = [.init(publicID: "p7", kind: .rejected, reason: "BadTopic")]
-        expected.settlements = [.init(device: "D", jobs: merged, deadLetterReason: "BadTopic")]
+        expected.settlements = [.init(device: "D", jobs: merged, deadLetterReason: "BadTopic", attempt: 1)]
         expected.deviceErrors = [.init(device: "D", reason: "BadTopic", heads: 1)]
         expected.promotions = [.init(device: "D", afterJob: 7)]
         #expect(plan == expected)

@@ -48,6 +48,9 @@ struct FinishPlan: Sendable, Equatable {
         var device: String
         var jobs: [MergedJob]
         var deadLetterReason: String?
+        /// The head's attempt: how many times the push that carried them was tried. A dead-lettered one keeps it
+        /// (`dead-letters list` says after how many attempts; its own count stayed 0, never claimed itself).
+        var attempt: Int
     }
 
     /// A device's head dead-lettered: its last delivery error, and `heads` live jobs fewer.
@@ -147,6 +150,7 @@ struct FinishPlan: Sendable, Equatable {
 
     private mutating func settle(_ outcome: JobOutcome, deadLetterReason: String?) {
         guard !outcome.merged.isEmpty else { return }
-        settlements.append(Settlement(device: outcome.deviceID, jobs: outcome.merged, deadLetterReason: deadLetterReason))
+        settlements.append(
+            Settlement(device: outcome.deviceID, jobs: outcome.merged, deadLetterReason: deadLetterReason, attempt: outcome.attempt))
     }
 }

@@ -100,11 +100,15 @@ extension PostgresStore {
     private static func settle(_ settlements: [FinishPlan.Settlement], now: Int64, _ db: PGConnection) {
         let merged = settlements.flatMap { settlement in settlement.jobs.map { (settlement, $0) } }
         guard !merged.isEmpty else { return }
-        let rows = "unnest($1::bigint[], $2::text[], $3::integer[], $4::text[]) AS m (id, device_id, folded_count, reason)"
+        let rows =
+            "unnest($1::bigint[], $2::text[], $3::integer[], $4::text[], $5::integer[]) AS m (id, device_id, folded_count, reason, attempt)"
         let settle =
             settlements.first?.deadLetterReason == nil
             ? "DELETE FROM jobs USING \(rows)"
-            : "UPDATE jobs SET state = 'discarded', finalized_at = $5::bigint, last_error = m.reason FROM \(rows)"
+            : """
+            UPDATE jobs SET state = 'discarded', finalized_at = $6::bigint, last_error = m.reason,
+                            attempt = greatest(jobs.attempt, m.attempt) FROM \(rows)
+            """
         db.runDeferred(
             """
             WITH settled AS (
@@ -118,7 +122,7 @@ extension PostgresStore {
             """,
             [
                 .bigints(merged.map(\.1.id)), .texts(merged.map(\.0.device)), .integers(merged.map(\.1.foldedCount)),
-                .texts(merged.map { $0.0.deadLetterReason ?? "" })
+                .texts(merged.map { $0.0.deadLetterReason ?? "" }), .integers(merged.map(\.0.attempt))
             ] + (settlements.first?.deadLetterReason == nil ? [] : [.integer(now)]))
     }
 

@@ -104,9 +104,10 @@ extension SQLiteStore {
         let statement = try db.statement(
             settlement.deadLetterReason == nil
                 ? "DELETE FROM jobs WHERE \(fence)"
-                : "UPDATE jobs SET state = 'discarded', finalized_at = ?, last_error = ? WHERE \(fence)")
+                : "UPDATE jobs SET state = 'discarded', finalized_at = ?, last_error = ?, attempt = max(attempt, ?) WHERE \(fence)")
         // Bound, never pasted into the text: the connection keeps one prepared statement per distinct text.
-        let reason: [SQLiteValue] = settlement.deadLetterReason.map { [.integer(now), .text($0)] } ?? []
+        let reason: [SQLiteValue] =
+            settlement.deadLetterReason.map { [.integer(now), .text($0), .integer(Int64(settlement.attempt))] } ?? []
         var settled = 0
         for job in settlement.jobs {
             settled += try statement.run(reason + [.integer(job.id), .text(settlement.device), .integer(Int64(job.foldedCount))])
