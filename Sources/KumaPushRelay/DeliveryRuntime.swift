@@ -61,19 +61,19 @@ final class DeliveryRuntime: Sendable {
         store: any RelayStore, locks: DelivererLocks?, worker: String, clock: some WallClock, logger: Logger
     ) {
         guard let holders = try? store.leaseHolders() else { return }
-        var notTakenBack: [String] = []
+        var takenBack: Set<String> = []
         for holder in holders {
             // Its lock file, when it has one, is the truth; else the pid, on this node only.
             guard locks?.hasEnded(holder) ?? WorkerIdentity.current.isGonePredecessor(holder) else { continue }
-            guard let count = try? store.takeBackLeases(of: holder, now: clock.nowMillis()) else {
-                notTakenBack.append(holder)
-                continue
-            }
+            guard let count = try? store.takeBackLeases(of: holder, now: clock.nowMillis()) else { continue }
+            takenBack.insert(holder)
             if count > 0 {
                 logger.warning("took back the leases of a deliverer on this machine that is gone", ["worker": holder, "count": String(count)])
             }
         }
-        locks?.removeEnded(keeping: notTakenBack, own: worker)
+        // Every holder not taken back keeps its file, also one that ended since it was judged alive above: a later
+        // start still knows that it ended.
+        locks?.removeEnded(keeping: holders.filter { !takenBack.contains($0) }, own: worker)
     }
 
     func start() {

@@ -13,7 +13,9 @@ import Testing
         String(repeating: "👨‍👩‍👧‍👦🇫🇷e\u{301}\r\n", count: 30),
         String(repeating: "a\u{1}\\b\tc", count: 60),
         String(repeating: "日本語テキスト", count: 40),
-        String(repeating: "x", count: 300)
+        String(repeating: "x", count: 300),
+        // One character of two thousand combining marks between plain ones: rounding down inside it must stay linear.
+        "ab" + "e" + String(repeating: "\u{301}", count: 2000) + "cd"
     ]
 
     @Test(arguments: texts) func theCutKeepsWhatTheCharacterByCharacterCutKept(_ text: String) {
