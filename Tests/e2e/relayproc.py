@@ -9,10 +9,21 @@ import urllib.error
 import urllib.request
 
 
+_handed_out = set()
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port free now and never handed out before in this test run. The kernel may give the same free port to two
+    calls in a row, and the relay's listeners set SO_REUSEPORT (libmicrohttpd's LISTENING_ADDRESS_REUSE), so a PORT
+    equal to METRICS_ADDR's port bound both and split the connections between them: POST /devices once answered 404
+    from the metrics listener."""
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in _handed_out:
+            _handed_out.add(port)
+            return port
 
 
 def wait_until(condition, timeout=20.0, interval=0.02, what="condition"):
