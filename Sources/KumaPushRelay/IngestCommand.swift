@@ -20,6 +20,7 @@ enum IngestCommand: Command {
         let logger = Logger(label: "ingest", settings: settings)
         let lifecycle = ProcessLifecycle(logger: logger)
         let listening = try ProcessLifecycle.takeListeningSocket()
+        try refuseMetricsOnTheAPIPort(settings, apiSocketFromSystemd: listening != nil)
         let store = try openStore(settings, logger: logger)
         let service = IngestService(settings: settings, store: store, logger: logger, livenessLimit: lifecycle.livenessLimit)
         do {

@@ -20,6 +20,7 @@ enum ServeCommand: Command {
         let logger = Logger(label: "relay", settings: settings)
         let lifecycle = ProcessLifecycle(logger: logger)
         let listening = try ProcessLifecycle.takeListeningSocket()
+        try refuseMetricsOnTheAPIPort(settings, apiSocketFromSystemd: listening != nil)
         let store = try openStore(settings, logger: logger)
         let metrics = MetricsRegistry()
         let delivery = try DeliveryRuntime(settings: settings, store: store, logger: logger.child(label: "deliver"), metrics: metrics)

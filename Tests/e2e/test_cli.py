@@ -165,3 +165,16 @@ def test_healthcheck_asks_the_port_and_base_path_it_is_given(relay, relay_binary
     for bad in (["--port", "0"], ["--port", "http"], ["--base-path", "relay"]):
         result = relay("healthcheck", *bad, env=elsewhere)
         assert result.returncode == 2, (bad, result.returncode, result.stderr)
+
+
+def test_metrics_on_the_api_port_stops_startup_with_exit_2(relay):
+    """Both listeners bind with SO_REUSEPORT, so METRICS_ADDR on PORT's port was accepted and the kernel split the
+    API's connections between them: part of the device calls were answered 404 by the metrics listener."""
+    from relayproc import free_port
+    port = free_port()
+    for command, host in (("serve", "127.0.0.1"), ("ingest", "0.0.0.0")):
+        result = relay(command, env={"PORT": str(port), "HOST": host, "METRICS_ADDR": f"127.0.0.1:{port}",
+                                     "APNS_AUTH_KEY_PATH": "/nonexistent", "APNS_KEY_ID": "K", "APNS_TEAM_ID": "T",
+                                     "APP_BUNDLE_IDENTIFIER": "b"})
+        assert result.returncode == 2, (command, result.stderr)
+        assert "METRICS_ADDR" in result.stderr and f"PORT {port}" in result.stderr, result.stderr
