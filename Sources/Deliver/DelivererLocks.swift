@@ -10,8 +10,8 @@ import Foundation
 ///
 /// A file appears already locked (written under a temporary name, locked, then renamed into place), so one found
 /// unlocked belongs to a process that has ended. Its name is a hash of the worker id: the id holds the host name.
-/// A file stays until its deliverer's leases are taken back (`removeEnded`): a take-back that failed is tried again
-/// at the next start, still knowing the holder ended.
+/// A file stays until its deliverer's leases are taken back (`removeEnded`): a holder not taken back is tried again at
+/// the next start, still knowing it ended.
 public struct DelivererLocks: Sendable {
     public let directory: String
 
@@ -39,9 +39,10 @@ public struct DelivererLocks: Sendable {
         }
     }
 
-    /// Removes the files of deliverers that have ended, but for those of `kept` (holders whose leases could not be
-    /// taken back: a later start tries again) and this process's own (`own`), which it never opens twice (on a file
-    /// system that emulates `flock` with POSIX locks, closing a second descriptor would drop its own lock).
+    /// Removes the files of deliverers that have ended, but for those of `kept` (lease holders not taken back: one whose
+    /// take-back failed, or that ended after it was judged alive; a later start tries again) and this process's own
+    /// (`own`), which it never opens twice (on a file system that emulates `flock` with POSIX locks, closing a second
+    /// descriptor would drop its own lock).
     public func removeEnded(keeping kept: [String], own: String) {
         let keptNames = Set((kept + [own]).map(name))
         for entry in (try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []
