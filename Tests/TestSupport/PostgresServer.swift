@@ -60,21 +60,46 @@ public final class PostgresServer: Sendable {
     }
 
     /// A fresh, empty database: its libpq connection string (key=value).
+    /// A failure carries the end of the server's log: the log goes with the server's directory when the test process
+    /// exits, and a connection the server closed unexpectedly (seen once in CI) says nothing of why by itself.
     public func createDatabase() throws -> String {
         let name = "test_\(Self.databaseCounter.add(1, ordering: .relaxed).newValue)"
-        try RawPostgres(conninfo(database: "postgres")).execute("CREATE DATABASE \(name)")
+        do {
+            try RawPostgres(conninfo(database: "postgres")).execute("CREATE DATABASE \(name)")
+        } catch {
+            throw ServerError("CREATE DATABASE \(name): \(error)\nthe test server's log ends:\n\(logTail(lines: 40))")
+        }
         return conninfo(database: name)
+    }
+
+    /// The last `lines` lines of the server's log.
+    public func logTail(lines: Int) -> String {
+        let log = (try? String(contentsOfFile: directory + "/server.log", encoding: .utf8)) ?? "(no log)"
+        return log.split(separator: "\n", omittingEmptySubsequences: false).suffix(lines).joined(separator: "\n")
     }
 
     public func conninfo(database: String) -> String {
         "host=\(directory) user=postgres dbname=\(database)"
     }
 
-    /// Stops the server immediately (its databases are throwaway) and removes its directory.
+    /// Stops the server immediately (its databases are throwaway) and removes its directory. Lines of the log that
+    /// tell of a server process dying or the server resetting are printed first: every test connected at that moment
+    /// failed with "server closed the connection unexpectedly", and the log is the only witness of why.
     public func stop() {
+        let log = (try? String(contentsOfFile: directory + "/server.log", encoding: .utf8)) ?? ""
+        let crashes = log.split(separator: "\n").filter { line in
+            Self.crashWords.contains { line.contains($0) }
+        }
+        if !crashes.isEmpty {
+            FileHandle.standardError.write(
+                Data(("the test PostgreSQL server's log tells of a crash:\n" + crashes.joined(separator: "\n") + "\n").utf8))
+        }
         try? command(pgCtl, ["-D", directory + "/data", "-m", "immediate", "stop"])
         try? FileManager.default.removeItem(atPath: directory)
     }
+
+    /// What PostgreSQL logs when a server process dies or the postmaster resets every connection.
+    private static let crashWords = ["terminated by signal", "was terminated by", "PANIC", "all server processes terminated", "out of memory"]
 
     private static func stopShared() {
         instance.withLock { $0 }?.stop()
