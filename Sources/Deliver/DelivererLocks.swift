@@ -43,13 +43,26 @@ public struct DelivererLocks: Sendable {
     /// take-back failed, or that ended after it was judged alive; a later start tries again) and this process's own
     /// (`own`), which it never opens twice (on a file system that emulates `flock` with POSIX locks, closing a second
     /// descriptor would drop its own lock).
-    public func removeEnded(keeping kept: [String], own: String) {
+    ///
+    /// A `.new` file is one whose deliverer ended between creating and renaming it (`hold`). It goes once no one
+    /// holds it and it is older than `unfinishedAge`: a deliverer starting now holds its own for microseconds, unlocked
+    /// only between `open` and `flock`.
+    public func removeEnded(keeping kept: [String], own: String, now: Date = Date()) {
         let keptNames = Set((kept + [own]).map(name))
-        for entry in (try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []
-        where !entry.hasSuffix(".new") && !keptNames.contains(entry) {
+        for entry in (try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? [] where !keptNames.contains(entry) {
             let file = directory + "/" + entry
+            if entry.hasSuffix(".new") {
+                guard let modified = modification(of: file), now.timeIntervalSince(modified) > Self.unfinishedAge else { continue }
+            }
             if hasEnded(file: file) == true { unlink(file) }
         }
+    }
+
+    /// How old an unlocked `.new` file must be to be taken for a crashed deliverer's.
+    static let unfinishedAge: TimeInterval = 60
+
+    private func modification(of file: String) -> Date? {
+        (try? FileManager.default.attributesOfItem(atPath: file))?[.modificationDate] as? Date
     }
 
     /// Whether `worker` held a file here and has ended; nil when it has no file here (a deliverer of an older

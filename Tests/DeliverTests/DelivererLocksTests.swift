@@ -37,6 +37,32 @@ import Testing
         #expect(locks.hasEnded("host:1:live@node") == false)
     }
 
+    /// A deliverer that crashed inside `hold` left its file under the temporary name: it goes once it is older than
+    /// a starting deliverer's could be, unless someone holds it.
+    @Test func anUnfinishedFileOfACrashedStartGoesOnceItIsOld() throws {
+        let directory = TemporaryDirectory()
+        let locks = DelivererLocks(databasePath: directory.path("relay.db"))
+        try locks.hold(worker: "host:1:own@node")
+        let crashed = locks.path("host:2:crashed@node") + ".new"
+        let holding = locks.path("host:3:holding@node") + ".new"
+        let written = Date()
+        for file in [crashed, holding] {
+            #expect(FileManager.default.createFile(atPath: file, contents: nil))
+            try FileManager.default.setAttributes([.modificationDate: written], ofItemAtPath: file)
+        }
+        let held = open(holding, O_RDWR)
+        defer { close(held) }
+        #expect(flock(held, LOCK_EX | LOCK_NB) == 0)
+
+        locks.removeEnded(keeping: [], own: "host:1:own@node", now: written.addingTimeInterval(DelivererLocks.unfinishedAge - 1))
+        #expect(FileManager.default.fileExists(atPath: crashed), "younger than a start could take: perhaps one in progress")
+
+        locks.removeEnded(keeping: [], own: "host:1:own@node", now: written.addingTimeInterval(DelivererLocks.unfinishedAge + 1))
+        #expect(!FileManager.default.fileExists(atPath: crashed))
+        #expect(FileManager.default.fileExists(atPath: holding), "locked: its deliverer is between flock and rename")
+        #expect(locks.hasEnded("host:1:own@node") == false)
+    }
+
     /// The file of a deliverer that ended: there, and locked by no one.
     private func endedWorker(_ worker: String, in locks: DelivererLocks) throws {
         #expect(FileManager.default.createFile(atPath: locks.path(worker), contents: nil))
