@@ -37,7 +37,12 @@ enum ImportDevicesCommand: Command {
         case "json": rows = try DeviceExport.jsonRows(Array(data))
         default: throw UsageError("--format takes csv or json")
         }
-        let store = try openStore(settings)
+        // A dry run changes nothing: with no SQLite file yet (a relay not started) it counts against an empty relay
+        // instead of creating and migrating one, as opening the store would.
+        let store: (any RelayStore)? =
+            dryRun && settings.databaseURL == nil && !FileManager.default.fileExists(atPath: settings.databasePath)
+            ? nil : try openStore(settings)
+        if store == nil { printError("no database at \(settings.databasePath) yet: counted as an empty relay, nothing created") }
         var imported = 0
         var present = 0
         var invalid: [String] = []
@@ -54,12 +59,13 @@ enum ImportDevicesCommand: Command {
                 let added: Bool
                 if dryRun {
                     let inFile = dryRunIDs.contains(device.id) || dryRunTokens.contains(device.token)
-                    added = try !inFile && !store.hasDevice(id: device.id, orToken: device.token)
+                    added = try !inFile && !(store?.hasDevice(id: device.id, orToken: device.token) ?? false)
                     if added {
                         dryRunIDs.insert(device.id)
                         dryRunTokens.insert(device.token)
                     }
                 } else {
+                    guard let store else { preconditionFailure("only a dry run goes without a store") }
                     added = try store.importDevice(device)
                 }
                 guard added else {

@@ -96,3 +96,17 @@ def test_a_dry_run_counts_what_the_import_then_does(relay_binary, tmp_path):
     real = subprocess.run([str(relay_binary), "import-devices", str(second)], env=env, capture_output=True, text=True, timeout=60)
     assert "would import 1 device, 4 already present, 0 invalid" in dry.stdout, dry.stdout + dry.stderr
     assert "imported 1 device, 4 already present, 0 invalid" in real.stdout, real.stdout + real.stderr
+
+
+def test_a_dry_run_before_the_relay_ever_started_creates_nothing(relay_binary, tmp_path):
+    """`--dry-run` on a host where the relay has not run yet opened the store, which created the SQLite file and its
+    folder and migrated them: a dry run that changed the disk. It now counts against an empty relay."""
+    export = tmp_path / "devices.csv"
+    write_csv(export)
+    database = tmp_path / "not-yet" / "kumapush.db"
+    env = relay_env(tmp_path)
+    dry = subprocess.run([str(relay_binary), "import-devices", str(export), "--dry-run", "--database-path", str(database)],
+                         env=env, capture_output=True, text=True, timeout=60)
+    assert "would import 3 devices, 0 already present, 1 invalid" in dry.stdout, dry.stdout + dry.stderr
+    assert f"no database at {database} yet" in dry.stderr, dry.stderr
+    assert not database.parent.exists(), sorted(p.name for p in database.parent.iterdir())
