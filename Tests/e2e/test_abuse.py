@@ -177,6 +177,35 @@ def test_an_idle_connection_costs_its_header_buffer_and_no_more(relay_binary, tm
     assert large > count * 24, f"{large} KiB for {count} idle connections with 32 KiB header buffers"
 
 
+def test_behind_a_proxy_the_trusted_proxy_is_not_capped_and_other_clients_are(relay_binary, tmp_path):
+    """With BEHIND_PROXY every client arrives from the proxy's address, so capping that address would cap everyone:
+    a trusted proxy (127.0.0.1 always is) holds more than HTTP_MAX_CONNECTIONS_PER_IP, an untrusted peer does not."""
+    relay = start_ingest(relay_binary, tmp_path, HTTP_MAX_CONNECTIONS_PER_IP="5", BEHIND_PROXY="true")
+    held = []
+
+    def answered(source):
+        connection = http.client.HTTPConnection("127.0.0.1", relay.port, timeout=5, source_address=(source, 0))
+        try:
+            connection.request("GET", "/health")
+            response = connection.getresponse()
+            response.read()
+            assert response.status == 200
+        except OSError:
+            connection.close()
+            return None
+        held.append(connection)
+        return connection
+
+    try:
+        assert all(answered("127.0.0.1") for _ in range(10)), "the trusted proxy held past the cap"
+        assert all(answered("127.0.0.3") for _ in range(5))
+        wait_until(lambda: answered("127.0.0.3") is None, what="the untrusted peer's 6th connection refused")
+    finally:
+        for connection in held:
+            connection.close()
+        relay.stop()
+
+
 def test_one_client_cannot_hold_more_than_its_share_of_connections(relay_binary, tmp_path):
     relay = start_ingest(relay_binary, tmp_path, HTTP_MAX_CONNECTIONS_PER_IP="20")
     held = []
