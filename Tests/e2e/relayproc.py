@@ -1,6 +1,7 @@
 """Starting and stopping the real kumapush-relay as a process, with free ports and deadlines (no fixed sleeps)."""
 import json
 import os
+import pathlib
 import signal
 import socket
 import subprocess
@@ -43,6 +44,7 @@ class Relay:
     def __init__(self, binary, command, env, log_path, args=(), prefix=()):
         """`prefix`: a command the relay runs under, e.g. `unshare --pid --fork` (a container's namespaces)."""
         self.env = env
+        self.log_path = pathlib.Path(log_path)
         self.log = open(log_path, "ab")
         self.process = subprocess.Popen([*prefix, str(binary), command, *args], env=env, stdout=self.log, stderr=self.log)
         self.port = int(env.get("PORT", "0"))

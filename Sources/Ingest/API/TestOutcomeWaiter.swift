@@ -6,7 +6,7 @@ import Synchronization
 /// Holds the Test-button requests that wait for APNs' answer (SPEC §2.2) and answers them all from one poll: every
 /// 10 ms while any waits, one query for all their outcomes and one for a configuration-fault pause, on one timer
 /// thread — not a query per waiting request per tick on the reader every other read shares (issue 13). At most
-/// `capacity` wait at once; past that a Test request is answered 202 at once, as SPEC §2.2 allows.
+/// `capacity` wait at once; past that a Test request is answered at once (`answerAtOnce`: 202, as SPEC §2.2 allows, or 502 while paused).
 final class TestOutcomeWaiter: Sendable {
     struct Waiting: Sendable {
         let responder: any HTTPResponder
@@ -89,14 +89,15 @@ final class TestOutcomeWaiter: Sendable {
         }
     }
 
-    /// The answer to a Test request that joined the device's waiting Test job instead of storing one (SPEC §4), at
-    /// once and without holding the connection: 502 while delivery is paused by a configuration fault (the push
-    /// cannot arrive), else 202 with the waiting job's id. Reads the store: call it off the writer thread.
-    func answerAtOnce(joining publicID: String) -> HTTPResponse {
+    /// The answer to a Test request that is not held for its outcome (it joined the device's waiting Test job, was
+    /// folded into its digest at DEVICE_QUEUE_MAX, or found the waiter full), at once: 502 while delivery is paused
+    /// by a configuration fault (the push cannot arrive: SPEC §2.2, a Test button never says "sent" then), else
+    /// `otherwise`. Reads the store: call it off the writer thread.
+    func answerAtOnce(otherwise answer: HTTPResponse) -> HTTPResponse {
         if let pause = try? store.currentPause(since: clock.nowMillis() - Self.pauseFreshness) {
             return .error(502, "relay cannot deliver: \(pause) (configuration)")
         }
-        return WebhookEndpoint.queued(publicID)
+        return answer
     }
 
     /// 200 delivered, 410 unregistered, 502 rejected by APNs or given up by the relay.
