@@ -94,4 +94,26 @@ import Testing
         #expect(pending.count == 1 && pending[0].folded.count == 3)
         #expect(pending[0].badge == 5)
     }
+
+    /// A Test job waiting on its outcome is never the tail, so alerts past the cap fold into an older job, which then
+    /// goes out before it. It takes the fold's badge too: with the badge of its own moment it would be the last push,
+    /// and the phone would keep a count of monitors that came back since. Stored in an earlier batch, and in the same.
+    @Test(arguments: StoreKind.allCases) func aWaitingTestJobTakesTheBadgeOfAlertsFoldedAheadOfIt(_ kind: StoreKind) throws {
+        let db = try TestDatabase(kind, monitorRetention: .seconds(3600))
+        let (earlier, same) = (try db.device(1), try db.device(2))
+        let press = { (device: String) in
+            NewJob(deviceID: device, publicID: UUID().uuidString, payload: AlertEvent.test("test").jobPayload, reportsOutcome: true)
+        }
+        _ = try db.store.enqueue([job(earlier, monitor(1, .down)), job(earlier, monitor(2, .up))], now: t0, ttl: .seconds(60), deviceCap: 3)
+        _ = try db.store.enqueue([press(earlier)], now: t0, ttl: .seconds(60), deviceCap: 3)
+        #expect(try db.store.enqueue([job(earlier, monitor(1, .up))], now: t0, ttl: .seconds(60), deviceCap: 3) == [.merged])
+        #expect(
+            try db.store.enqueue(
+                [job(same, monitor(1, .down)), job(same, monitor(2, .up)), press(same), job(same, monitor(1, .up))], now: t0,
+                ttl: .seconds(60), deviceCap: 3
+            ).last == .merged)
+        let all = try badges(db)
+        #expect(all[earlier] == [1, 0, 0], "the head, the tail with the folded UP, then the Test job")
+        #expect(all[same] == [1, 0, 0])
+    }
 }

@@ -87,6 +87,10 @@ extension EnqueuePlan {
         var monitorStates: [MonitorState] = []
         var rows: [Row] = []
         var tailFolds: [TailFold] = []
+        /// Devices whose tail took an alert, with the badge it left: the store gives the device's Test job, if one
+        /// waits, that badge too. A Test job is never the tail, so it may go out after the tail with the badge of
+        /// an older moment, and the phone would keep that badge.
+        var testBadges: [String: Int] = [:]
     }
 
     /// The devices whose waiting Test job, and those whose tail, the store must read before `plan`: a Test request
@@ -167,6 +171,7 @@ extension EnqueuePlan {
                     batch.rows[index].folded.add(event)
                     batch.rows[index].badge = badge
                 }
+                batch.testBadges[job.deviceID] = badge
                 batch.results.append(.merged)
             case .store(let waits):
                 store(job, waits: waits, badge: badge, on: &device)

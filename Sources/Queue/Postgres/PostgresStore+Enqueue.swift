@@ -90,6 +90,12 @@ extension PostgresStore {
                     .integer(context.expiresAt)
                 ])
         }
+        for (device, badge) in plan.testBadges {
+            // Through `jobs_waiting_tests`: the partial index's condition.
+            db.runDeferred(
+                "UPDATE jobs SET badge = $1::integer WHERE device_id = $2 AND reports_outcome AND state <> 'discarded'",
+                [.integer(Int64(badge)), .text(device)])
+        }
         return plan.results
     }
 

@@ -108,6 +108,11 @@ extension SQLiteStore {
                     .integer(fold.id)
                 ])
         }
+        for (device, badge) in plan.testBadges {
+            // Through `jobs_waiting_tests` (migration 13): the partial index's condition word for word.
+            try db.statement("UPDATE jobs SET badge = ?1 WHERE device_id = ?2 AND reports_outcome = 1 AND state != 'discarded'")
+                .run([.integer(Int64(badge)), .text(device)])
+        }
     }
 
     /// The device's live job a Test request waits on, found through `jobs_waiting_tests` (migration 13).
