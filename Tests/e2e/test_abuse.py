@@ -242,3 +242,29 @@ def test_one_client_cannot_hold_more_than_its_share_of_connections(relay_binary,
         for sock in held:
             sock.close()
         relay.stop()
+
+
+def test_a_url_or_headers_over_the_limit_are_refused_counted_and_logged(relay_binary, tmp_path):
+    """libmicrohttpd answers a request line or headers over HTTP_MAX_HEADER_BYTES itself (414, 431) before any
+    handler runs: a GET webhook refused for its URL's length is a lost alert, so the relay counts each refusal by
+    status and logs it, the operator's only sight of it (docs/tuning.md)."""
+    relay = start_ingest(relay_binary, tmp_path, HTTP_MAX_HEADER_BYTES="8192")
+    try:
+        connection = http.client.HTTPConnection("127.0.0.1", relay.port, timeout=10)
+        connection.request("GET", "/wh/V1StGXR8_Z5jdH?msg=" + "x" * 10_000)
+        assert connection.getresponse().status == 414
+        connection.close()
+        connection = http.client.HTTPConnection("127.0.0.1", relay.port, timeout=10)
+        connection.request("GET", "/health", headers={f"X-Filler-{n}": "y" * 1000 for n in range(10)})
+        assert connection.getresponse().status == 431
+        connection.close()
+        wait_until(lambda: 'kumapush_http_refused_total{status="414"} 1' in metrics_text(relay)
+                   and 'kumapush_http_refused_total{status="431"} 1' in metrics_text(relay), what="both refusals counted")
+        log = tmp_path / "ingest.log"
+        wait_until(lambda: log.read_text().count("request refused before it was read") == 2, what="both refusals logged")
+        assert "URL longer than HTTP_MAX_HEADER_BYTES allows" in log.read_text(), log.read_text()
+        assert "request headers larger than HTTP_MAX_HEADER_BYTES allows" in log.read_text(), log.read_text()
+        assert "x" * 100 not in log.read_text(), "the refused URL (it may hold a message) is never logged"
+    finally:
+        relay.stop()
+
