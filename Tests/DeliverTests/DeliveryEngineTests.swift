@@ -286,6 +286,9 @@ import Testing
         let claimed = claims.jobs.load(ordering: .relaxed)
         #expect(refused <= 2 * claimed, "retried with backoff, then only probes: not a resend per answer (\(refused) refusals, \(claimed) claims)")
         #expect(h.tokens.refreshes.load(ordering: .relaxed) == 1, "no renewal under 20 minutes")
+        #expect(
+            h.logLines.all.count { $0.contains("this host's clock is probably wrong (check NTP)") } == 1,
+            "the runbook's line, once for the token however often APNs refuses it")
         h.clock.advance(.seconds(10 * 60 + 1))
         // Ten minutes late by our clock, so the body also says when the event happened.
         #expect(h.waitUntil { h.acceptedBodies(device.token).map { $0.hasPrefix("waits for a token APNs takes") } == [true] })

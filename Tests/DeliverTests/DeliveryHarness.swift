@@ -29,6 +29,8 @@ final class DeliveryHarness {
     let tokens: ProviderTokenSource
     let clock = MovableClock()
     let metrics = MetricsRegistry()
+    /// What the engine and its pools logged, at info and above: the lines the outage runbook tells operators to look for.
+    let logLines = LogCapture()
     /// The PostgreSQL database's connection string (nil on SQLite), for a second store as another process would open.
     let databaseURL: String?
     static let topic = "com.example.kumapush"
@@ -67,7 +69,7 @@ final class DeliveryHarness {
         var connection = HTTP2ClientConnection.Configuration(host: "127.0.0.1", port: simulator.port)
         connection.requestTimeout = requestTimeout
         connection.keepsResponseHeaders = false  // as DeliveryRuntime's connections
-        let logger = Logger(label: "test", level: .error)
+        let logger = Logger(label: "test", level: .info, sink: LogSink(format: .text) { [logLines] line in logLines.append(line) })
         let waker = Waker()
         pool = APNsConnectionPool(
             configuration: connection, connections: connections,

@@ -83,11 +83,13 @@ import Testing
         #expect(h.waitUntil { h.metrics.value("kumapush_delivery_stalls_total") >= 1 })
         #expect(!h.engine.isHealthy)
         #expect(h.simulator.received.isEmpty)
+        #expect(h.logLines.text.contains("delivery stalled: jobs are due, APNs is not known to be failing"), "the runbook's line")
         // The reset fails whatever the recycled connection still held; that is not APNs answering, so the report
         // stands until it does: the server grants streams again, the pushes arrive, and the deliverer is healthy.
         h.simulator.setStreamLimit(100)
         #expect(h.waitUntil { h.acceptedBodies(first.token).count == 1 && h.acceptedBodies(second.token).count == 1 })
         #expect(h.waitUntil { h.engine.isHealthy })
+        #expect(h.logLines.text.contains("delivery resumed after a stall"), "the runbook's line")
     }
 
     /// A request still open when its lease ends could reach APNs after another worker delivered the device's next

@@ -134,3 +134,17 @@ def test_after_an_outage_longer_than_job_ttl_delivery_resumes_and_replayed_jobs_
                what="every replayed job, in per-device order")
     assert live_jobs(relay_binary, relay) == 0
     no_device_had_two_pushes_in_flight(fake_apns)
+
+
+def test_apns_unreachable_pauses_delivery_says_so_and_keeps_the_alert(relays, relay_binary, fake_apns):
+    """Every connection to APNs refused (a firewall, a wrong APNS_URL): the deliverer says so in the runbook's words
+    and keeps the alert."""
+    from relayproc import free_port
+    relay = relays("serve", APNS_URL=f"https://127.0.0.1:{free_port()}")
+    device_id, _ = register(relay, 31)
+    assert request("POST", f"{relay.base}/wh/{device_id}", alert("down"))[0] == 202
+    wait_until(lambda: "APNs unreachable: every connection failing, delivery paused until a probe succeeds"
+               in relay.log_path.read_text(), timeout=60, what="the runbook's line")
+    stats = json.loads(cli(relay_binary, relay, "stats", "--json"))
+    assert sum(stats["jobs"].values()) == 1, stats
+
