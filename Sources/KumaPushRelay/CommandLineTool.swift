@@ -80,7 +80,7 @@ enum CommandLineTool {
             Every setting is an environment variable (see README) and can be overridden by a flag of the same
             name in lower case with dashes, e.g. DATABASE_PATH → --database-path /var/lib/kumapush/kumapush.db.
             Every command takes --env-file PATH: KEY=VALUE lines, as systemd's EnvironmentFile= (the file wins
-            over the environment, flags over both).
+            over the environment, flags over both); --env-file - reads them from standard input.
             Run kumapush-relay <command> --help for a command's own options.
             Exit codes: 0 ok, 1 runtime error, 2 usage or configuration error.
             """

@@ -33,10 +33,18 @@ enum EnvironmentFile {
         }
         arguments = kept
         guard let path else { return environment }
-        guard let data = FileManager.default.contents(atPath: path), let text = String(data: data, encoding: .utf8) else {
-            throw ConfigurationError(variable: "--env-file", message: "cannot read \(path)")
+        guard let data = contents(of: path), let text = String(data: data, encoding: .utf8) else {
+            throw ConfigurationError(variable: "--env-file", message: "cannot read \(path == "-" ? "standard input" : path)")
         }
-        return environment.merging(try parse(text, path: path)) { _, file in file }
+        return environment.merging(try parse(text, path: path == "-" ? "standard input" : path)) { _, file in file }
+    }
+
+    /// `-` is standard input, read as it was opened: a root shell can hand the units' root-only file to a command
+    /// that runs as the relay's user (`runuser -u kumapush -- … --env-file - < /etc/kumapush/kumapush.env`), which
+    /// could not open it itself.
+    private static func contents(of path: String) -> Data? {
+        guard path == "-" else { return FileManager.default.contents(atPath: path) }
+        return try? FileHandle.standardInput.readToEnd() ?? Data()
     }
 
     /// systemd's rules, the ones env files use: blank lines and lines starting with `#` or `;` are skipped; `KEY=VALUE`

@@ -1,6 +1,8 @@
 """The command line as an operator meets it: help, version, exit codes, stats and replay on a real database."""
 import json
+import os
 import sqlite3
+import subprocess
 
 
 def test_help_lists_every_command(relay):
@@ -178,3 +180,24 @@ def test_metrics_on_the_api_port_stops_startup_with_exit_2(relay):
                                      "APP_BUNDLE_IDENTIFIER": "b"})
         assert result.returncode == 2, (command, result.stderr)
         assert "METRICS_ADDR" in result.stderr and f"PORT {port}" in result.stderr, result.stderr
+
+
+def test_the_env_file_can_come_on_standard_input(relay_binary, tmp_path):
+    """The packaged env file is root's alone, and on SQLite an admin command runs as the relay's user: root's shell
+    opens the file and hands it over (`--env-file - < /etc/kumapush/kumapush.env`, the runbook's line). Its settings
+    then apply as a named file's would: here the database, which the environment names wrongly."""
+    database = tmp_path / "from-stdin.db"
+    environment = {"PATH": os.environ.get("PATH", ""), "DATABASE_PATH": str(tmp_path / "missing.db")}
+    assert subprocess.run([str(relay_binary), "migrate", "--database-path", str(database)], env=environment,
+                          capture_output=True, timeout=60).returncode == 0
+    env_file = tmp_path / "kumapush.env"
+    env_file.write_text(f"# as /etc/kumapush/kumapush.env\nDATABASE_PATH={database}\n")
+    with env_file.open() as stdin:
+        result = subprocess.run([str(relay_binary), "stats", "--json", "--env-file", "-"], env=environment, stdin=stdin,
+                                capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["devices"] == 0
+    result = subprocess.run([str(relay_binary), "stats", "--env-file", "-"], env=environment, input="JOB_TTL\n",
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2 and "standard input line 1: expected KEY=VALUE" in result.stderr, result.stderr
+
