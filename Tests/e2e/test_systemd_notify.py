@@ -69,3 +69,43 @@ def test_no_watchdog_pings_for_a_watchdog_meant_for_another_process(relay_binary
         if process.poll() is None:
             process.kill()
             process.wait(timeout=10)
+
+
+def test_a_writer_held_past_the_watchdog_interval_is_logged_and_unfed_until_it_moves(relay_binary, tmp_path, fake_apns, notify):
+    """Another process holds SQLite's write lock longer than the watchdog interval while a webhook waits to be
+    committed (the busy timeout is 5 s, WATCHDOG_USEC 2 s): the writer loop makes no progress, so the relay stops
+    feeding systemd's watchdog and says so in the words docs/operations.md gives; once the lock goes, the webhook is
+    answered and the pings come back."""
+    import sqlite3
+    import threading
+    listener = listening_socket()
+    env = settings(tmp_path, fake_apns)
+    log = tmp_path / "ingest.log"
+    process = start_activated(relay_binary, "ingest", env, log, listener=listener, notify_path=notify.path,
+                              watchdog_for_self=True)
+    base = f"http://127.0.0.1:{listener.getsockname()[1]}"
+    try:
+        wait_until(lambda: notify.times("WATCHDOG"), timeout=30, what="the first WATCHDOG=1")
+        status, device, _ = request("POST", base + "/devices", {"device_token": "ab" * 32})
+        assert status == 201, device
+        holder = sqlite3.connect(env["DATABASE_PATH"], isolation_level=None, timeout=5)
+        holder.execute("BEGIN IMMEDIATE")
+        answers = []
+        alert = {"heartbeat": {"status": 0, "msg": "x"}, "monitor": {"id": 1, "name": "DB"}, "msg": "x"}
+        waiting = threading.Thread(target=lambda: answers.append(request("POST", f"{base}/wh/{device['id']}", alert, timeout=30)[0]))
+        waiting.start()
+        wait_until(lambda: "a loop made no progress for the whole watchdog interval" in log.read_text(), timeout=30,
+                   what="the wedged loop logged")
+        holder.execute("ROLLBACK")
+        holder.close()
+        waiting.join(30)
+        # Stored once the lock went (202), or refused honestly if the busy timeout ran out first on a slow host (503).
+        assert answers in ([202], [503]), answers
+        released = len(notify.times("WATCHDOG"))
+        wait_until(lambda: len(notify.times("WATCHDOG")) > released, timeout=30, what="the pings back")
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(timeout=10)
+        listener.close()
+
