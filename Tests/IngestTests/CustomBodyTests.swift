@@ -168,6 +168,22 @@ import Testing
         #expect(try parse(body, type: "application/json").get() == AlertEvent(kind: .generic, title: title, message: message))
     }
 
+    /// A `+` in raw text is a plus: only escaped text writes a space as `+`.
+    @Test func aPlusInAnUnescapedTemplateStaysAPlus() throws {
+        #expect(
+            try parse("title=C++ worker&body=clock offset +3s over limit", type: "text/plain").get()
+                == AlertEvent(kind: .generic, title: "C++ worker", message: "clock offset +3s over limit"))
+        #expect(try parse("msg=Backup+done", type: "application/x-www-form-urlencoded").get() == .test("Backup done"))
+    }
+
+    /// A custom body with the Additional Header `Content-Type: application/json`: axios stringifies the form, and the
+    /// JSON string is read as a text body is, so its title and body are used.
+    @Test func aFormInAJSONStringIsUsedAsAForm() throws {
+        #expect(
+            try parse("\"title=DB&body=down\"", type: "application/json").get()
+                == AlertEvent(kind: .generic, title: "DB", message: "down"))
+    }
+
     @Test func aJSONStringThatHoldsNoJSONIsText() throws {
         #expect(
             try parse("\"Disk almost full\\non nas\"", type: "application/json").get()

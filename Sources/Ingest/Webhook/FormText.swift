@@ -63,7 +63,8 @@ enum FormText {
             let pair = bytes[start..<end]
             steps += pair.count
             if let equals = pair.firstIndex(of: UInt8(ascii: "=")) {
-                guard let name = decode(pair[start..<equals], steps: &steps), let value = decode(pair[(equals + 1)...], steps: &steps)
+                guard let name = decode(pair[start..<equals], plusIsSpace: !unescaped, steps: &steps),
+                    let value = decode(pair[(equals + 1)...], plusIsSpace: !unescaped, steps: &steps)
                 else { return nil }
                 fields[name] = value
             }
@@ -80,7 +81,7 @@ enum FormText {
     private static func startsField(_ bytes: [UInt8], at: Int, unescaped: Bool, inQuery: Bool, steps: inout Int) -> Bool {
         guard let length = nameLength(bytes, from: at, steps: &steps) else { return false }
         guard unescaped, inQuery else { return true }
-        guard let name = decode(bytes[at..<(at + length - 1)], steps: &steps) else { return false }
+        guard let name = decode(bytes[at..<(at + length - 1)], plusIsSpace: false, steps: &steps) else { return false }
         return knownNames.contains(name) || name.hasPrefix("heartbeat[") || name.hasPrefix("monitor[")
     }
 
@@ -102,16 +103,17 @@ enum FormText {
         return nil
     }
 
-    /// Form decoding that forgives unescaped text: `+` is a space, `%XX` a byte, and a `%` without two hex digits
-    /// is itself. Nil when the result is not UTF-8.
-    private static func decode(_ text: ArraySlice<UInt8>, steps: inout Int) -> String? {
+    /// Form decoding that forgives unescaped text: `+` is a space (only in escaped text: in raw text, with its spaces
+    /// as they are, a `+` is a plus, "C++" or "+01:00"), `%XX` a byte, and a `%` without two hex digits is itself.
+    /// Nil when the result is not UTF-8.
+    private static func decode(_ text: ArraySlice<UInt8>, plusIsSpace: Bool, steps: inout Int) -> String? {
         var out: [UInt8] = []
         out.reserveCapacity(text.count)
         var i = text.startIndex
         while i < text.endIndex {
             steps += 1
             let byte = text[i]
-            if byte == UInt8(ascii: "+") {
+            if byte == UInt8(ascii: "+"), plusIsSpace {
                 out.append(0x20)
             } else if byte == UInt8(ascii: "%"), i + 2 < text.endIndex, let high = hexValue(text[i + 1]), let low = hexValue(text[i + 2]) {
                 out.append(high << 4 | low)

@@ -37,7 +37,8 @@ public enum WebhookParser {
     }
 
     /// `application/json`: axios only sends valid JSON here (it stringifies text that does not parse), so the body
-    /// must parse strictly. An object is used as it is; a JSON string is custom text (#7211).
+    /// must parse strictly. An object is used as it is; a JSON string is custom text (#7211), read as a text body is:
+    /// a form the relay reads (`title=…&body=…`, a custom body sent with a JSON content type) or text.
     static func fromJSONBody(_ bytes: [UInt8], steps: inout Int) -> Result<AlertEvent, Rejection> {
         guard bytes.contains(where: { !$0.isJSONWhitespace }) else { return .failure(.invalidBody("empty body")) }
         let value: JSONValue
@@ -47,7 +48,10 @@ public enum WebhookParser {
             return .failure(.invalidBody(error.description))
         }
         if value.isObject { return fromObject(value) }
-        if let text = value.stringValue { return CustomText.event(text, unwrapped: true, steps: &steps) }
+        if let text = value.stringValue {
+            if let fields = FormText.fields(text, steps: &steps) { return fromFields(fields, steps: &steps) }
+            return CustomText.event(text, unwrapped: true, steps: &steps)
+        }
         return .failure(.invalidBody("the JSON holds no object and no text"))
     }
 
