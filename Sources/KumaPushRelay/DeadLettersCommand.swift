@@ -14,7 +14,7 @@ enum DeadLettersCommand: Command {
           --reason R          only dead letters with this reason (e.g. BadDeviceToken, Expired)
           --device ID         only this device's
           --since DURATION    only those dead-lettered within the last DURATION (e.g. 2h, 7d)
-          --limit N           list at most N, oldest first (default 100)
+          --limit N           list at most N, oldest first (default 100); past it, stderr says how many more match
           --dry-run           purge: count what would be deleted, change nothing
 
         `replay` puts dead letters back in the queue instead.
@@ -35,6 +35,10 @@ enum DeadLettersCommand: Command {
         case "list":
             let letters = try store.listDeadLetters(filter, limit: limit)
             print(json ? jsonText(letters) : table(letters))
+            // Oldest first: past the limit, the newest are the ones left out, so say so (on stderr, outside the JSON).
+            if letters.count == limit, case let count = try store.countDeadLetters(filter), count > limit {
+                printError("\(count - limit) more match, newer: raise --limit or narrow with --since, --reason or --device")
+            }
         case "purge":
             if dryRun {
                 let count = try store.countDeadLetters(filter)

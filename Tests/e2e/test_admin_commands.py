@@ -56,8 +56,16 @@ def test_support_finds_a_dead_letter_shows_the_device_purges_and_deletes_it(rela
     assert 'kumapush_dead_letters{reason="BadDeviceToken"} 1' in metrics.decode().splitlines()
     assert "kumapush_queue_oldest_job_age_seconds 0" in metrics.decode().splitlines()
 
-    assert "1 dead letter would be deleted" in admin("dead-letters", "purge", "--device", ids[32], "--dry-run")
-    assert "deleted 1 dead letter" in admin("dead-letters", "purge", "--device", ids[32])
+    # Listed oldest first: past --limit the newer ones are left out, and the command says how many (on stderr).
+    assert request("POST", f"{serve.base}/wh/{ids[32]}", alert.encode())[0] == 202
+    wait_until(lambda: len(json.loads(admin("dead-letters", "list", "--json"))) == 2, what="a second dead letter")
+    cut = relay("dead-letters", "list", "--json", "--limit", "1", "--env-file", str(env_file), env=elsewhere)
+    assert len(json.loads(cut.stdout)) == 1 and "1 more match, newer: raise --limit" in cut.stderr, cut.stderr
+    whole = relay("dead-letters", "list", "--limit", "2", "--env-file", str(env_file), env=elsewhere)
+    assert whole.returncode == 0 and "more match" not in whole.stderr, whole.stderr
+
+    assert "2 dead letters would be deleted" in admin("dead-letters", "purge", "--device", ids[32], "--dry-run")
+    assert "deleted 2 dead letters" in admin("dead-letters", "purge", "--device", ids[32])
     assert json.loads(admin("dead-letters", "list", "--json")) == []
 
     assert "deleted device" in admin("device", "delete", ids[31])
