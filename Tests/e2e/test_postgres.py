@@ -21,6 +21,7 @@ def postgres():
 
 def test_stats_and_a_wrong_url_name_the_variable_never_the_password(relay, database):
     _, url = database
+    assert relay("migrate", env={"DATABASE_URL": url}).returncode == 0
     result = relay("stats", "--json", env={"DATABASE_URL": url})
     assert result.returncode == 0, result.stderr
     assert '"devices":0' in result.stdout.replace(" ", "")
@@ -29,6 +30,19 @@ def test_stats_and_a_wrong_url_name_the_variable_never_the_password(relay, datab
     result = relay("stats", env={"DATABASE_URL": unreachable})
     assert result.returncode == 1
     assert "DATABASE_URL" in result.stderr and "hunter2" not in result.stderr
+
+
+def test_admin_commands_never_create_the_relays_schema(relay, database, postgres):
+    """As on SQLite (test_admin_commands.py): an admin command pointed at a database that holds no relay (a mistyped
+    DATABASE_URL) is exit 2 naming it. Before, it created the relay's tables there and reported an empty relay."""
+    name, url = database
+    for command in (["stats"], ["replay"], ["device", "show", "AAAAAAAAAAAAAA"], ["dead-letters", "list"]):
+        result = relay(*command, env={"DATABASE_URL": url})
+        assert result.returncode == 2, (command, result.stderr)
+        assert "DATABASE_URL" in result.stderr and "never create" in result.stderr, result.stderr
+    assert postgres.query(name, "SELECT count(*) FROM pg_tables WHERE schemaname = 'public'") == [["0"]]
+    assert relay("migrate", env={"DATABASE_URL": url}).returncode == 0
+    assert relay("stats", env={"DATABASE_URL": url}).returncode == 0
 
 
 def test_serve_on_postgres_delivers_and_replay_and_stats_work(relays, relay, fake_apns, database):

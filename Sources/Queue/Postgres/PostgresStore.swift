@@ -85,6 +85,19 @@ public final class PostgresStore: Sendable {
         }
     }
 
+    /// Whether the database at `url` holds a relay's schema (its `schema_migrations` ledger), without creating or
+    /// migrating anything: the admin commands, which never create a database, ask before they open the store.
+    public static func holdsRelaySchema(url: String, options: Options = Options()) throws(StoreError) -> Bool {
+        do {
+            let link = try PostgresLink(conninfo: url, options: options.connection, failover: FailoverSignal())
+            return try link.connected().rows(
+                "SELECT 1 FROM pg_tables WHERE schemaname = current_schema() AND tablename = 'schema_migrations'", prepare: false
+            ) { _ in true }.first ?? false
+        } catch {
+            throw storeError(error)
+        }
+    }
+
     /// Whether `location` names a PostgreSQL database (`DATABASE_URL`) rather than a file.
     public static func isDatabaseURL(_ location: String) -> Bool {
         location.hasPrefix("postgres://") || location.hasPrefix("postgresql://") || location.contains("=")
