@@ -33,10 +33,11 @@ enum EnvironmentFile {
         }
         arguments = kept
         guard let path else { return environment }
+        let source = path == "-" ? "standard input" : path
         guard let data = contents(of: path), let text = String(data: data, encoding: .utf8) else {
-            throw ConfigurationError(variable: "--env-file", message: "cannot read \(path == "-" ? "standard input" : path)")
+            throw ConfigurationError(variable: "--env-file", message: "cannot read \(source)")
         }
-        return environment.merging(try parse(text, path: path == "-" ? "standard input" : path)) { _, file in file }
+        return environment.merging(try parse(text, path: source)) { _, file in file }
     }
 
     /// `-` is standard input, read as it was opened: a root shell can hand the units' root-only file to a command

@@ -6,7 +6,8 @@ import Synchronization
 /// Holds the Test-button requests that wait for APNs' answer (SPEC §2.2) and answers them all from one poll: every
 /// 10 ms while any waits, one query for all their outcomes and one for a configuration-fault pause, on one timer
 /// thread — not a query per waiting request per tick on the reader every other read shares (issue 13). At most
-/// `capacity` wait at once; past that a Test request is answered at once (`answerAtOnce`: 202, as SPEC §2.2 allows, or 502 while paused).
+/// `capacity` wait at once; past that a Test request is answered at once (`answerAtOnce`: 202, as SPEC §2.2 allows,
+/// or 502 while paused).
 final class TestOutcomeWaiter: Sendable {
     struct Waiting: Sendable {
         let responder: any HTTPResponder
@@ -98,6 +99,12 @@ final class TestOutcomeWaiter: Sendable {
             return .error(502, "relay cannot deliver: \(pause) (configuration)")
         }
         return answer
+    }
+
+    /// `answerAtOnce` given to `responder` from another thread: the writer thread, which calls this, must not wait on
+    /// the store's read.
+    func respondAtOnce(_ responder: any HTTPResponder, otherwise answer: HTTPResponse) {
+        DispatchQueue.global().async { [self] in responder.respond(answerAtOnce(otherwise: answer)) }
     }
 
     /// 200 delivered, 410 unregistered, 502 rejected by APNs or given up by the relay.

@@ -63,7 +63,7 @@ struct WebhookEndpoint: Sendable {
                 // Past the waiter's capacity the Test request is answered at once (SPEC §2.2 allows 202), unless
                 // delivery is paused. Off the writer thread: that answer reads the store.
                 if !testWaiter.wait(for: job.publicID, until: .now + testWait, responder: responder) {
-                    DispatchQueue.global().async { responder.respond(testWaiter.answerAtOnce(otherwise: Self.queued(job.publicID))) }
+                    testWaiter.respondAtOnce(responder, otherwise: Self.queued(job.publicID))
                 }
             case .success(.queued), .success(.queuedAsAlert):
                 // An alert, or a Test request kept as one (another Test waits, or the device is at its cap): at once.
@@ -71,11 +71,11 @@ struct WebhookEndpoint: Sendable {
             case .success(.sameAsWaitingTest(let waitingID)):
                 // The Test button pressed again while its first push waits (SPEC §4): nothing new was stored. Off the
                 // writer thread: the answer reads whether delivery is paused.
-                DispatchQueue.global().async { responder.respond(testWaiter.answerAtOnce(otherwise: Self.queued(waitingID))) }
+                testWaiter.respondAtOnce(responder, otherwise: Self.queued(waitingID))
             case .success(.merged) where waits:
                 // The Test button at DEVICE_QUEUE_MAX, folded into the digest: 202 merged, or 502 while delivery is
                 // paused. Off the writer thread, as above.
-                DispatchQueue.global().async { responder.respond(testWaiter.answerAtOnce(otherwise: Self.merged)) }
+                testWaiter.respondAtOnce(responder, otherwise: Self.merged)
             case .success(.merged):
                 // Stored, folded into the device's waiting digest (DEVICE_QUEUE_MAX): acknowledged like any alert.
                 responder.respond(Self.merged)

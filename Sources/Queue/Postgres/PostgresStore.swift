@@ -90,9 +90,7 @@ public final class PostgresStore: Sendable {
     public static func holdsRelaySchema(url: String, options: Options = Options()) throws(StoreError) -> Bool {
         do {
             let link = try PostgresLink(conninfo: url, options: options.connection, failover: FailoverSignal())
-            return try link.connected().rows(
-                "SELECT 1 FROM pg_tables WHERE schemaname = current_schema() AND tablename = 'schema_migrations'", prepare: false
-            ) { _ in true }.first ?? false
+            return try PostgresMigrationDialect(connection: link.connected(), logger: nil).tableNames().contains("schema_migrations")
         } catch {
             throw storeError(error)
         }
