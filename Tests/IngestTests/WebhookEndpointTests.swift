@@ -148,6 +148,43 @@ import Testing
         #expect(response.status == 410 && response.json?["error"] as? String == "device unregistered")
     }
 
+    /// A removed device's URL says so whatever its template sends (as the Go relay does): the person fixing a broken
+    /// template is told the device is gone, not sent to fix a body that could never arrive. Bodies to a device that
+    /// exists keep their own error.
+    @Test func aBodyTheRelayCannotUseToAnUnknownOrRemovedDeviceIs404Or410() throws {
+        let h = try IngestHarness(["RATE_LIMIT_WEBHOOK_FAILED": "off"])
+        let (removed, _) = try h.register()
+        let (kept, _) = try h.register(token: String(repeating: "cd", count: 32))
+        #expect(try h.webhook(removed, Fixtures.text("a-1.23-http-down.json")).status == 202)
+        let job = try #require(try h.store.claim(worker: "w", limit: 1, now: SystemClock().nowMillis(), lease: .seconds(60)).first)
+        _ = try h.store.finish([JobOutcome(job, kind: .removeDevice(reason: "Unregistered"))], worker: "w", now: SystemClock().nowMillis())
+        let bodies: [(String, [UInt8], Int)] = [
+            ("application/json", Array("{\"heartbeat\":{\"status\":0".utf8), 400),
+            ("application/x-www-form-urlencoded", [], 400),
+            ("application/xml", Array("<alert/>".utf8), 415)
+        ]
+        for (type, body, status) in bodies {
+            let toRemoved = try h.client.send("POST", "/wh/\(removed)", headers: [("Content-Type", type)], body: body)
+            #expect(toRemoved.status == 410 && toRemoved.json?["error"] as? String == "device unregistered", "\(type)")
+            let toUnknown = try h.client.send("POST", "/wh/NoSuchDevice12", headers: [("Content-Type", type)], body: body)
+            #expect(toUnknown.status == 404 && toUnknown.json?["error"] as? String == "device not found", "\(type)")
+            let toKept = try h.client.send("POST", "/wh/\(kept)", headers: [("Content-Type", type)], body: body)
+            #expect(toKept.status == status, "\(type)")
+        }
+        #expect(try h.store.liveJobCount() == 0)
+    }
+
+    /// Past the failed-request limit a bad body gets its own error without a device lookup: a stream of them from one
+    /// client costs no reads, and a device that exists is still never answered 429.
+    @Test func pastTheFailedLimitABadBodyKeepsItsOwnErrorAndIsNotLookedUp() throws {
+        let h = try IngestHarness(["RATE_LIMIT_WEBHOOK_FAILED": "3/1m"], clock: IngestHarness.StoppedClock())
+        for _ in 0..<3 { #expect(try h.webhook("NoSuchDevice12", Fixtures.text("d-test-button.json")).status == 404) }
+        let response = try h.client.send(
+            "POST", "/wh/NoSuchDevice12", headers: [("Content-Type", "application/json")], body: Array("{".utf8))
+        #expect(response.status == 400)
+        #expect(try h.webhook("NoSuchDevice12", Fixtures.text("d-test-button.json")).status == 429)
+    }
+
     /// SPEC §2.4: past the failed-request limit a client gets 429 for unknown ids only; one stale URL in a busy
     /// Uptime Kuma must not block the devices that exist.
     @Test func pastTheFailedLimitOnlyUnknownDeviceIDsGet429() throws {

@@ -45,9 +45,13 @@ struct WebhookEndpoint: Sendable {
         switch WebhookParser.parse(request) {
         case .success(let parsed): event = parsed
         case .failure(.invalidBody(let reason)):
-            return fail(.error(400, "invalid request body: \(reason)"), client: client, responder: responder)
+            return refuseBody(
+                .error(400, "invalid request body: \(reason)"), counted: true, deviceID: deviceID, client: client,
+                overFailedLimit: overFailedLimit, responder: responder)
         case .failure(.unsupportedMediaType):
-            return responder.respond(.error(415, "unsupported content type: send JSON, a form or text/plain"))
+            return refuseBody(
+                .error(415, "unsupported content type: send JSON, a form or text/plain"), counted: false, deviceID: deviceID,
+                client: client, overFailedLimit: overFailedLimit, responder: responder)
         }
         guard writer.acceptsMore else {
             logger.warning("queue full, webhook refused", ["queue.max": String(queueMax)])
@@ -99,14 +103,42 @@ struct WebhookEndpoint: Sendable {
 
     static let merged = HTTPResponse.json(202, "{\"status\":\"merged\"}")
 
+    /// A body the relay cannot use, for a device that may not exist. The device is looked up first, as the Go relay
+    /// does: a removed device's URL answers 410 whatever its template sends, so the person fixing the template is
+    /// told the device is gone rather than sent to fix a body that could never arrive. Off the MHD thread (the
+    /// lookup reads the disk); a client already past the failed-request limit gets the body's error without one,
+    /// so a stream of bad bodies costs no reads.
+    private func refuseBody(
+        _ response: HTTPResponse, counted: Bool, deviceID: String, client: String, overFailedLimit: SlidingWindowLimiter.Decision,
+        responder: any HTTPResponder
+    ) {
+        let refuse: @Sendable () -> Void = { counted ? fail(response, client: client, responder: responder) : responder.respond(response) }
+        guard case .allowed = overFailedLimit else { return refuse() }
+        DispatchQueue.global().async {
+            let gone: Bool
+            do {
+                guard try store.device(id: deviceID) == nil else { return refuse() }
+                gone = try store.tombstone(deviceID: deviceID) != nil
+            } catch {
+                // A store that cannot answer leaves the body's own error, which is true either way.
+                return refuse()
+            }
+            fail(Self.unknownDevice(gone: gone), client: client, responder: responder)
+        }
+    }
+
     /// 410 for a device APNs reported gone (within TOMBSTONE_RETENTION), else 404.
     private func answerUnknownDevice(_ deviceID: String, client: String, responder: any HTTPResponder) {
         do {
             let gone = try store.tombstone(deviceID: deviceID) != nil
-            fail(gone ? .error(410, "device unregistered") : .error(404, "device not found"), client: client, responder: responder)
+            fail(Self.unknownDevice(gone: gone), client: client, responder: responder)
         } catch {
             responder.respond(Self.queueUnavailable)
         }
+    }
+
+    static func unknownDevice(gone: Bool) -> HTTPResponse {
+        gone ? .error(410, "device unregistered") : .error(404, "device not found")
     }
 
     private func fail(_ response: HTTPResponse, client: String, responder: any HTTPResponder) {
