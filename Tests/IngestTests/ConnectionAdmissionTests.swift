@@ -29,6 +29,28 @@ import Testing
         let answer = try HeldSocket.readAll(waiting, timeout: .seconds(10))
         #expect(answer.hasPrefix("HTTP/1.1 200"))
     }
+
+    /// The same under socket activation, where the relay accepts and hands each connection to libmicrohttpd: a burst
+    /// past the limit must wait in the backlog too. Accepting the whole burst let libmicrohttpd close what was over
+    /// its limit, unanswered: with systemd's socket units, every webhook of a burst past HTTP_MAX_CONNECTIONS lost.
+    @Test func underSocketActivationABurstPastTheLimitWaitsAndIsServed() throws {
+        let listening = try HeldSocket.listen()
+        defer { close(listening.fd) }
+        var configuration = HTTPServer.Configuration(host: "127.0.0.1", port: 0)
+        configuration.threads = 2
+        configuration.connectionLimit = 2
+        configuration.listeningSocket = listening.fd
+        let server = try HTTPServer(configuration) { _, responder in responder.respond(.json(200, "{}")) }
+        defer { server.stop() }
+        // All connected (in the backlog) and their requests written before the relay accepts any of them.
+        let burst = try (0..<12).map { _ in try HeldSocket.connect(port: listening.port) }
+        defer { burst.forEach { _ = close($0) } }
+        for fd in burst { try HeldSocket.write("GET /x HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n", to: fd) }
+        for (index, fd) in burst.enumerated() {
+            let answer = try HeldSocket.readAll(fd, timeout: .seconds(10))
+            #expect(answer.hasPrefix("HTTP/1.1 200"), "connection \(index) of the burst: \(answer.isEmpty ? "closed unanswered" : answer)")
+        }
+    }
 }
 
 /// Plain blocking sockets a test holds open.
@@ -50,6 +72,24 @@ private enum HeldSocket {
             throw Failure()
         }
         return fd
+    }
+
+    /// A listening socket on 127.0.0.1 and a free port, as systemd would hand one over.
+    static func listen() throws -> (fd: Int32, port: UInt16) {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        guard fd >= 0 else { throw Failure() }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = UInt32(0x7f00_0001).bigEndian
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let bound = withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.bind(fd, $0, length) == 0 && getsockname(fd, $0, &length) == 0 }
+        }
+        guard bound, Glibc.listen(fd, 64) == 0 else {
+            close(fd)
+            throw Failure()
+        }
+        return (fd, UInt16(bigEndian: address.sin_port))
     }
 
     static func write(_ text: String, to fd: Int32) throws {

@@ -53,6 +53,7 @@ let connectionNotified: MHD_NotifyConnectionCallback = { serverPointer, connecti
     let server = Unmanaged<HTTPServer>.fromOpaque(serverPointer).takeUnretainedValue()
     switch event {
     case .CONNECTION_NOTIFY_STARTED:
+        server.handedOver?.takenUp()
         server.connectionGuard?.opened(
             connection, descriptor: CMicroHTTPD_connection_fd(connection),
             address: SocketAddress.address(of: CMicroHTTPD_client_address(connection)))

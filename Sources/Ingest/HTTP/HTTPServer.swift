@@ -91,6 +91,8 @@ public final class HTTPServer: Sendable {
     private let boundPort = Mutex<UInt16>(0)
     /// Under socket activation, connections accepted and not heard from yet (`drain` waits for them); else nil.
     let unheard: UnheardConnections?
+    /// Under socket activation, connections the acceptor handed over that libmicrohttpd has not taken up yet; else nil.
+    let handedOver: HandedOverConnections?
     /// Accepts on `configuration.listeningSocket`; nil when libmicrohttpd bound its own. Stopped before the daemon.
     private let acceptor = Mutex<ListenSocketAcceptor?>(nil)
 
@@ -98,6 +100,7 @@ public final class HTTPServer: Sendable {
         self.configuration = configuration
         self.handler = handler
         unheard = configuration.listeningSocket == nil ? nil : UnheardConnections()
+        handedOver = configuration.listeningSocket == nil ? nil : HandedOverConnections()
         connectionGuard =
             configuration.requestTimeout == nil && configuration.connectionsPerClient == nil
             ? nil
@@ -129,7 +132,10 @@ public final class HTTPServer: Sendable {
             var config = CMicroHTTPD_Config(
                 flags: flags, address: listening == nil ? sockaddrPointer : nil,
                 thread_pool_size: UInt32(max(1, configuration.threads)),
-                connection_limit: UInt32(configuration.connectionLimit),
+                // Under socket activation the acceptor keeps to the limit; libmicrohttpd's own, which it splits
+                // between its threads and checks against a count that lags what was handed over, is set out of reach
+                // so that it never closes a connection the acceptor admitted.
+                connection_limit: UInt32(configuration.connectionLimit * (listening == nil ? 1 : max(1, configuration.threads) + 1)),
                 connection_timeout: UInt32(configuration.connectionTimeout),
                 connection_memory_limit: configuration.connectionMemoryLimit)
             return CMicroHTTPD_start(
@@ -151,7 +157,7 @@ public final class HTTPServer: Sendable {
         do {
             let accepting = try ListenSocketAcceptor(
                 descriptor: listening, daemon: handle, connectionLimit: configuration.connectionLimit,
-                unheard: unheard ?? UnheardConnections())
+                unheard: unheard ?? UnheardConnections(), handedOver: handedOver ?? HandedOverConnections())
             acceptor.withLock { $0 = accepting }
         } catch {
             MHD_stop_daemon(started)

@@ -16,6 +16,9 @@ final class ListenSocketAcceptor: Sendable {
     private let connectionLimit: Int
     /// Told of each socket before libmicrohttpd gets it (see `UnheardConnections`).
     private let unheard: UnheardConnections
+    /// Connections handed to libmicrohttpd that none of its threads has taken up yet (the server's notice of a
+    /// started connection takes them off).
+    private let handedOver: HandedOverConnections
     /// Written to by `stop()`; the accepting thread polls its read end next to the listening socket.
     private let stopPipe: (read: Int32, write: Int32)
     private let finished = DispatchSemaphore(value: 0)
@@ -24,7 +27,9 @@ final class ListenSocketAcceptor: Sendable {
     /// connections wait in the backlog, as they do when libmicrohttpd itself stops accepting at its limit).
     static let retryMillis: Int32 = 20
 
-    init(descriptor: Int32, daemon: DaemonHandle, connectionLimit: Int, unheard: UnheardConnections) throws {
+    init(
+        descriptor: Int32, daemon: DaemonHandle, connectionLimit: Int, unheard: UnheardConnections, handedOver: HandedOverConnections
+    ) throws {
         var ends: [Int32] = [-1, -1]
         // pipe2 and accept4 are GNU extensions Swift's Glibc module does not export: the flags are set after.
         guard pipe(&ends) == 0 else {
@@ -38,6 +43,7 @@ final class ListenSocketAcceptor: Sendable {
         self.daemon = daemon
         self.connectionLimit = connectionLimit
         self.unheard = unheard
+        self.handedOver = handedOver
         stopPipe = (ends[0], ends[1])
         let thread = Thread { [self] in run() }
         thread.name = "http-accept"
@@ -63,7 +69,7 @@ final class ListenSocketAcceptor: Sendable {
         var descriptors = [pollfd(fd: descriptor, events: Int16(POLLIN), revents: 0), pollfd(fd: stopPipe.read, events: Int16(POLLIN), revents: 0)]
         var holdOff = false
         while true {
-            holdOff = holdOff || Int(CMicroHTTPD_current_connections(daemon.pointer)) >= connectionLimit
+            holdOff = holdOff || atLimit
             // A negative fd is skipped by poll: at the limit only the stop pipe and the retry deadline wake us.
             descriptors[0].fd = holdOff ? -1 : descriptor
             descriptors[0].revents = 0
@@ -76,10 +82,18 @@ final class ListenSocketAcceptor: Sendable {
         finished.signal()
     }
 
-    /// Accepts what is waiting (a bounded batch, so the stop pipe is looked at between batches). Returns false when
-    /// accepting again at once would spin (out of descriptors, say).
+    /// Whether the connections open and on their way to libmicrohttpd reach the limit. Its own count alone lags:
+    /// a connection handed over counts only once one of its threads takes it up, so a burst accepted on that count
+    /// went past the limit, and libmicrohttpd left what was over it unanswered (webhooks Uptime Kuma never resends).
+    private var atLimit: Bool {
+        Int(CMicroHTTPD_current_connections(daemon.pointer)) + handedOver.count >= connectionLimit
+    }
+
+    /// Accepts what is waiting, up to the limit (a bounded batch, so the stop pipe is looked at between batches).
+    /// Returns false when accepting again at once would spin (at the limit, or out of descriptors).
     private func acceptPending() -> Bool {
         for _ in 0..<64 {
+            if atLimit { return false }
             var storage = sockaddr_storage()
             var length = socklen_t(MemoryLayout<sockaddr_storage>.size)
             let client = withUnsafeMutablePointer(to: &storage) { pointer in
@@ -102,8 +116,25 @@ final class ListenSocketAcceptor: Sendable {
                     MHD_add_connection(daemon.pointer, client, $0, length)
                 }
             }
-            if added != .YES { unheard.heard(client) }
+            if added == .YES {
+                handedOver.handed()
+            } else {
+                unheard.heard(client)
+            }
         }
         return true
     }
+}
+
+/// Connections the acceptor handed to libmicrohttpd and none of its threads has taken up yet (its notice that a
+/// connection started). The acceptor counts them against the limit beside libmicrohttpd's own count.
+final class HandedOverConnections: Sendable {
+    private let pending = Atomic<Int>(0)
+
+    var count: Int { max(0, pending.load(ordering: .relaxed)) }
+
+    func handed() { pending.add(1, ordering: .relaxed) }
+
+    /// A thread of libmicrohttpd took one up: from now on its own count holds it.
+    func takenUp() { pending.subtract(1, ordering: .relaxed) }
 }
