@@ -1,6 +1,7 @@
 """deploy/prometheus/: the alert rules pass their `promtool test rules` unit tests, the scrape configuration and the
-rules check, and every metric the rules and the Grafana dashboard name is one the relay serves (the metrics
-catalogue of docs/operations.md, itself checked against each process's /metrics by test_metrics_catalogue.py)."""
+rules check, every metric the rules and the Grafana dashboard name is one the relay serves (the metrics
+catalogue of docs/operations.md, itself checked against each process's /metrics by test_metrics_catalogue.py), and
+no cluster-wide gauge is summed over processes. Only the tests marked `needs_promtool` need promtool."""
 import json
 import re
 import shutil
@@ -31,12 +32,31 @@ def test_the_alert_rules_pass_their_unit_tests():
     assert result.returncode == 0 and "SUCCESS" in result.stdout, result.stdout + result.stderr
 
 
-@needs_promtool
+def alert_rules():
+    return [rule for group in yaml.safe_load(RULES.read_text())["groups"] for rule in group["rules"] if "alert" in rule]
+
+
 def test_every_alert_has_a_unit_test():
-    alerts = {rule["alert"] for group in yaml.safe_load(RULES.read_text())["groups"] for rule in group["rules"]}
+    alerts = {rule["alert"] for rule in alert_rules()}
     tests = yaml.safe_load((PROMETHEUS / "kumapush-rules.test.yml").read_text())["tests"]
     tested = {case["alertname"] for test in tests for case in test.get("alert_rule_test", []) if case.get("exp_alerts")}
     assert alerts == tested, "every alert has a test in which it fires"
+
+
+# The gauges every ingest (and serve) reports for the whole cluster's queue (Sources/Ingest/QueueMetrics.swift): N
+# ingests report N copies of one figure, so a sum over them is N times too much; `max` is the figure.
+CLUSTER_WIDE = ROOT / "Sources" / "Ingest" / "QueueMetrics.swift"
+
+
+@pytest.mark.parametrize("source", ["rules", "dashboard"])
+def test_no_cluster_wide_gauge_is_summed(source):
+    gauges = set(re.findall(r'describe\(\s*"(kumapush_\w+)",\s*\.gauge', CLUSTER_WIDE.read_text()))
+    assert {"kumapush_queue_jobs", "kumapush_dead_letters"} <= gauges, "QueueMetrics.swift was not read"
+    expressions = rule_expressions() if source == "rules" else dashboard_expressions()
+    summed = re.compile(
+        r"\bsum\s*(?:(?:by|without)\s*\([^)]*\)\s*)?\(\s*(" + "|".join(sorted(gauges)) + r")\b")
+    offending = [expression for expression in expressions if summed.search(expression)]
+    assert offending == [], f"{source} sum a cluster-wide gauge over processes (use max): {offending}"
 
 
 @needs_promtool
