@@ -1,7 +1,8 @@
 """deploy/prometheus/: the alert rules pass their `promtool test rules` unit tests, the scrape configuration and the
 rules check, every metric the rules and the Grafana dashboard name is one the relay serves (the metrics
-catalogue of docs/operations.md, itself checked against each process's /metrics by test_metrics_catalogue.py), and
-no cluster-wide gauge is summed over processes. Only the tests marked `needs_promtool` need promtool."""
+catalogue of docs/operations.md, itself checked against each process's /metrics by test_metrics_catalogue.py), every
+alert names its section of docs/outage-runbook.md, and no cluster-wide gauge is summed over processes. Only the
+tests marked `needs_promtool` need promtool."""
 import json
 import re
 import shutil
@@ -15,6 +16,7 @@ from test_metrics_catalogue import documented
 
 PROMETHEUS = ROOT / "deploy" / "prometheus"
 RULES = PROMETHEUS / "kumapush-rules.yml"
+RUNBOOK = ROOT / "docs" / "outage-runbook.md"
 DASHBOARD = PROMETHEUS / "kumapush-dashboard.json"
 # Series Prometheus makes itself, not the relay.
 PROMETHEUS_OWN = {"up"}
@@ -41,6 +43,39 @@ def test_every_alert_has_a_unit_test():
     tests = yaml.safe_load((PROMETHEUS / "kumapush-rules.test.yml").read_text())["tests"]
     tested = {case["alertname"] for test in tests for case in test.get("alert_rule_test", []) if case.get("exp_alerts")}
     assert alerts == tested, "every alert has a test in which it fires"
+
+
+def github_anchor(heading):
+    """The anchor GitHub gives a Markdown heading: lower case, punctuation but `-` and `_` dropped, spaces `-`."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def runbook_headings():
+    """(level, text) of each heading of the runbook, fenced code left out."""
+    text = re.sub(r"^```.*?^```", "", RUNBOOK.read_text(), flags=re.M | re.S)
+    return [(len(match.group(1)), match.group(2)) for match in re.finditer(r"^(#{1,6})\s+(.+?)\s*#*$", text, re.M)]
+
+
+def test_every_alert_names_its_runbook_section():
+    """Each alert's `runbook` annotation is `outage-runbook.md#<its name, lower case>`, a heading of the runbook; and
+    "When an alert fires" has a subsection for each alert and for nothing else."""
+    headings = runbook_headings()
+    anchors = {github_anchor(text) for _, text in headings}
+    alerts = alert_rules()
+    assert len(alerts) > 5
+    for rule in alerts:
+        runbook = rule.get("annotations", {}).get("runbook")
+        assert runbook == f"outage-runbook.md#{rule['alert'].lower()}", f"{rule['alert']}: runbook annotation {runbook!r}"
+        assert runbook.split("#", 1)[1] in anchors, f"{rule['alert']}: no heading {rule['alert']} in {RUNBOOK.name}"
+    start = next(index for index, (level, text) in enumerate(headings) if text.endswith("When an alert fires"))
+    level = headings[start][0]
+    section = []
+    for sublevel, text in headings[start + 1 :]:
+        if sublevel <= level:
+            break
+        if sublevel == level + 1:
+            section.append(text)
+    assert sorted(section) == sorted(rule["alert"] for rule in alerts), "one subsection per alert, named after it"
 
 
 # The gauges every ingest (and serve) reports for the whole cluster's queue (Sources/Ingest/QueueMetrics.swift): N
