@@ -184,6 +184,7 @@ extension DeliveryEngine {
         case .removeDevice:
             metrics.increment("kumapush_devices_removed_total")
         case .deadLetter(let reason), .abandon(let reason):
+            perPush.deadLettered.increment()
             let job = answered.job
             logger.warning("push dead-lettered", ["job.id": job.publicID, "reason": reason, "device.token": Redact.token(job.deviceToken)])
         case .delivered, .retry, .postpone:
@@ -196,6 +197,7 @@ extension DeliveryEngine {
     /// exactly the alerts an outage or a stopped deliverer let expire.
     func abandonedUnsent(_ job: ClaimedJob, reason: String) -> JobOutcome {
         metrics.increment("kumapush_deliveries_total", [("outcome", "dead_letter"), ("reason", reason)])
+        perPush.deadLettered.increment()
         logger.warning("push dead-lettered", ["job.id": job.publicID, "reason": reason, "device.token": Redact.token(job.deviceToken)])
         return JobOutcome(job, kind: .abandon(reason: reason))
     }

@@ -400,7 +400,11 @@ public final class DeliveryEngine: Sendable {
             job: job, generation: generation, resends: resends, environment: environment,
             switched: attempt.switched, started: .now, merged: merged.map(\.asMerged), tokenRefused: attempt.tokenRefused)
         state.lastSentAt = .now
-        perPush.webhookToAPNs.observe(Double(max(0, clock.nowMillis() - job.createdAt)) / 1000)
+        // A job's first request only, as the claim wait: a retry's time since the webhook is its backoff, and one job
+        // retrying against APNs for an hour would fill the top buckets and raise the late-alerts alert on a quiet relay.
+        if job.attempt == 1 && resends == 0 {
+            perPush.webhookToAPNs.observe(Double(max(0, clock.nowMillis() - job.createdAt)) / 1000)
+        }
         // The completion holds only what matches the answer to its push: capturing `job` copied the whole job into
         // its context (five references retained here, released on the connection's thread when it ends).
         let (jobID, publicID) = (job.id, job.publicID)

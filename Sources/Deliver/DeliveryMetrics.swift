@@ -10,9 +10,13 @@ enum DeliveryMetrics {
         let claimWait: MetricsRegistry.Histogram
         /// `kumapush_deliveries_total` of a push APNs accepted; other outcomes, rarer, are counted by name.
         let delivered: MetricsRegistry.Counter
+        /// Every dead letter, whatever its reason: `kumapush_deliveries_total`'s series of a reason begins at its
+        /// first dead letter, which `increase()` cannot see, so the dead-letter alert reads this one.
+        let deadLettered: MetricsRegistry.Counter
 
         init(_ metrics: MetricsRegistry) {
             delivered = metrics.counter("kumapush_deliveries_total", [("outcome", "delivered"), ("reason", "")])
+            deadLettered = metrics.counter("kumapush_dead_lettered_total")
             webhookToAPNs = metrics.histogram("kumapush_webhook_to_apns_seconds")
             apnsRequest = metrics.histogram("kumapush_apns_request_seconds")
             claimWait = metrics.histogram("kumapush_claim_wait_seconds")
@@ -22,7 +26,10 @@ enum DeliveryMetrics {
     static func describe(_ metrics: MetricsRegistry, pool: APNsConnectionPool, tokens: ProviderTokenSource) {
         metrics.describe("kumapush_deliveries_total", .counter, "APNs answers by outcome and APNs reason.")
         metrics.describe("kumapush_devices_removed_total", .counter, "Devices removed because APNs reported their token gone.")
-        metrics.describe("kumapush_webhook_to_apns_seconds", .histogram, "From webhook accepted to APNs request sent.", buckets: latencyBuckets)
+        metrics.describe(
+            "kumapush_webhook_to_apns_seconds", .histogram, "From webhook accepted to its push's first APNs request.",
+            buckets: latencyBuckets)
+        metrics.describe("kumapush_dead_lettered_total", .counter, "Pushes dead-lettered, every reason.")
         metrics.describe("kumapush_apns_request_seconds", .histogram, "APNs request round trip.", buckets: latencyBuckets)
         // The stages of kumapush_webhook_to_apns_seconds on this side: how long a new job waited to be claimed (the
         // wake-up and the claim), and the store's own time per claim and per completion batch.
@@ -52,6 +59,9 @@ enum DeliveryMetrics {
         // SPEC §4 names the stall counter so; the same count under the SPEC's name, for alerts written from it.
         metrics.describe(
             "relay_delivery_stalls_total", .counter, "The same as kumapush_delivery_stalls_total, under the name SPEC §4 gives it.")
+        // Exported from the start at zero: a series that first appears at 1 is a rise `increase()` cannot see, and
+        // the first stall of a process is usually its only one.
+        for stalls in ["kumapush_delivery_stalls_total", "relay_delivery_stalls_total"] { _ = metrics.counter(stalls) }
         metrics.collect {
             [
                 (name: "kumapush_apns_connections", labels: [], value: Double(pool.connectionCount)),

@@ -97,6 +97,7 @@ import Testing
         h.simulator.faults.withLock { $0.byToken[device.token] = .init(status: 400, reason: "BadDeviceToken") }
         try h.enqueue(device.id, ["a", "b"])
         #expect(try h.waitUntil { try h.store.countDeadLetters(DeadLetterFilter(reason: "BadDeviceToken")) == 2 })
+        #expect(h.waitUntil { h.metrics.value("kumapush_dead_lettered_total") == 2 }, "the counter the dead-letter alert reads")
         let stored = try #require(try h.store.device(id: device.id))
         #expect(stored.lastDeliveryError == "BadDeviceToken")
     }
@@ -111,6 +112,7 @@ import Testing
         try h.enqueue(device.id, ["a", "b"], ttl: .seconds(3600), acceptedAgo: .seconds(7200))
         #expect(try h.waitUntil { try h.store.countDeadLetters(DeadLetterFilter(reason: "Expired")) == 2 })
         #expect(h.metrics.value("kumapush_deliveries_total", [("outcome", "dead_letter"), ("reason", "Expired")]) == 2)
+        #expect(h.metrics.value("kumapush_dead_lettered_total") == 2)
         #expect(h.simulator.received.isEmpty, "nothing was sent")
     }
 
@@ -247,6 +249,9 @@ import Testing
         h.simulator.faults.withLock { $0.silent = false }
         #expect(try h.waitUntil { try h.store.liveJobCount() == 0 })
         #expect(h.acceptedBodies(device.token) == ["late"])
+        // Webhook → APNs is timed at a job's first request only: the retry's time is its backoff, and one job
+        // retrying for an hour would raise the late-alerts alert on a quiet relay.
+        #expect(h.metrics.exposition().contains("\nkumapush_webhook_to_apns_seconds_count 1\n"), "one observation for two requests")
     }
 
     @Test func expiredProviderTokenMakesOneNewTokenOnANewConnection() throws {
