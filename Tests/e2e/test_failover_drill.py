@@ -26,9 +26,11 @@ DRILL_SECONDS = float(os.environ.get("DRILL_SECONDS", "3"))
 DRILL_RATE = float(os.environ.get("DRILL_RATE", "100"))
 DEVICES = 20
 SEED = 40_000
-# What the SPEC promises, from the settings: ttl 10 s makes the new leader; after it, the relay's reconnect backoff
-# (at most 5 s) plus one connect attempt per host (connect_timeout) must fit.
-CRASH_BOUND, SILENT_BOUND = 30.0, 15.0
+# What SPEC §4 promises for all three faults: 202 again within 15 s of the new leader (ttl 10 s makes it; after it,
+# the relay's reconnect backoff, at most 5 s, plus one connect attempt per host, connect_timeout, must fit), and no
+# webhook held longer than 15 s for its answer. Measured: 202 again 1.6–4.0 s after a crash, within 1.8 s of a
+# switchover, 0.2–2.4 s after a silent loss; the longest wait 10.6 s (docs/operations.md "Failover drill").
+BOUND = 15.0
 
 needs = [tool for tool in ("etcd", "patroni", "patronictl", "iptables") if shutil.which(tool) is None]
 pytestmark = [pytest.mark.skipif(bool(needs), reason=f"missing {needs}: run scripts/install-deps.sh"),
@@ -176,10 +178,10 @@ def test_failover_drill_loses_no_acknowledged_webhook_and_answers_within_the_bou
     answers = load.snapshot()
     assert [p.process.poll() for p in processes] == [None] * len(processes), "a relay process exited"
     assert {str(a.status) for a in answers} <= {"202", "503"}, collections.Counter(str(a.status) for a in answers)
-    for step, bound in (("crash", CRASH_BOUND), ("switchover", CRASH_BOUND), ("silent", SILENT_BOUND)):
-        assert measured[step]["recovered"] is not None and measured[step]["accepting_again_after_new_leader"] <= bound, \
+    for step in ("crash", "switchover", "silent"):
+        assert measured[step]["recovered"] is not None and measured[step]["accepting_again_after_new_leader"] <= BOUND, \
             (step, measured[step])
-    assert measured["silent"]["longest_wait"] <= SILENT_BOUND, measured["silent"]
+        assert measured[step]["longest_wait"] <= BOUND, (step, measured[step])
 
     stalls = [line for d in deliverers for line in open(d.log.name, errors="replace") if "delivery stalled" in line]
     print(f"\nDRILL stall reports: {len(stalls)}", flush=True)
