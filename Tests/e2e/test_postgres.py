@@ -311,16 +311,25 @@ def test_a_deliverer_keeps_apns_answers_while_postgres_is_down_and_records_them_
 
 def test_healthcheck_fails_while_the_database_is_down(relays, relay, postgres, database):
     """The unhealthy relay itself, not a stand-in: PostgreSQL stopped under a running ingest makes /health and /readyz 503 and
-    `healthcheck` exit 1, so a container orchestrator sees it; back to 0 once PostgreSQL returns."""
+    `healthcheck` exit 1, so a container orchestrator sees it; back to 0 once PostgreSQL returns. A deliverer's
+    /readyz on METRICS_ADDR says `database unavailable` too (it can send nothing), while its /livez stays 200: its
+    loop still turns, so restarting it would not help."""
     _, url = database
     ingest = relays("ingest", DATABASE_URL=url)
+    deliver = relays("deliver", DATABASE_URL=url)
+    deliver_probe = f"http://{deliver.env['METRICS_ADDR']}"
     check = {"PORT": ingest.env["PORT"], "HOST": "127.0.0.1", "DATABASE_URL": url}
     assert relay("healthcheck", env=check).returncode == 0
+    assert request("GET", deliver_probe + "/readyz")[:2] == (200, {"status": "ok"})
     postgres.stop_server()
     try:
         wait_until(lambda: request("GET", f"{ingest.base}/health")[0] == 503, what="/health to answer 503")
         result = relay("healthcheck", env=check)
         assert result.returncode == 1 and "/readyz answered 503" in result.stderr, result.stderr
+        wait_until(lambda: request("GET", deliver_probe + "/readyz")[:2] == (503, {"error": "database unavailable"}),
+                   timeout=30, what="the deliverer's /readyz to say the database is unavailable")
+        assert request("GET", deliver_probe + "/livez")[:2] == (200, {"status": "ok"})
     finally:
         postgres.start_server()
     wait_until(lambda: relay("healthcheck", env=check).returncode == 0, timeout=30, what="healthy again")
+    wait_until(lambda: request("GET", deliver_probe + "/readyz")[0] == 200, timeout=30, what="the deliverer ready again")
