@@ -51,6 +51,39 @@ import Testing
             #expect(answer.hasPrefix("HTTP/1.1 200"), "connection \(index) of the burst: \(answer.isEmpty ? "closed unanswered" : answer)")
         }
     }
+
+    /// Connections libmicrohttpd refuses when handed over (a client at its per-client cap) are not counted as on
+    /// their way: counted, each refusal would take a slot for good, and after enough of them the acceptor would
+    /// stop accepting with nobody connected.
+    @Test func underSocketActivationRefusedConnectionsTakeNoSlot() throws {
+        let listening = try HeldSocket.listen()
+        defer { close(listening.fd) }
+        var configuration = HTTPServer.Configuration(host: "127.0.0.1", port: 0)
+        configuration.threads = 2
+        configuration.connectionLimit = 2
+        configuration.connectionsPerClient = 1
+        configuration.listeningSocket = listening.fd
+        let server = try HTTPServer(configuration) { _, responder in responder.respond(.json(200, "{}")) }
+        defer { server.stop() }
+        let held = try HeldSocket.connect(port: listening.port)
+        try HeldSocket.write("GET /x HTTP/1.1\r\nHost: t\r\n\r\n", to: held)
+        #expect(HeldSocket.readable(held, within: .seconds(10)), "the first connection is served and kept open")
+        for attempt in 0..<4 {
+            let refused = try HeldSocket.connect(port: listening.port)
+            defer { close(refused) }
+            // Closed at the cap (end of file), not left waiting in the backlog as it would be with its slot taken.
+            var byte: UInt8 = 0
+            #expect(HeldSocket.readable(refused, within: .seconds(10)) && read(refused, &byte, 1) == 0, "refusal \(attempt)")
+        }
+        close(held)
+        // Until the server has seen that close, the same client is still at its cap.
+        let deadline = ContinuousClock.now + .seconds(10)
+        while server.openConnections > 0 && ContinuousClock.now < deadline { Thread.sleep(forTimeInterval: 0.005) }
+        let next = try HeldSocket.connect(port: listening.port)
+        defer { close(next) }
+        try HeldSocket.write("GET /x HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n", to: next)
+        #expect(try HeldSocket.readAll(next, timeout: .seconds(10)).hasPrefix("HTTP/1.1 200"))
+    }
 }
 
 /// Plain blocking sockets a test holds open.
