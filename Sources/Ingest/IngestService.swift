@@ -195,10 +195,10 @@ public final class IngestService: Sendable {
         metrics.describe("kumapush_http_requests_total", .counter, "HTTP requests answered, by route pattern, method and status.")
         // The webhook refusals alerts watch, exported from the start at zero: a series that first appears at its first
         // 503 is a rise `increase()` cannot see, and each of those 503s is an alert Uptime Kuma will not resend.
-        let webhook = Route.webhook(deviceID: "").pattern
-        for method in Route.webhook(deviceID: "").allowedMethods {
+        let webhook = Route.webhook(deviceID: "")
+        for method in webhook.allowedMethods {
             for status in ["503", "429"] {
-                _ = metrics.counter("kumapush_http_requests_total", [("route", webhook), ("method", method), ("status", status)])
+                _ = metrics.counter("kumapush_http_requests_total", [("route", webhook.pattern), ("method", method), ("status", status)])
             }
         }
         metrics.describe(
