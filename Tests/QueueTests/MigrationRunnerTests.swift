@@ -63,6 +63,49 @@ import Testing
         #expect(!dialect.log.contains { $0.hasPrefix("sql") })
     }
 
+    /// A rolling upgrade's older process restarting on the newer release's database: each migration it does not know
+    /// said, in the ledger, that binaries of its schema keep working, so it starts and changes nothing.
+    @Test func aNewerSchemaWhoseMigrationsKeepThisBinaryWorkingIsAcceptedUntouched() throws {
+        let dialect = MemoryDialect(applied: [1, 2, 4, 5, 6])
+        dialect.keeps = [5: 4, 6: 2]
+        let (logger, lines) = Self.capturingLogger()
+        try MigrationRunner(migrations: Self.migrations, dialect: dialect).run(now: 5, logger: logger)
+        #expect(!dialect.log.contains { $0.hasPrefix("sql") })
+        #expect(dialect.applied.keys.sorted() == [1, 2, 4, 5, 6])
+        #expect(lines.all.count == 1)
+        #expect(lines.all.first?.contains("keeps it working") == true && lines.all.first?.contains("schema.version=6") == true)
+    }
+
+    /// One newer migration that does not keep it working (none recorded, or a version past this binary's) is enough
+    /// to refuse.
+    @Test(arguments: [[5: 4], [5: 4, 6: 5]])
+    func aNewerSchemaWithOneMigrationThatBreaksThisBinaryIsRefused(keeps: [Int: Int]) throws {
+        let dialect = MemoryDialect(applied: [1, 2, 4, 5, 6])
+        dialect.keeps = keeps
+        let error = #expect(throws: StoreError.self) { try MigrationRunner(migrations: Self.migrations, dialect: dialect).run(now: 5) }
+        #expect(error?.code == .newerSchema)
+        #expect(error?.message.contains("migration 6 does not keep it working") == true)
+        #expect(!dialect.log.contains { $0.hasPrefix("sql") })
+    }
+
+    /// Newer migrations over a database that lacks one this binary has: not the schema any release left, so refused
+    /// rather than guessed at.
+    @Test func aNewerSchemaMissingAMigrationThisBinaryKnowsIsRefused() throws {
+        let dialect = MemoryDialect(applied: [1, 4, 5])
+        dialect.keeps = [5: 4]
+        let error = #expect(throws: StoreError.self) { try MigrationRunner(migrations: Self.migrations, dialect: dialect).run(now: 5) }
+        #expect(error?.code == .newerSchema)
+        #expect(error?.message.contains("lacks migration 2") == true)
+        #expect(!dialect.log.contains { $0.hasPrefix("sql") })
+    }
+
+    @Test func eachAppliedMigrationRecordsWhichOlderBinariesItKeepsWorking() throws {
+        let dialect = MemoryDialect()
+        let migrations = [Migration(version: 1, name: "m1", sql: "sql 1"), Migration(version: 2, name: "m2", sql: "sql 2", keepsWorkingFrom: 1)]
+        try MigrationRunner(migrations: migrations, dialect: dialect).run(now: 5)
+        #expect(dialect.keeps == [2: 1])
+    }
+
     @Test func tablesWithoutALedgerAreNotARelayDatabase() throws {
         let dialect = MemoryDialect()
         dialect.tables = ["customers"]
@@ -94,6 +137,8 @@ import Testing
 /// A dialect whose database is a dictionary, logging what the runner asks of it.
 private final class MemoryDialect: MigrationDialect {
     var applied: [Int: Int64]
+    /// What each recorded migration said of older binaries (`Migration.keepsWorkingFrom`).
+    var keeps: [Int: Int] = [:]
     var tables: [String] = []
     private(set) var log: [String] = []
 
@@ -120,7 +165,12 @@ private final class MemoryDialect: MigrationDialect {
 
     func appliedVersions() -> Set<Int> { Set(applied.keys) }
 
+    func keptWorkingFrom() -> [Int: Int] { keeps }
+
     func execute(_ sql: String) { log.append(sql) }
 
-    func record(_ migration: Migration, now: Int64) { applied[migration.version] = now }
+    func record(_ migration: Migration, now: Int64) {
+        applied[migration.version] = now
+        keeps[migration.version] = migration.keepsWorkingFrom
+    }
 }

@@ -9,7 +9,7 @@ func sqliteDatabase(atSchema version: Int, path: String) throws -> RawSQLite {
     try raw.execute("CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY NOT NULL, name TEXT NOT NULL, applied_at INTEGER NOT NULL)")
     for migration in Migrations.all where migration.version <= version {
         try raw.execute(migration.sql)
-        try raw.execute("INSERT INTO schema_migrations VALUES (\(migration.version), 'v\(migration.version)', 0)")
+        try raw.execute("INSERT INTO schema_migrations (version, name, applied_at) VALUES (\(migration.version), 'v\(migration.version)', 0)")
     }
     return raw
 }

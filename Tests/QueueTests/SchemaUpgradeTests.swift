@@ -59,8 +59,11 @@ import Testing
         try Migrations.apply(on: connection, now: TestDatabase.t0, logger: logger) { migration in
             // One line each: a migration's SQL may end in a `--` comment.
             try other.execute(
-                ["BEGIN IMMEDIATE;", migration.sql + ";", "INSERT INTO schema_migrations VALUES (\(migration.version), 'other', 0);", "COMMIT;"]
-                    .joined(separator: "\n"))
+                [
+                    "BEGIN IMMEDIATE;", migration.sql + ";",
+                    "INSERT INTO schema_migrations (version, name, applied_at) VALUES (\(migration.version), 'other', 0);", "COMMIT;"
+                ]
+                .joined(separator: "\n"))
             played.append(migration.version)
         }
         #expect(played == [newest.version])
@@ -91,7 +94,7 @@ import Testing
             done.signal()
         }
         try holder.execute(newest.sql)
-        try holder.execute("INSERT INTO schema_migrations VALUES (\(newest.version), 'v\(newest.version)', 0)")
+        try holder.execute("INSERT INTO schema_migrations (version, name, applied_at) VALUES (\(newest.version), 'v\(newest.version)', 0)")
         // The lock held until the opener has been trying for three times its busy timeout: what is being tested.
         // A condition on when the opener began, not a sleep from here: a thread that started late found the lock free.
         let heldLongEnough = { started.withLock { $0 }.map { ContinuousClock.now - $0 > .milliseconds(300) } ?? false }

@@ -63,10 +63,43 @@ import Testing
 
     @Test(arguments: StoreKind.allCases) func aDatabaseMigratedByANewerBinaryIsRefused(_ kind: StoreKind) throws {
         let db = try TestDatabase(kind)
-        try kind.rawQuery(db.location, "INSERT INTO schema_migrations VALUES (\(SQLiteStore.schemaVersion + 1), 'future', 0)")
+        try kind.rawQuery(
+            db.location, "INSERT INTO schema_migrations (version, name, applied_at) VALUES (\(SQLiteStore.schemaVersion + 1), 'future', 0)")
         let error = #expect(throws: StoreError.self) { _ = try kind.open(db.location, now: 0) }
         #expect(error?.code == .newerSchema)
         #expect(error?.message.contains("newer") == true)
+    }
+
+    /// A process of the release before restarting during a rolling upgrade (SPEC §4): the newer release's migration
+    /// said in the ledger that this binary's schema keeps working, so the store opens and does its work.
+    @Test(arguments: StoreKind.allCases) func aNewerSchemaThatKeepsThisBinaryWorkingOpensAndWorks(_ kind: StoreKind) throws {
+        let db = try TestDatabase(kind)
+        let current = try #require(kind.migrationVersions.max())
+        try db.enqueue(try db.device(1), "queued before the newer release migrated")
+        try kind.rawQuery(
+            db.location,
+            "INSERT INTO schema_migrations (version, name, applied_at, keeps_working_from) VALUES (\(current + 1), 'future', 0, \(current))")
+        let store = try kind.open(db.location, now: TestDatabase.t0)
+        let claimed = try store.claim(worker: "older", limit: 10, now: TestDatabase.t0, lease: .seconds(60))
+        #expect(claimed.count == 1)
+        _ = try store.finish(claimed.map { JobOutcome($0, kind: .delivered) }, worker: "older", now: TestDatabase.t0)
+        #expect(try kind.rawQuery(db.location, "SELECT count(*) FROM jobs") == [["0"]])
+    }
+
+    /// What each shipped migration says of older binaries is in the ledger, and a ledger an older release made,
+    /// without that column, gets it when this release opens the database (older releases insert by column list).
+    @Test(arguments: StoreKind.allCases) func theLedgerRecordsWhichOlderBinariesEachMigrationKeepsWorking(_ kind: StoreKind) throws {
+        let db = try TestDatabase(kind)
+        let recorded = "SELECT version, keeps_working_from FROM schema_migrations WHERE keeps_working_from IS NOT NULL ORDER BY version"
+        let previousRelease = kind == .sqlite ? "12" : "11"
+        #expect(try kind.rawQuery(db.location, recorded) == [["13", previousRelease], ["14", previousRelease]])
+        try kind.rawQuery(db.location, "ALTER TABLE schema_migrations DROP COLUMN keeps_working_from")
+        _ = try kind.open(db.location, now: TestDatabase.t0)
+        #expect(try kind.rawQuery(db.location, recorded) == [])
+        #expect(
+            try kind.rawQuery(db.location, "SELECT count(*) FROM schema_migrations WHERE keeps_working_from IS NULL") == [
+                [String(kind.migrationVersions.count)]
+            ])
     }
 
     @Test(arguments: StoreKind.allCases) func aForeignDatabaseIsRefused(_ kind: StoreKind) throws {

@@ -67,7 +67,7 @@ def test_a_foreign_database_stops_startup_with_exit_2(relay):
 def test_a_database_from_a_newer_binary_stops_startup_with_exit_2(relay):
     assert relay("migrate").returncode == 0
     with sqlite3.connect(relay.tmp_path / "relay.db") as connection:
-        connection.execute("INSERT INTO schema_migrations VALUES (9999, 'future', 0)")
+        connection.execute("INSERT INTO schema_migrations (version, name, applied_at) VALUES (9999, 'future', 0)")
     result = relay("stats")
     assert result.returncode == 2
     assert "newer" in result.stderr

@@ -142,3 +142,57 @@ def test_a_rolling_upgrade_from_the_previous_release_refuses_and_loses_nothing(p
     finally:
         for process in started:
             process.stop()
+
+
+def _record_next_release(store, request, keeps_working_from, version=15):
+    """The ledger row the next release's migration writes: a version this binary does not know, and what it says of
+    older binaries (None: it changes what they read or write)."""
+    kept = "NULL" if keeps_working_from is None else str(keeps_working_from)
+    sql = (f"INSERT INTO schema_migrations (version, name, applied_at, keeps_working_from) "
+           f"VALUES ({version}, 'a later release', 0, {kept})")
+    if "DATABASE_PATH" in store:
+        import sqlite3
+        with sqlite3.connect(store["DATABASE_PATH"]) as connection:
+            connection.execute(sql)
+    else:
+        name = store["DATABASE_URL"].split("///", 1)[1].split("?", 1)[0]
+        request.getfixturevalue("shared_postgres").query(name, sql)
+
+
+def test_this_release_restarts_beside_a_next_release_whose_migration_keeps_it_working(relays, relay, fake_apns, store,
+                                                                                      request, tmp_path):
+    """The limit v0.1.0 has (a restart refuses the newer schema) ends with this release: the next release's migration
+    that only adds says so in the ledger, and this release's processes that restart during that upgrade start again
+    and deliver, in order; one that does not keep it working still stops start-up with exit 2."""
+    assert "(database schema 14)" in relay("version").stdout, "the versions written below follow this release's 14"
+    settings = dict(DEVICE_BURST="off", **store)
+    ingest, deliver = relays("ingest", **settings), relays("deliver", **settings)
+    device, token = register(ingest, 7100)
+    for number in range(3):
+        assert request_alert(ingest, device, number) == 202
+    wait_until(lambda: len(fake_apns.pushes(f"{7100:064x}")) == 3, what="the first alerts delivered")
+
+    _record_next_release(store, request, keeps_working_from=14)
+    deliver.signal(signal.SIGTERM)
+    ingest.signal(signal.SIGTERM)
+    assert deliver.wait(timeout=30) == 0 and ingest.wait(timeout=30) == 0
+    ingest, deliver = relays("ingest", **settings), relays("deliver", **settings)  # each waits until it serves
+    for number in range(3, 6):
+        assert request_alert(ingest, device, number) == 202
+    wait_until(lambda: len(fake_apns.pushes(f"{7100:064x}")) == 6, what="the alerts after the restart delivered")
+    assert_accepted_in_order(fake_apns, 7100, [str(number) for number in range(6)], "the device")
+    for process in (ingest, deliver):
+        assert "keeps it working" in process.log_path.read_text(), "the restart says it runs beside a newer release"
+
+    _record_next_release(store, request, keeps_working_from=None, version=16)
+    deliver.signal(signal.SIGTERM)
+    assert deliver.wait(timeout=30) == 0
+    with pytest.raises(RuntimeError, match="relay exited with 2"):
+        relays("deliver", **settings)
+    refused = max(tmp_path.glob("deliver-*.log"), key=lambda path: path.stat().st_mtime).read_text()
+    assert "migration 16 does not keep it working" in refused, refused
+
+
+def request_alert(ingest, device, number):
+    status, _, _ = request("POST", f"{ingest.base}/wh/{device}", alert(0, "M", number % 2, str(number)))
+    return status

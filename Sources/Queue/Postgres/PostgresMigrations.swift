@@ -90,7 +90,8 @@ enum PostgresMigrations {
                 -- device, dead letters included. This partial index holds only those few rows. (Version 12 is
                 -- SQLite's alone.) Only adds an index: processes of the previous release go on working beside it.
                 CREATE INDEX jobs_waiting_tests ON jobs (device_id) WHERE reports_outcome AND state <> 'discarded';
-                """),
+                """,
+            keepsWorkingFrom: 11),
         Migration(
             version: 14, name: "what an alert-storm digest in flight carries, sealed",
             sql: """
@@ -99,7 +100,8 @@ enum PostgresMigrations {
                 -- alerts the digest had shown. Only adds a column with a constant default (no table rewrite):
                 -- processes of the previous release go on working beside it (ignoring the seal).
                 ALTER TABLE devices ADD COLUMN digest_sealed_through BIGINT NOT NULL DEFAULT 0;
-                """)
+                """,
+            keepsWorkingFrom: 11)
     ]
 
     static var latestVersion: Int { all.map(\.version).max() ?? 0 }
@@ -158,20 +160,41 @@ final class PostgresMigrationDialect: MigrationDialect {
             CREATE TABLE IF NOT EXISTS schema_migrations (
                 version INTEGER PRIMARY KEY,
                 name TEXT NOT NULL,
-                applied_at BIGINT NOT NULL
+                applied_at BIGINT NOT NULL,
+                keeps_working_from INTEGER
             )
             """)
+        let columns = try connection.rows(
+            "SELECT column_name FROM information_schema.columns WHERE table_schema = current_schema() AND table_name = 'schema_migrations'",
+            prepare: false
+        ) { $0.text(0) }
+        if !columns.contains("keeps_working_from") {
+            // A ledger older releases made: a nullable column they never name (they insert by column list). Altered
+            // only when missing, as the ALTER takes the table's exclusive lock, which readiness pings would wait for.
+            try connection.execute("ALTER TABLE schema_migrations ADD COLUMN keeps_working_from INTEGER")
+        }
     }
 
     func appliedVersions() throws -> Set<Int> {
         Set(try connection.rows("SELECT version FROM schema_migrations", prepare: false) { $0.int(0) })
     }
 
+    func keptWorkingFrom() throws -> [Int: Int] {
+        let rows = try connection.rows(
+            "SELECT version, keeps_working_from FROM schema_migrations WHERE keeps_working_from IS NOT NULL", prepare: false
+        ) { ($0.int(0), $0.int(1)) }
+        return Dictionary(rows) { first, _ in first }
+    }
+
     func execute(_ sql: String) throws { try connection.execute(sql) }
 
     func record(_ migration: Migration, now: Int64) throws {
         try connection.run(
-            "INSERT INTO schema_migrations (version, name, applied_at) VALUES ($1::integer, $2::text, $3::bigint)",
-            [.integer(Int64(migration.version)), .text(migration.name), .integer(now)], prepare: false)
+            "INSERT INTO schema_migrations (version, name, applied_at, keeps_working_from) VALUES ($1::integer, $2::text, $3::bigint, $4::integer)",
+            [
+                .integer(Int64(migration.version)), .text(migration.name), .integer(now),
+                migration.keepsWorkingFrom.map { .integer(Int64($0)) } ?? .null
+            ],
+            prepare: false)
     }
 }

@@ -184,7 +184,8 @@ enum Migrations {
                 -- index holds only those few rows, so alerts never touch it. Only adds an index: processes of the
                 -- previous release go on working beside it.
                 CREATE INDEX jobs_waiting_tests ON jobs (device_id) WHERE reports_outcome = 1 AND state != 'discarded';
-                """),
+                """,
+            keepsWorkingFrom: 12),
         Migration(
             version: 14, name: "what an alert-storm digest in flight carries, sealed",
             sql: """
@@ -193,7 +194,8 @@ enum Migrations {
                 -- was in flight, the alert left the job behind, to go out again with the alerts the digest had shown.
                 -- Only adds a column: processes of the previous release go on working beside it (ignoring the seal).
                 ALTER TABLE devices ADD COLUMN digest_sealed_through INTEGER NOT NULL DEFAULT 0;
-                """)
+                """,
+            keepsWorkingFrom: 12)
     ]
 
     static var latestVersion: Int { all.map(\.version).max() ?? 0 }
@@ -234,19 +236,34 @@ struct SQLiteMigrationDialect: MigrationDialect {
             CREATE TABLE IF NOT EXISTS schema_migrations (
                 version INTEGER PRIMARY KEY NOT NULL,
                 name TEXT NOT NULL,
-                applied_at INTEGER NOT NULL
+                applied_at INTEGER NOT NULL,
+                keeps_working_from INTEGER
             )
             """)
+        let columns = try connection.statement("SELECT name FROM pragma_table_info('schema_migrations')").rows { $0.text(0) }
+        if !columns.contains("keeps_working_from") {
+            // A ledger older releases made: a nullable column they never name (they insert by column list).
+            try connection.execute("ALTER TABLE schema_migrations ADD COLUMN keeps_working_from INTEGER")
+        }
     }
 
     func appliedVersions() throws -> Set<Int> {
         Set(try connection.statement("SELECT version FROM schema_migrations").rows { $0.int(0) })
     }
 
+    func keptWorkingFrom() throws -> [Int: Int] {
+        let rows = try connection.statement("SELECT version, keeps_working_from FROM schema_migrations WHERE keeps_working_from IS NOT NULL")
+            .rows { ($0.int(0), $0.int(1)) }
+        return Dictionary(rows) { first, _ in first }
+    }
+
     func execute(_ sql: String) throws { try connection.execute(sql) }
 
     func record(_ migration: Migration, now: Int64) throws {
-        try connection.statement("INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)")
-            .run([.integer(Int64(migration.version)), .text(migration.name), .integer(now)])
+        try connection.statement("INSERT INTO schema_migrations (version, name, applied_at, keeps_working_from) VALUES (?, ?, ?, ?)")
+            .run([
+                .integer(Int64(migration.version)), .text(migration.name), .integer(now),
+                migration.keepsWorkingFrom.map { .integer(Int64($0)) } ?? .null
+            ])
     }
 }

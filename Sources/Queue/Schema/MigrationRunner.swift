@@ -5,6 +5,12 @@ struct Migration: Sendable {
     let version: Int
     let name: String
     let sql: String
+    /// The oldest schema version whose binaries keep working on a database with this migration applied, when it only
+    /// adds (an index, a column with a default) so that processes of the release before go on beside it; nil when it
+    /// changes what they read or write. Written into the ledger, where a binary that does not know this migration
+    /// reads it: a process of the release before that restarts during a rolling upgrade then starts instead of
+    /// refusing the newer schema (SPEC §4 "Restarts and upgrades refuse nothing").
+    var keepsWorkingFrom: Int? = nil
 }
 
 /// What a store does for the runner, in its own SQL: the schema lock, a transaction, the ledger of applied versions.
@@ -16,9 +22,11 @@ protocol MigrationDialect {
     func transaction<T>(_ body: () throws -> T) throws -> T
     /// The tables already in the database (its own schema only).
     func tableNames() throws -> [String]
-    /// Creates `schema_migrations` if it is not there.
+    /// Creates `schema_migrations` if it is not there, and adds `keeps_working_from` to a ledger made before it.
     func createLedger() throws
     func appliedVersions() throws -> Set<Int>
+    /// Each applied migration's `keepsWorkingFrom`, where the ledger has one.
+    func keptWorkingFrom() throws -> [Int: Int]
     /// Runs a migration's SQL: several statements, no parameters.
     func execute(_ sql: String) throws
     func record(_ migration: Migration, now: Int64) throws
@@ -27,8 +35,9 @@ protocol MigrationDialect {
 /// Brings a database up to its store's newest migration, the same way on both stores: each missing migration in a
 /// transaction of its own, checked again inside it (another process starting at the same time may have applied it
 /// while this one waited for the lock), and recorded in `schema_migrations`. A database holding a version this
-/// list does not know was migrated by a newer binary and is refused; one holding tables but no ledger is not a
-/// relay database and is refused too.
+/// list does not know was migrated by a newer binary: this one goes on only when every such migration said, in the
+/// ledger, that it keeps this binary's schema working (`Migration.keepsWorkingFrom`), and is refused otherwise. One
+/// holding tables but no ledger is not a relay database and is refused too.
 ///
 /// On a database that already had a schema (an upgrade, not a new one) each migration this process applies is
 /// announced on `logger` when it starts and again with its duration when it is done: some rebuild the queue
@@ -43,18 +52,17 @@ struct MigrationRunner<Dialect: MigrationDialect> {
     /// `upTo` stops at an older version (tests build a database as an older binary left it); `beforeEach` runs
     /// before each missing migration's transaction (tests play another process there).
     func run(now: Int64, upTo newest: Int? = nil, logger: Logger? = nil, beforeEach: (Migration) throws -> Void = { _ in }) throws {
-        let applied = try dialect.transaction {
+        let (applied, keptWorkingFrom) = try dialect.transaction {
             let tables = try dialect.tableNames()
             if !tables.isEmpty && !tables.contains("schema_migrations") {
                 throw StoreError(.notADatabase, "the database holds tables but no schema_migrations: it is not a KumaPush relay database")
             }
             try dialect.createLedger()
-            return try dialect.appliedVersions()
+            return (try dialect.appliedVersions(), try dialect.keptWorkingFrom())
         }
         if let found = applied.max(), found > latestVersion {
-            throw StoreError(
-                .newerSchema,
-                "the database is at schema version \(found) but this binary knows only up to \(latestVersion): run a newer kumapush-relay")
+            try acceptNewer(applied: applied, keptWorkingFrom: keptWorkingFrom, logger: logger)
+            return
         }
         let upgrading = !applied.isEmpty
         for migration in migrations where migration.version <= newest ?? latestVersion && !applied.contains(migration.version) {
@@ -76,5 +84,29 @@ struct MigrationRunner<Dialect: MigrationDialect> {
                 logger?.info("database schema upgraded", announced.merging(["duration_ms": String(took.wholeMilliseconds)]) { _, new in new })
             }
         }
+    }
+
+    /// A newer binary migrated this database. This one runs beside it (a rolling upgrade) when every migration it
+    /// does not know keeps its schema working and it knows of none missing; otherwise it must not touch the database.
+    private func acceptNewer(applied: Set<Int>, keptWorkingFrom: [Int: Int], logger: Logger?) throws {
+        let found = applied.max() ?? 0
+        let unknown = applied.filter { $0 > latestVersion }.sorted()
+        let missing = migrations.map(\.version).filter { !applied.contains($0) }
+        if let breaking = unknown.first(where: { (keptWorkingFrom[$0] ?? Int.max) > latestVersion }) {
+            throw StoreError(
+                .newerSchema,
+                "the database is at schema version \(found) but this binary knows only up to \(latestVersion), and migration "
+                    + "\(breaking) does not keep it working: run a newer kumapush-relay")
+        }
+        if let gap = missing.first {
+            throw StoreError(
+                .newerSchema,
+                "the database is at schema version \(found), newer than this binary's \(latestVersion), yet lacks migration \(gap): "
+                    + "run a newer kumapush-relay")
+        }
+        // A warning: right during a rolling upgrade, but a host left on the older binary has not finished it.
+        logger?.warning(
+            "the database schema is newer than this binary's and keeps it working: running beside the newer release; finish the upgrade",
+            ["schema.version": String(found), "schema.binary": String(latestVersion)])
     }
 }
