@@ -114,7 +114,47 @@ import Testing
         try migrating.execute("SELECT pg_advisory_unlock(hashtext('kumapush-relay schema_migrations'))")
         try waitUntil("the store to open") { opened.withLock { $0 != nil } }
         #expect(try opened.withLock { try $0?.get() } == 1, "the store opened once the migration lock was free")
-        #expect(lines.all.contains { $0.contains("upgrading the database schema; its locks are waited for without a time limit") })
+        #expect(lines.all.contains { $0.contains("upgrading the database schema; it waits for a table's lock at most 50 ms at a time") })
+    }
+
+    /// A migration that waits for a table's lock (behind a long transaction) holds up the writers queued behind it for
+    /// one attempt's wait at most, so the relay's statements do not fail at their own lock timeout meanwhile (SPEC §4:
+    /// upgrades refuse nothing, no migration blocks writers for more than a second). It rolls back, retries until it
+    /// has the lock, says so once, and is announced once.
+    @Test func aMigrationWaitingForATableLetsWritersThroughAndRetries() throws {
+        let location = try PostgresServer.shared().createDatabase()
+        // Schema 13: the migration left to apply, 14, alters `devices`.
+        let older = try #require(PostgresMigrations.all.dropLast().last?.version)
+        try PostgresMigrations.apply(on: try PGConnection(conninfo: location, options: .init()), now: TestDatabase.t0, upTo: older)
+        try RawPostgres(location).execute("INSERT INTO devices (id, device_token, date_added) VALUES ('d1', 'token', 0)")
+        let holder = try RawPostgres(location)
+        try holder.execute("BEGIN; LOCK TABLE devices IN ROW EXCLUSIVE MODE")  // what any writer of devices holds
+        let lines = LogCapture()
+        let logger = Logger(label: "relay", level: .info, sink: LogSink(format: .text) { line in lines.append(line) })
+        let opened = Mutex<Result<Int, StoreError>?>(nil)
+        let opening = Thread {
+            let result = Result { () throws(StoreError) in
+                try PostgresStore(url: location, options: .init(logger: logger), now: TestDatabase.t0).writerConnectionsOpened
+            }
+            opened.withLock { $0 = result }
+        }
+        opening.start()
+        let monitor = try RawPostgres(location)
+        try waitUntil("the migration to queue for the table's lock") {
+            try monitor.query(
+                "SELECT count(*) FROM pg_locks JOIN pg_class ON pg_class.oid = pg_locks.relation WHERE relname = 'devices' AND NOT granted"
+            ) != [["0"]]
+        }
+        // A writer as the relay's sessions are set (PG_LOCK_TIMEOUT's default): through while the long transaction
+        // still holds, where a migration waiting without a limit would keep it queued until its lock timeout failed it.
+        try RawPostgres(location).execute("SET lock_timeout = '5s'; UPDATE devices SET last_delivery_error = 'written' WHERE id = 'd1'")
+        try waitUntil("the migration to say it retries") { lines.all.contains { $0.contains("a database schema migration waits for a table") } }
+        #expect(opened.withLock { $0 == nil }, "not migrated while the table is held")
+        try holder.execute("COMMIT")
+        try waitUntil("the store to open") { opened.withLock { $0 != nil } }
+        #expect(try opened.withLock { try $0?.get() } == 1)
+        #expect(try monitor.query("SELECT max(version) FROM schema_migrations") == [[String(PostgresMigrations.latestVersion)]])
+        #expect(lines.all.filter { $0.contains("upgrading the database schema;") }.count == 1, "announced once over its attempts")
     }
 
     private func register(_ store: PostgresStore, _ seed: Int) throws -> String {

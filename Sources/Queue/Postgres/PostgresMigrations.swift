@@ -1,4 +1,5 @@
 import Common
+import Foundation
 import PostgresDriver
 
 /// The PostgreSQL schema, as numbered, append-only migrations applied by `MigrationRunner`: the same tables, states
@@ -108,36 +109,68 @@ enum PostgresMigrations {
 
     /// Brings the database up to `latestVersion` (`MigrationRunner`); `upTo` stops at an older version (tests build a
     /// database as an older binary left it).
-    static func apply(on connection: PGConnection, now: Int64, upTo newest: Int = latestVersion, logger: Logger? = nil) throws {
-        try MigrationRunner(migrations: all, dialect: PostgresMigrationDialect(connection: connection, logger: logger))
-            .run(now: now, upTo: newest, logger: logger)
+    static func apply(
+        on connection: PGConnection, now: Int64, upTo newest: Int = latestVersion, logger: Logger? = nil,
+        tableLockWait: Duration = tableLockWait(sessionLockTimeout: .seconds(5))
+    ) throws {
+        let dialect = PostgresMigrationDialect(connection: connection, logger: logger, tableLockWait: tableLockWait)
+        try MigrationRunner(migrations: all, dialect: dialect).run(now: now, upTo: newest, logger: logger)
+    }
+
+    /// How long one attempt of a migration waits for a table's lock: every writer that comes after it queues behind
+    /// it meanwhile, so at most half a second (SPEC §4: no migration blocks writers for more than a second), and
+    /// half the relay's own `PG_LOCK_TIMEOUT`, so that its queued statements never fail (503) for the wait.
+    static func tableLockWait(sessionLockTimeout: Duration) -> Duration {
+        min(sessionLockTimeout / 2, .milliseconds(500))
     }
 }
 
 /// `MigrationRunner`'s steps on PostgreSQL: each transaction takes an advisory lock, so that of several processes
 /// starting together one migrates at a time and the others wait, then find nothing left to do.
 ///
-/// The transactions run without the session's `statement_timeout` and `lock_timeout` (SPEC §4: migrations are not
-/// cut short): a migration over a large queue may run longer than any statement the relay otherwise sends, and
-/// the advisory lock and the tables' locks are waited for as long as they are held — another process's
-/// migration, running transactions of older processes. `SET LOCAL` ends with the transaction. While a migration
-/// waits for a table's lock, the sessions queued behind it wait too, each at most its own `lock_timeout`; so the
-/// wait is said on `logger`, and a host that froze holding a lock is ended by the server after
-/// `idle_in_transaction_session_timeout` (kept here: a migration never idles inside its transaction).
+/// The transactions run without the session's `statement_timeout` (SPEC §4: migrations are not cut short): a
+/// migration over a large queue may run longer than any statement the relay otherwise sends. The advisory lock is
+/// waited for as long as another process's migration holds it; nobody queues behind that. A table's lock is another
+/// matter: while a migration waits for it (behind a long transaction, or an older process's), every writer that
+/// comes after queues behind the migration, and the relay's own statements would fail at their `lock_timeout` (503,
+/// a lost alert). So each attempt waits at most `tableLockWait` for tables, then rolls back, lets the writers
+/// through for a second, and tries again, as long as it takes. `SET LOCAL` ends with the transaction. A host that
+/// froze holding a lock is ended by the server after `idle_in_transaction_session_timeout`.
 final class PostgresMigrationDialect: MigrationDialect {
     private let connection: PGConnection
     private let logger: Logger?
-    /// Whether this process already said it waits for another's migration (once is enough).
+    private let tableLockWait: Duration
+    /// Whether this process already said it waits for another's migration, or for a table's lock (once is enough).
     private var saidItWaits = false
+    private var saidItRetries = false
 
-    init(connection: PGConnection, logger: Logger?) {
+    init(connection: PGConnection, logger: Logger?, tableLockWait: Duration = PostgresMigrations.tableLockWait(sessionLockTimeout: .seconds(5))) {
         self.connection = connection
         self.logger = logger
+        self.tableLockWait = tableLockWait
     }
 
-    var upgradeNote: String { "its locks are waited for without a time limit" }
+    var upgradeNote: String {
+        "it waits for a table's lock at most \(tableLockWait.wholeMilliseconds) ms at a time, so writers are not held up longer"
+    }
 
     func transaction<T>(_ body: () throws -> T) throws -> T {
+        while true {
+            do {
+                return try attempt(body)
+            } catch let error as PGError where error.sqlstate == PGError.lockNotAvailable && !error.connectionBroken {
+                if !saidItRetries {
+                    logger?.warning(
+                        "a database schema migration waits for a table another session holds; it lets writers through and retries every second",
+                        ["error": error.message])
+                }
+                saidItRetries = true
+                Thread.sleep(forTimeInterval: 1)
+            }
+        }
+    }
+
+    private func attempt<T>(_ body: () throws -> T) throws -> T {
         try connection.transaction { connection in
             try connection.execute("SET LOCAL statement_timeout = 0; SET LOCAL lock_timeout = 0")
             let lock = "hashtext('kumapush-relay schema_migrations')"
@@ -146,6 +179,7 @@ final class PostgresMigrationDialect: MigrationDialect {
                 saidItWaits = true
                 try connection.execute("SELECT pg_advisory_xact_lock(\(lock))")
             }
+            try connection.execute("SET LOCAL lock_timeout = \(tableLockWait.wholeMilliseconds)")
             return try body()
         }
     }

@@ -76,7 +76,9 @@ public final class PostgresStore: Sendable {
         self.url = url
         do {
             let writeLink = try PostgresLink(conninfo: url, options: options.connection, failover: failover)
-            try PostgresMigrations.apply(on: try writeLink.connected(), now: now, logger: options.logger)
+            try PostgresMigrations.apply(
+                on: try writeLink.connected(), now: now, logger: options.logger,
+                tableLockWait: PostgresMigrations.tableLockWait(sessionLockTimeout: options.lockTimeout))
             let readLink = try PostgresLink(conninfo: url, options: options.connection, failover: failover)
             writer = Mutex(writeLink)
             reader = Mutex(readLink)

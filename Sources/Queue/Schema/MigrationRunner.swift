@@ -67,11 +67,13 @@ struct MigrationRunner<Dialect: MigrationDialect> {
         let upgrading = !applied.isEmpty
         for migration in migrations where migration.version <= newest ?? latestVersion && !applied.contains(migration.version) {
             let announced = ["schema.version": String(migration.version), "schema.migration": migration.name]
-            var started = ContinuousClock.now
+            var started: ContinuousClock.Instant?
             try beforeEach(migration)
+            // The dialect may run the transaction again (PostgreSQL, after a table's lock was not had in time): the
+            // migration is announced once, and its duration counts from the first attempt.
             let appliedHere = try dialect.transaction {
                 guard try !dialect.appliedVersions().contains(migration.version) else { return false }
-                if upgrading {
+                if upgrading && started == nil {
                     started = ContinuousClock.now
                     logger?.info("upgrading the database schema; \(dialect.upgradeNote)", announced)
                 }
@@ -79,7 +81,7 @@ struct MigrationRunner<Dialect: MigrationDialect> {
                 try dialect.record(migration, now: now)
                 return true
             }
-            if upgrading, appliedHere {
+            if upgrading, appliedHere, let started {
                 let took = ContinuousClock.now - started
                 logger?.info("database schema upgraded", announced.merging(["duration_ms": String(took.wholeMilliseconds)]) { _, new in new })
             }
