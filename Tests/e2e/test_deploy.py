@@ -194,6 +194,13 @@ def test_the_api_units_take_their_socket_from_a_socket_unit(name):
     assert "ListenStream" in dict(unit_settings(f"{name}.socket"))
 
 
+def test_the_two_api_sockets_conflict_as_they_share_an_address():
+    """serve's and the split setup's ingest socket listen where the proxy sends webhooks: enabling one stops the other."""
+    serve, ingest = (dict(unit_settings(f"{name}.socket")) for name in ("kumapush-relay", "kumapush-ingest"))
+    assert serve["ListenStream"] == ingest["ListenStream"]
+    assert serve["Conflicts"] == "kumapush-ingest.socket" and ingest["Conflicts"] == "kumapush-relay.socket"
+
+
 def test_the_environment_example_listens_on_loopback_behind_the_proxy():
     example = (DEPLOY / "kumapush.env.example").read_text()
     assert re.search(r"^HOST=127\.0\.0\.1$", example, re.M)
