@@ -264,6 +264,12 @@ extension Settings {
             s, text throws(ConfigurationError) in
             s.shutdownGrace = try parseDuration(text, "SHUTDOWN_GRACE", allowZero: true)
         },
+        Variable(
+            name: "SHUTDOWN_DELAY", defaultText: "0s",
+            summary: "ingest, serve: after SIGTERM, how long to go on accepting while /readyz answers 503 (for a load balancer)"
+        ) { s, text throws(ConfigurationError) in
+            s.shutdownDelay = try parseDuration(text, "SHUTDOWN_DELAY", within: .zero ... .seconds(300))
+        },
         Variable(name: "RATE_LIMIT_REGISTER", defaultText: "5/1m,30/1h", summary: "POST /devices per client IP; `off` disables") {
             s, text throws(ConfigurationError) in
             s.rateLimitRegister = try parseRules(text, "RATE_LIMIT_REGISTER")

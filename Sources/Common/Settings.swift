@@ -74,6 +74,9 @@ public struct Settings: Sendable, Equatable {
     public var testWait: Duration = .seconds(5)
     public var lateNotice: Duration = .seconds(120)
     public var shutdownGrace: Duration = .seconds(10)
+    /// How long ingest and serve go on accepting after SIGTERM while `/readyz` answers 503, so that a load balancer
+    /// in front of a self-bound listener stops sending before it closes (not needed under socket activation).
+    public var shutdownDelay: Duration = .zero
     /// Pushes per device per minute before waiting alerts merge into a digest; nil disables digests.
     public var deviceBurst: Int? = 10
     /// Live jobs per device; beyond it, alerts fold into the device's waiting digest instead of growing the queue.

@@ -42,7 +42,7 @@ enum IngestCommand: Command {
         let signal = TerminationSignals.wait()
         logger.info("shutting down", ["signal": signal])
         lifecycle.stopping()
-        service.shutdown(grace: settings.shutdownGrace)
+        service.shutdown(grace: settings.shutdownGrace, delay: settings.shutdownDelay)
         logger.info("stopped")
         return ExitCode.ok
     }

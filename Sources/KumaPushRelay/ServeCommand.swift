@@ -51,7 +51,7 @@ enum ServeCommand: Command {
         let signal = TerminationSignals.wait()
         logger.info("shutting down", ["signal": signal])
         lifecycle.stopping()
-        ingest.shutdown(grace: settings.shutdownGrace)
+        ingest.shutdown(grace: settings.shutdownGrace, delay: settings.shutdownDelay)
         delivery.shutdown(grace: settings.shutdownGrace)
         metricsServer?.stop()
         logger.info("stopped")

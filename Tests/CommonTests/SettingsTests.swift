@@ -52,7 +52,7 @@ import Testing
             "APNS_CONNECTIONS": "4", "APNS_REQUEST_TIMEOUT": "10s", "DELIVER_CONCURRENCY": "50", "JOB_TTL": "2h", "RETRY_BASE": "500ms",
             "RETRY_MAX": "1m",
             "LEASE_TIMEOUT": "30s", "DEAD_LETTER_RETENTION": "1d", "TOMBSTONE_RETENTION": "2d", "QUEUE_MAX": "99",
-            "TEST_WAIT": "0", "LATE_NOTICE": "5m", "SHUTDOWN_GRACE": "3s", "RATE_LIMIT_REGISTER": "off",
+            "TEST_WAIT": "0", "LATE_NOTICE": "5m", "SHUTDOWN_GRACE": "3s", "SHUTDOWN_DELAY": "20s", "RATE_LIMIT_REGISTER": "off",
             "RATE_LIMIT_WEBHOOK": "100/10s,1000/1h", "RATE_LIMIT_WEBHOOK_FAILED": "3/1m", "RATE_LIMIT_WEBHOOK_IP": "50/1s", "DEVICE_BURST": "off",
             "BEHIND_PROXY": "true", "PROXY_HEADER": "X-Real-IP", "TRUSTED_PROXIES": "10.0.0.0/8, fd00::/8",
             "METRICS_ADDR": "off", "LOG_LEVEL": "debug", "LOG_FORMAT": "json",
@@ -74,7 +74,7 @@ import Testing
         #expect(s.jobTTL == .seconds(7200) && s.retryBase == .milliseconds(500) && s.retryMax == .seconds(60))
         #expect(s.leaseTimeout == .seconds(30) && s.deadLetterRetention == .seconds(86_400))
         #expect(s.tombstoneRetention == .seconds(172_800) && s.queueMax == 99)
-        #expect(s.testWait == .zero && s.lateNotice == .seconds(300) && s.shutdownGrace == .seconds(3))
+        #expect(s.testWait == .zero && s.lateNotice == .seconds(300) && s.shutdownGrace == .seconds(3) && s.shutdownDelay == .seconds(20))
         #expect(s.rateLimitRegister.isEmpty)
         #expect(s.rateLimitWebhook == [RateLimitRule(limit: 100, window: .seconds(10)), RateLimitRule(limit: 1000, window: .seconds(3600))])
         #expect(s.rateLimitWebhookFailed == [RateLimitRule(limit: 3, window: .seconds(60))])
@@ -131,7 +131,7 @@ import Testing
         "APNS_ENVIRONMENT": "staging", "APNS_URL": "http://127.0.0.1:8443", "APNS_CONNECTIONS": "0", "APNS_REQUEST_TIMEOUT": "0s",
         "DELIVER_CONCURRENCY": "-5", "JOB_TTL": "24", "RETRY_BASE": "1x", "RETRY_MAX": "0s", "LEASE_TIMEOUT": "soon",
         "DEAD_LETTER_RETENTION": "7days", "TOMBSTONE_RETENTION": "-1d", "QUEUE_MAX": "many", "TEST_WAIT": "5",
-        "LATE_NOTICE": "2 min", "SHUTDOWN_GRACE": "x", "RATE_LIMIT_REGISTER": "5", "RATE_LIMIT_WEBHOOK": "0/1m",
+        "LATE_NOTICE": "2 min", "SHUTDOWN_GRACE": "x", "SHUTDOWN_DELAY": "6m", "RATE_LIMIT_REGISTER": "5", "RATE_LIMIT_WEBHOOK": "0/1m",
         "RATE_LIMIT_WEBHOOK_FAILED": "10/0s", "RATE_LIMIT_WEBHOOK_IP": "6000", "DEVICE_BURST": "none", "BEHIND_PROXY": "maybe",
         "PROXY_HEADER": "X Forwarded", "TRUSTED_PROXIES": "10.0.0.0/33", "METRICS_ADDR": "localhost",
         "LOG_LEVEL": "loud", "LOG_FORMAT": "xml",

@@ -78,3 +78,20 @@ def _listening(port):
         return True
     except OSError:
         return False
+
+
+def test_with_a_shutdown_delay_sigterm_turns_readyz_503_and_webhooks_are_still_accepted_until_it_ends(relays, tmp_path):
+    """A self-bound ingest behind a load balancer (SHUTDOWN_DELAY): at SIGTERM `/readyz` answers 503 at once, so the
+    balancer stops sending, while the listener goes on accepting, so a webhook already on its way is stored, not
+    refused; then the process stops as usual, exit 0."""
+    ingest = relays("ingest", SHUTDOWN_DELAY="5s")
+    device_id = register(ingest)
+    ingest.signal(signal.SIGTERM)
+    wait_until(lambda: request("GET", f"{ingest.base}/readyz")[:2] == (503, {"error": "shutting down"}),
+               what="/readyz 503 shutting down")
+    assert request("GET", f"{ingest.base}/livez")[0] == 200
+    status, body, _ = request("POST", f"{ingest.base}/wh/{device_id}",
+                              (ROOT / "Tests" / "Fixtures" / "webhooks" / "a-1.23-http-down.json").read_bytes())
+    assert status == 202, body
+    assert ingest.wait() == 0
+    assert jobs(tmp_path / "relay.db") == [("available",)]
