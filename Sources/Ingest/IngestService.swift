@@ -139,16 +139,13 @@ public final class IngestService: Sendable {
     public var metricsPort: UInt16? { servers.withLock { $0.metrics?.port } }
 
     /// SIGTERM: stop accepting, answer what is in flight (at most `grace`), commit what is queued, close.
-    /// Stops: `/readyz` answers 503 `shutting down` at once; the listener goes on accepting for `delay`, so that a
-    /// load balancer polling `/readyz` sends elsewhere before it closes (Uptime Kuma never retries a refused
-    /// webhook); then requests in flight get up to `grace`.
-    public func shutdown(grace: Duration, delay: Duration = .zero) {
+    /// `/readyz` answers 503 `shutting down` from now on, while everything else goes on (`SHUTDOWN_DELAY`).
+    public func announceShutdown() {
         shuttingDown.store(true, ordering: .relaxed)
-        if delay > .zero {
-            logger.info(
-                "still accepting while /readyz answers 503, for load balancers to stop sending", ["delay_ms": String(delay.wholeMilliseconds)])
-            Thread.sleep(forTimeInterval: delay.seconds)
-        }
+    }
+
+    public func shutdown(grace: Duration) {
+        shuttingDown.store(true, ordering: .relaxed)
         let (api, metricsServer) = servers.withLock { $0 }
         let drained = api?.drain(grace: grace) ?? true
         if !drained { logger.warning("requests still in flight at the end of the grace period") }

@@ -28,7 +28,7 @@ enum DeliverCommand: Command {
         lifecycle.ready(loops: [runtime.loop], status: "delivering")
         let signal = TerminationSignals.wait()
         logger.info("shutting down", ["signal": signal])
-        lifecycle.stopping()
+        lifecycle.stopping(expected: settings.shutdownGrace)
         runtime.shutdown(grace: settings.shutdownGrace)
         metricsServer?.stop()
         logger.info("stopped")

@@ -41,8 +41,9 @@ enum IngestCommand: Command {
             status: "listening on port \(service.port)")
         let signal = TerminationSignals.wait()
         logger.info("shutting down", ["signal": signal])
-        lifecycle.stopping()
-        service.shutdown(grace: settings.shutdownGrace, delay: settings.shutdownDelay)
+        lifecycle.stopping(expected: settings.shutdownDelay + settings.shutdownGrace)
+        ShutdownDelay.keepAccepting(service, for: settings.shutdownDelay, logger: logger)
+        service.shutdown(grace: settings.shutdownGrace)
         logger.info("stopped")
         return ExitCode.ok
     }

@@ -63,9 +63,11 @@ final class ProcessLifecycle: Sendable {
     }
 
     /// STOPPING=1 and no more watchdog pings: from here systemd watches TimeoutStopSec instead.
-    func stopping() {
+    /// `expected`: the longest the stop can take (`SHUTDOWN_DELAY` and each `SHUTDOWN_GRACE` it waits), with a margin
+    /// for what follows them.
+    func stopping(expected: Duration) {
         // The pings end first, so none follows STOPPING=1.
         watchdog.withLock { $0 }?.stop()
-        notifier.stopping()
+        notifier.stopping(expected: expected + .seconds(5))
     }
 }

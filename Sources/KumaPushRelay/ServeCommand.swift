@@ -50,8 +50,10 @@ enum ServeCommand: Command {
             status: "listening on port \(ingest.port)")
         let signal = TerminationSignals.wait()
         logger.info("shutting down", ["signal": signal])
-        lifecycle.stopping()
-        ingest.shutdown(grace: settings.shutdownGrace, delay: settings.shutdownDelay)
+        // The API's grace, then the deliverer's for pushes still in flight.
+        lifecycle.stopping(expected: settings.shutdownDelay + settings.shutdownGrace * 2)
+        ShutdownDelay.keepAccepting(ingest, for: settings.shutdownDelay, logger: logger)
+        ingest.shutdown(grace: settings.shutdownGrace)
         delivery.shutdown(grace: settings.shutdownGrace)
         metricsServer?.stop()
         logger.info("stopped")

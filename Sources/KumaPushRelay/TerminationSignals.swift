@@ -22,6 +22,21 @@ enum TerminationSignals {
         return received == SIGINT ? "SIGINT" : "SIGTERM"
     }
 
+    /// Blocks until SIGTERM or SIGINT arrives or `timeout` passes; the signal's name, or nil when none came.
+    static func wait(timeout: Duration) -> String? {
+        var set = signalSet()
+        let (seconds, attoseconds) = timeout.components
+        var limit = timespec(tv_sec: Int(seconds), tv_nsec: Int(attoseconds / 1_000_000_000))
+        while true {
+            let received = sigtimedwait(&set, nil, &limit)
+            if received == SIGINT { return "SIGINT" }
+            if received == SIGTERM { return "SIGTERM" }
+            // EAGAIN: the time passed. EINTR (another signal's handler ran) would restart the whole wait, so a
+            // stray signal could only lengthen it; no handler is installed, so it does not happen.
+            if errno != EINTR { return nil }
+        }
+    }
+
     private static func signalSet() -> sigset_t {
         var set = sigset_t()
         sigemptyset(&set)

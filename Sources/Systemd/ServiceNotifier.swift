@@ -10,7 +10,12 @@ public struct ServiceNotifier: Sendable {
 
     public func ready(status: String) { send("READY=1\nSTATUS=\(status)") }
 
-    public func stopping() { send("STOPPING=1\nSTATUS=stopping") }
+    /// `expected`: how long the stop may take at most; systemd's stop timeout (`TimeoutStopSec=`) is extended to it
+    /// when it is longer (`EXTEND_TIMEOUT_USEC`), so that a long `SHUTDOWN_DELAY` is not cut short by SIGKILL.
+    public func stopping(expected: Duration) {
+        let microseconds = expected.components.seconds * 1_000_000 + expected.components.attoseconds / 1_000_000_000_000
+        send("STOPPING=1\nSTATUS=stopping\nEXTEND_TIMEOUT_USEC=\(microseconds)")
+    }
 
     public func watchdog() { send("WATCHDOG=1") }
 

@@ -114,7 +114,10 @@ import Testing
         try migrating.execute("SELECT pg_advisory_unlock(hashtext('kumapush-relay schema_migrations'))")
         try waitUntil("the store to open") { opened.withLock { $0 != nil } }
         #expect(try opened.withLock { try $0?.get() } == 1, "the store opened once the migration lock was free")
-        #expect(lines.all.contains { $0.contains("upgrading the database schema; it waits for a table's lock at most 50 ms at a time") })
+        #expect(
+            lines.all.contains {
+                $0.contains("upgrading the database schema; it waits for a table's lock at most 50 ms at a time, then lets writers")
+            })
     }
 
     /// A migration that waits for a table's lock (behind a long transaction) holds up the writers queued behind it for

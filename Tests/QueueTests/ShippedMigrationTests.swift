@@ -46,4 +46,20 @@ import Testing
         #expect(Set(now.keys) == Set(Self.postgres.keys), "a new migration is pinned here when it ships")
         for (version, pinned) in Self.postgres { #expect(now[version] == pinned, "PostgreSQL migration \(version) was edited") }
     }
+
+    /// Migrations from 13 on that change what the release before reads or writes, so that its processes must stop
+    /// with exit 2 rather than restart beside them during a rolling upgrade. Listed on purpose: none so far.
+    static let breaking: Set<Int> = []
+
+    /// From 13 on, every migration says whether the release before keeps working beside it (`keepsWorkingFrom`, read
+    /// by that release's processes restarting during a rolling upgrade), or is listed above as breaking: forgetting
+    /// the field would make every older process refuse the database for a migration that only adds.
+    @Test func everyMigrationFromThirteenOnSaysWhetherTheReleaseBeforeKeepsWorking() {
+        for migration in Migrations.all + PostgresMigrations.all where migration.version >= 13 {
+            #expect(
+                (migration.keepsWorkingFrom != nil) != Self.breaking.contains(migration.version),
+                "migration \(migration.version): set keepsWorkingFrom, or list it in `breaking`, not both")
+            if let from = migration.keepsWorkingFrom { #expect(from < migration.version) }
+        }
+    }
 }

@@ -47,12 +47,43 @@ def test_ready_then_regular_watchdog_pings_then_stopping(relay_binary, tmp_path,
         stopping = notify.times("STOPPING")
         assert len(stopping) == 1
         assert not [at for at in notify.times("WATCHDOG") if at > stopping[0]], "no ping once stopping"
+        # The stop may take SHUTDOWN_GRACE (10 s), twice in serve (its API, then pushes in flight), and 5 s more.
+        extended = [value for _, key, value in notify.fields() if key == "EXTEND_TIMEOUT_USEC"]
+        assert extended == [str({"serve": 25, "ingest": 15, "deliver": 15}[command] * 1_000_000)]
     finally:
         if process.poll() is None:
             process.kill()
             process.wait(timeout=10)
         if listener is not None:
             listener.close()
+
+
+def test_a_long_shutdown_delay_extends_the_stop_timeout_and_a_second_sigterm_ends_it(relay_binary, tmp_path, fake_apns,
+                                                                                      notify):
+    """SHUTDOWN_DELAY past the units' TimeoutStopSec=30: STOPPING=1 tells systemd how long the stop may take, so it
+    is not ended by SIGKILL; an operator's second SIGTERM ends the delay early."""
+    listener = listening_socket()
+    env = settings(tmp_path, fake_apns)
+    env["SHUTDOWN_DELAY"] = "300s"
+    env["LOG_LEVEL"] = "info"
+    process = start_activated(relay_binary, "ingest", env, tmp_path / "ingest.log", listener=listener,
+                              notify_path=notify.path)
+    try:
+        wait_until(lambda: notify.times("READY"), timeout=30, what="READY=1")
+        process.send_signal(signal.SIGTERM)
+        wait_until(lambda: notify.times("STOPPING"), what="STOPPING=1")
+        extended = [value for _, key, value in notify.fields() if key == "EXTEND_TIMEOUT_USEC"]
+        assert extended == [str(315 * 1_000_000)], "the delay, the grace (10 s) and 5 s"
+        readyz = f"http://127.0.0.1:{listener.getsockname()[1]}/readyz"
+        wait_until(lambda: request("GET", readyz)[0] == 503, what="/readyz 503 during the delay")
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=60) == 0
+        assert "shutdown delay cut short" in (tmp_path / "ingest.log").read_text()
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(timeout=10)
+        listener.close()
 
 
 def test_no_watchdog_pings_for_a_watchdog_meant_for_another_process(relay_binary, tmp_path, fake_apns, notify):

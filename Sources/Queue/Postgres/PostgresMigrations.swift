@@ -121,7 +121,8 @@ enum PostgresMigrations {
     /// it meanwhile, so at most half a second (SPEC §4: no migration blocks writers for more than a second), and
     /// half the relay's own `PG_LOCK_TIMEOUT`, so that its queued statements never fail (503) for the wait.
     static func tableLockWait(sessionLockTimeout: Duration) -> Duration {
-        min(sessionLockTimeout / 2, .milliseconds(500))
+        // At least a millisecond: `lock_timeout = 0` would mean no limit.
+        max(min(sessionLockTimeout / 2, .milliseconds(500)), .milliseconds(1))
     }
 }
 
@@ -142,7 +143,8 @@ final class PostgresMigrationDialect: MigrationDialect {
     private let tableLockWait: Duration
     /// Whether this process already said it waits for another's migration, or for a table's lock (once is enough).
     private var saidItWaits = false
-    private var saidItRetries = false
+    /// Attempts that gave up on a table's lock so far.
+    private var retries = 0
 
     init(connection: PGConnection, logger: Logger?, tableLockWait: Duration = PostgresMigrations.tableLockWait(sessionLockTimeout: .seconds(5))) {
         self.connection = connection
@@ -151,7 +153,7 @@ final class PostgresMigrationDialect: MigrationDialect {
     }
 
     var upgradeNote: String {
-        "it waits for a table's lock at most \(tableLockWait.wholeMilliseconds) ms at a time, so writers are not held up longer"
+        "it waits for a table's lock at most \(tableLockWait.wholeMilliseconds) ms at a time, then lets writers queued behind it through"
     }
 
     func transaction<T>(_ body: () throws -> T) throws -> T {
@@ -159,12 +161,15 @@ final class PostgresMigrationDialect: MigrationDialect {
             do {
                 return try attempt(body)
             } catch let error as PGError where error.sqlstate == PGError.lockNotAvailable && !error.connectionBroken {
-                if !saidItRetries {
+                // Said at the first retry and every minute or so after: a transaction left open by hand holds it up
+                // for as long as it stays open. (An autovacuum is not cancelled for it, as it is for a wait past
+                // `deadlock_timeout`: the migration goes ahead when the vacuum ends.)
+                if retries % 40 == 0 {
                     logger?.warning(
                         "a database schema migration waits for a table another session holds; it lets writers through and retries every second",
-                        ["error": error.message])
+                        ["error": error.message, "retries": String(retries)])
                 }
-                saidItRetries = true
+                retries += 1
                 Thread.sleep(forTimeInterval: 1)
             }
         }
