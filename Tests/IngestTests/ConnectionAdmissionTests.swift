@@ -30,17 +30,24 @@ import Testing
         #expect(answer.hasPrefix("HTTP/1.1 200"))
     }
 
+    /// A server handed `listening` as systemd hands the units' socket, two threads, at most two connections,
+    /// answering every request 200.
+    private static func socketActivatedServer(_ listening: Int32, connectionsPerClient: Int? = nil) throws -> HTTPServer {
+        var configuration = HTTPServer.Configuration(host: "127.0.0.1", port: 0)
+        configuration.threads = 2
+        configuration.connectionLimit = 2
+        configuration.connectionsPerClient = connectionsPerClient
+        configuration.listeningSocket = listening
+        return try HTTPServer(configuration) { _, responder in responder.respond(.json(200, "{}")) }
+    }
+
     /// The same under socket activation, where the relay accepts and hands each connection to libmicrohttpd: a burst
     /// past the limit must wait in the backlog too. Accepting the whole burst let libmicrohttpd close what was over
     /// its limit, unanswered: with systemd's socket units, every webhook of a burst past HTTP_MAX_CONNECTIONS lost.
     @Test func underSocketActivationABurstPastTheLimitWaitsAndIsServed() throws {
         let listening = try HeldSocket.listen()
         defer { close(listening.fd) }
-        var configuration = HTTPServer.Configuration(host: "127.0.0.1", port: 0)
-        configuration.threads = 2
-        configuration.connectionLimit = 2
-        configuration.listeningSocket = listening.fd
-        let server = try HTTPServer(configuration) { _, responder in responder.respond(.json(200, "{}")) }
+        let server = try Self.socketActivatedServer(listening.fd)
         defer { server.stop() }
         // All connected (in the backlog) and their requests written before the relay accepts any of them.
         let burst = try (0..<12).map { _ in try HeldSocket.connect(port: listening.port) }
@@ -58,12 +65,7 @@ import Testing
     @Test func underSocketActivationRefusedConnectionsTakeNoSlot() throws {
         let listening = try HeldSocket.listen()
         defer { close(listening.fd) }
-        var configuration = HTTPServer.Configuration(host: "127.0.0.1", port: 0)
-        configuration.threads = 2
-        configuration.connectionLimit = 2
-        configuration.connectionsPerClient = 1
-        configuration.listeningSocket = listening.fd
-        let server = try HTTPServer(configuration) { _, responder in responder.respond(.json(200, "{}")) }
+        let server = try Self.socketActivatedServer(listening.fd, connectionsPerClient: 1)
         defer { server.stop() }
         let held = try HeldSocket.connect(port: listening.port)
         try HeldSocket.write("GET /x HTTP/1.1\r\nHost: t\r\n\r\n", to: held)

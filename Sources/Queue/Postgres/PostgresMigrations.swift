@@ -111,7 +111,7 @@ enum PostgresMigrations {
     /// database as an older binary left it).
     static func apply(
         on connection: PGConnection, now: Int64, upTo newest: Int = latestVersion, logger: Logger? = nil,
-        tableLockWait: Duration = tableLockWait(sessionLockTimeout: .seconds(5))
+        tableLockWait: Duration = defaultTableLockWait
     ) throws {
         let dialect = PostgresMigrationDialect(connection: connection, logger: logger, tableLockWait: tableLockWait)
         try MigrationRunner(migrations: all, dialect: dialect).run(now: now, upTo: newest, logger: logger)
@@ -120,6 +120,9 @@ enum PostgresMigrations {
     /// How long one attempt of a migration waits for a table's lock: every writer that comes after it queues behind
     /// it meanwhile, so at most half a second (SPEC §4: no migration blocks writers for more than a second), and
     /// half the relay's own `PG_LOCK_TIMEOUT`, so that its queued statements never fail (503) for the wait.
+    /// With `PG_LOCK_TIMEOUT`'s default (5 s): where no store's settings apply (tests, the schema probe).
+    static let defaultTableLockWait = tableLockWait(sessionLockTimeout: .seconds(5))
+
     static func tableLockWait(sessionLockTimeout: Duration) -> Duration {
         // At least a millisecond: `lock_timeout = 0` would mean no limit.
         max(min(sessionLockTimeout / 2, .milliseconds(500)), .milliseconds(1))
@@ -146,7 +149,7 @@ final class PostgresMigrationDialect: MigrationDialect {
     /// Attempts that gave up on a table's lock so far.
     private var retries = 0
 
-    init(connection: PGConnection, logger: Logger?, tableLockWait: Duration = PostgresMigrations.tableLockWait(sessionLockTimeout: .seconds(5))) {
+    init(connection: PGConnection, logger: Logger?, tableLockWait: Duration = PostgresMigrations.defaultTableLockWait) {
         self.connection = connection
         self.logger = logger
         self.tableLockWait = tableLockWait
