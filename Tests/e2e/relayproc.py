@@ -81,6 +81,22 @@ class Relay:
     def signal(self, sig):
         self.process.send_signal(sig)
 
+    def freeze(self):
+        """SIGSTOP, returning once every thread of the process is stopped. kill(2) returns before that: the stop
+        begins only when one thread is scheduled to take the signal, and until then the others run on (on a loaded
+        machine, long enough to finish a transaction the caller meant to catch half-done)."""
+        self.process.send_signal(signal.SIGSTOP)
+
+        def thread_stopped(task):
+            try:
+                # The state follows the parenthesised command name, which may itself hold spaces.
+                return (task / "stat").read_text().rpartition(")")[2].split()[0] in ("T", "t")
+            except FileNotFoundError:
+                return True  # the thread ended
+        tasks = pathlib.Path(f"/proc/{self.process.pid}/task")
+        wait_until(lambda: all(thread_stopped(task) for task in tasks.iterdir()), timeout=30,
+                   what="every thread of the relay to stop")
+
     def wait(self, timeout=30.0):
         return self.process.wait(timeout=timeout)
 

@@ -5,9 +5,10 @@ other hosts accept every webhook again and deliver every acknowledged alert, in 
 
 How the freeze is caught mid-transaction, without timing luck: a helper session (psql) locks the device row first.
 The relay process's transaction then waits for that lock, visibly (`pg_blocking_pids`); the test freezes the process
-(SIGSTOP) and only then lets the helper commit. The relay's backend takes the lock, finishes its round trip and sits
-'idle in transaction' holding the device row, its client frozen: exactly the state a host frozen between two round
-trips leaves behind, reached every time. The frozen process runs with PG_LOCK_TIMEOUT=60s so that its own wait for
+(SIGSTOP), waits until every one of its threads has stopped (`Relay.freeze`: kill(2) returns before they do), and
+only then lets the helper commit. The relay's backend takes the lock, finishes its round trip and sits 'idle in
+transaction' holding the device row, its client frozen: exactly the state a host frozen between two round trips
+leaves behind, reached every time. The frozen process runs with PG_LOCK_TIMEOUT=60s so that its own wait for
 the helper cannot time out first, however slowly this machine runs; every other process uses the defaults."""
 import concurrent.futures
 import signal
@@ -72,7 +73,7 @@ def freeze_mid_transaction(relay, postgres, database, holder):
     """Freezes `relay` once its backend waits for `holder`'s row, then lets it take the row: returns the backend's
     pid once it sits idle in its transaction, holding the row, its client frozen."""
     pid = wait_until(holder.waiter, timeout=60, what="the relay's transaction to wait for the device row")
-    relay.signal(signal.SIGSTOP)
+    relay.freeze()
     holder.commit()
     wait_until(lambda: backend_state(postgres, database, pid) == "idle in transaction", timeout=30,
                what="the frozen relay's backend to hold the row, idle in its transaction")
