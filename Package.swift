@@ -55,8 +55,11 @@ let package = Package(
         .executableTarget(
             name: "QueueProbe", dependencies: ["Common", "Queue"], path: "Tests/QueueProbe",
             swiftSettings: strictSettings),
+        // Ignores SIGPIPE in the test runner before any test starts, as the binary does for itself.
+        .target(name: "TestRunnerSignals", path: "Tests/TestRunnerSignals"),
         .target(
-            name: "TestSupport", dependencies: ["CSQLite", "CLibPQ", "Common", "Queue"], path: "Tests/TestSupport", swiftSettings: strictSettings),
+            name: "TestSupport", dependencies: ["CSQLite", "CLibPQ", "Common", "Queue", "TestRunnerSignals"], path: "Tests/TestSupport",
+            swiftSettings: strictSettings),
         .testTarget(name: "CommonTests", dependencies: ["Common"], swiftSettings: strictSettings),
         .testTarget(name: "ThreadingTests", dependencies: ["Threading"], swiftSettings: strictSettings),
         .testTarget(name: "SystemdTests", dependencies: ["Systemd", "Threading"], swiftSettings: strictSettings),

@@ -94,7 +94,6 @@ private enum HeldSocket {
     struct Failure: Error {}
 
     static func connect(port: UInt16) throws -> Int32 {
-        _ = TestProcess.ignoresSIGPIPE
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         guard fd >= 0 else { throw Failure() }
         var address = sockaddr_in()
@@ -113,7 +112,6 @@ private enum HeldSocket {
 
     /// A listening socket on 127.0.0.1 and a free port, as systemd would hand one over.
     static func listen() throws -> (fd: Int32, port: UInt16) {
-        _ = TestProcess.ignoresSIGPIPE
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         guard fd >= 0 else { throw Failure() }
         var address = sockaddr_in()

@@ -4,7 +4,7 @@ import Synchronization
 /// logged.
 public final class LogCapture: Sendable {
     private let lines = Mutex<[String]>([])
-    public init() { _ = TestProcess.ignoresSIGPIPE }
+    public init() {}
     public func append(_ line: String) { lines.withLock { $0.append(line) } }
     public var all: [String] { lines.withLock { $0 } }
     public var text: String { all.joined(separator: "\n") }

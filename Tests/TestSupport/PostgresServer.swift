@@ -35,7 +35,6 @@ public final class PostgresServer: Sendable {
     private let pgCtl: String
 
     private init() throws {
-        _ = TestProcess.ignoresSIGPIPE
         guard let bin = Self.binDirectory else {
             throw ServerError("no PostgreSQL server found in /usr/lib/postgresql (apt-get install postgresql, or set KUMAPUSH_PG_BIN)")
         }

@@ -20,7 +20,6 @@ public struct RawHTTPClient: Sendable {
     public var host = "127.0.0.1"
 
     public init(port: UInt16) {
-        _ = TestProcess.ignoresSIGPIPE
         self.port = port
     }
 

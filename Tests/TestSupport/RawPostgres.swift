@@ -7,7 +7,6 @@ public final class RawPostgres {
     private let handle: OpaquePointer
 
     public init(_ conninfo: String) throws {
-        _ = TestProcess.ignoresSIGPIPE
         guard let connection = PQconnectdb(conninfo) else { throw Self.failure("out of memory") }
         guard PQstatus(connection) == CONNECTION_OK else {
             let message = String(cString: PQerrorMessage(connection))

@@ -6,7 +6,6 @@ public enum TLSFixtures {
         .appendingPathComponent("Fixtures/tls")
 
     public static func path(_ name: String) -> String {
-        _ = TestProcess.ignoresSIGPIPE  // every TLS test talks over sockets a peer may close mid-write
         return directory.appendingPathComponent(name).path
     }
     public static var caFile: String { path("ca.pem") }

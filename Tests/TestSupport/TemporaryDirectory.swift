@@ -5,7 +5,6 @@ public final class TemporaryDirectory {
     public let url: URL
 
     public init() {
-        _ = TestProcess.ignoresSIGPIPE
         url = FileManager.default.temporaryDirectory.appendingPathComponent("kumapush-test-\(UUID().uuidString)")
         try! FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
     }
