@@ -25,8 +25,10 @@ def serve_env(tmp_path, fake_apns, port):
 
 
 class Load:
-    """Webhooks to every device in turn from one client thread, a new connection each (as Uptime Kuma sends them),
-    until stopped; every answer is recorded."""
+    """Webhooks from one client thread per device, all at once, a new connection each (as Uptime Kuma sends them),
+    until stopped; every answer is recorded. A restart so meets several connections at every stage: being answered
+    by the old process, waiting in the backlog while no process runs, and taken by the next one. Each device's
+    webhooks go one after the other, so their order is the order they were acknowledged in."""
 
     def __init__(self, base, device_ids):
         self.base, self.device_ids = base, device_ids
@@ -34,19 +36,27 @@ class Load:
         self.answers = []
         self.lock = threading.Lock()
         self.stopping = threading.Event()
-        self.thread = threading.Thread(target=self._run)
+        self.threads = [threading.Thread(target=self._run, args=(device,)) for device in device_ids]
 
-    def _run(self):
+    def start(self):
+        for thread in self.threads:
+            thread.start()
+
+    def stop(self):
+        self.stopping.set()
+        for thread in self.threads:
+            thread.join(120)
+
+    def _run(self, device):
         while not self.stopping.is_set():
-            for device in self.device_ids:
-                n = self.sent[device]
-                try:
-                    status = request("POST", f"{self.base}/wh/{device}", alert(1, "DB", n % 2, f"event {n}"), timeout=60)[0]
-                except OSError as error:
-                    status = repr(error)
-                with self.lock:
-                    self.answers.append((device, n, status))
-                self.sent[device] = n + 1
+            n = self.sent[device]
+            try:
+                status = request("POST", f"{self.base}/wh/{device}", alert(1, "DB", n % 2, f"event {n}"), timeout=60)[0]
+            except OSError as error:
+                status = repr(error)
+            with self.lock:
+                self.answers.append((device, n, status))
+            self.sent[device] = n + 1
 
     def count(self):
         with self.lock:
@@ -75,7 +85,7 @@ def test_three_restarts_on_a_held_socket_under_load_answer_and_deliver_every_web
         wait_until(lambda: request("GET", base + "/readyz")[0] == 200, what=f"the first {command} ready on the held socket")
         devices = [register(type("R", (), {"base": base})(), seed)[0] for seed in range(1, DEVICES + 1)]
         load = Load(base, devices)
-        load.thread.start()
+        load.start()
         try:
             for restart in range(3):
                 # Some webhooks answered by this process before it goes (the load is really running through it).
@@ -87,8 +97,7 @@ def test_three_restarts_on_a_held_socket_under_load_answer_and_deliver_every_web
             floor = load.count() + 20
             wait_until(lambda: load.count() >= floor, timeout=60, what="webhooks answered after the last restart")
         finally:
-            load.stopping.set()
-            load.thread.join(120)
+            load.stop()
         refused = [answer for answer in load.answers if answer[2] != 202]
         assert not refused, f"{len(refused)} of {len(load.answers)} webhooks not 202, first {refused[:5]}"
         for seed, device in enumerate(devices, start=1):
