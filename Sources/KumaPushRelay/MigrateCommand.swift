@@ -16,9 +16,14 @@ enum MigrateCommand: Command {
 
     static func run(settings: Settings, arguments: [String]) throws -> Int32 {
         try OptionParser(arguments).finish()
-        _ = try openStore(settings)
-        let version = settings.databaseURL == nil ? SQLiteStore.schemaVersion : PostgresStore.schemaVersion
-        print("database at schema version \(version)")
+        let found = try openStore(settings).databaseSchemaVersion
+        let release = settings.databaseURL == nil ? SQLiteStore.schemaVersion : PostgresStore.schemaVersion
+        if found > release {
+            // A newer release migrated it, and its migrations keep this one working (else opening it failed).
+            print("database at schema version \(found), newer than this release's \(release), which keeps working beside it: finish the upgrade")
+        } else {
+            print("database at schema version \(found)")
+        }
         return ExitCode.ok
     }
 }

@@ -115,6 +115,9 @@ public protocol JobQueue: Sendable {
     func stats() throws(StoreError) -> QueueStats
     /// A cheap query that fails when the database does not answer (`GET /health`).
     func ping() throws(StoreError)
+    /// The database's schema version as this store found or left it at open: this release's, or a newer release's
+    /// that keeps it working (a rolling upgrade under way; `migrate` says so).
+    var databaseSchemaVersion: Int { get }
 }
 
 public typealias RelayStore = DeviceStore & JobQueue

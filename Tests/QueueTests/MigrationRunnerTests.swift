@@ -19,7 +19,7 @@ import Testing
     @Test func aNewDatabaseGetsEveryMigrationEachInItsOwnTransactionAndNothingIsAnnounced() throws {
         let dialect = MemoryDialect()
         let (logger, lines) = Self.capturingLogger()
-        try MigrationRunner(migrations: Self.migrations, dialect: dialect).run(now: 5, logger: logger)
+        #expect(try MigrationRunner(migrations: Self.migrations, dialect: dialect).run(now: 5, logger: logger) == 4)
         #expect(dialect.log == ["begin", "ledger", "commit", "begin", "sql 1", "commit", "begin", "sql 2", "commit", "begin", "sql 4", "commit"])
         #expect(dialect.applied == [1: 5, 2: 5, 4: 5])
         #expect(lines.all.isEmpty)
@@ -52,7 +52,7 @@ import Testing
 
     @Test func upToStopsAtAnOlderVersion() throws {
         let dialect = MemoryDialect()
-        try MigrationRunner(migrations: Self.migrations, dialect: dialect).run(now: 5, upTo: 2)
+        #expect(try MigrationRunner(migrations: Self.migrations, dialect: dialect).run(now: 5, upTo: 2) == 2)
         #expect(dialect.applied.keys.sorted() == [1, 2])
     }
 
@@ -69,7 +69,8 @@ import Testing
         let dialect = MemoryDialect(applied: [1, 2, 4, 5, 6])
         dialect.keeps = [5: 4, 6: 2]
         let (logger, lines) = Self.capturingLogger()
-        try MigrationRunner(migrations: Self.migrations, dialect: dialect).run(now: 5, logger: logger)
+        // The version `migrate` reports: the database's, not this binary's 4.
+        #expect(try MigrationRunner(migrations: Self.migrations, dialect: dialect).run(now: 5, logger: logger) == 6)
         #expect(!dialect.log.contains { $0.hasPrefix("sql") })
         #expect(dialect.applied.keys.sorted() == [1, 2, 4, 5, 6])
         #expect(lines.all.count == 1)

@@ -10,6 +10,7 @@ open class ForwardingStore: RelayStore, @unchecked Sendable {
     public init(inner: SQLiteStore) { self.inner = inner }
 
     open func ping() throws(StoreError) { try inner.ping() }
+    open var databaseSchemaVersion: Int { inner.databaseSchemaVersion }
     open func enqueue(_ jobs: some Sequence<NewJob>, now: Int64, ttl: Duration, deviceCap: Int) throws(StoreError) -> [EnqueueResult] {
         try inner.enqueue(jobs, now: now, ttl: ttl, deviceCap: deviceCap)
     }

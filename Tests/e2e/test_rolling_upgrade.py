@@ -173,6 +173,9 @@ def test_this_release_restarts_beside_a_next_release_whose_migration_keeps_it_wo
     wait_until(lambda: len(fake_apns.pushes(f"{7100:064x}")) == 3, what="the first alerts delivered")
 
     _record_next_release(store, request, keeps_working_from=14)
+    migrated = relay("migrate", env=store)
+    assert migrated.returncode == 0, migrated.stderr
+    assert "database at schema version 15, newer than this release's 14" in migrated.stdout, migrated.stdout
     deliver.signal(signal.SIGTERM)
     ingest.signal(signal.SIGTERM)
     assert deliver.wait(timeout=30) == 0 and ingest.wait(timeout=30) == 0

@@ -108,13 +108,14 @@ enum PostgresMigrations {
     static var latestVersion: Int { all.map(\.version).max() ?? 0 }
 
     /// Brings the database up to `latestVersion` (`MigrationRunner`); `upTo` stops at an older version (tests build a
-    /// database as an older binary left it).
+    /// database as an older binary left it). Returns the database's schema version when done (`MigrationRunner.run`).
+    @discardableResult
     static func apply(
         on connection: PGConnection, now: Int64, upTo newest: Int = latestVersion, logger: Logger? = nil,
         tableLockWait: Duration = defaultTableLockWait
-    ) throws {
+    ) throws -> Int {
         let dialect = PostgresMigrationDialect(connection: connection, logger: logger, tableLockWait: tableLockWait)
-        try MigrationRunner(migrations: all, dialect: dialect).run(now: now, upTo: newest, logger: logger)
+        return try MigrationRunner(migrations: all, dialect: dialect).run(now: now, upTo: newest, logger: logger)
     }
 
     /// How long one attempt of a migration waits for a table's lock: every writer that comes after it queues behind

@@ -69,6 +69,7 @@ public final class PostgresStore: Sendable {
     private let url: String
     /// Raised by a connection whose server turned read-only: every connection of the store then finds the primary.
     private let failover = FailoverSignal()
+    public let databaseSchemaVersion: Int
 
     /// Connects to `url` (a libpq URI or key=value string) and applies pending migrations.
     public init(url: String, options: Options = Options(), now: Int64) throws(StoreError) {
@@ -76,7 +77,7 @@ public final class PostgresStore: Sendable {
         self.url = url
         do {
             let writeLink = try PostgresLink(conninfo: url, options: options.connection, failover: failover)
-            try PostgresMigrations.apply(
+            databaseSchemaVersion = try PostgresMigrations.apply(
                 on: try writeLink.connected(), now: now, logger: options.logger,
                 tableLockWait: PostgresMigrations.tableLockWait(sessionLockTimeout: options.lockTimeout))
             let readLink = try PostgresLink(conninfo: url, options: options.connection, failover: failover)

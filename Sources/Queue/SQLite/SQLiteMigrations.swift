@@ -202,9 +202,11 @@ enum Migrations {
 
     /// Brings the database up to `latestVersion` (`MigrationRunner`). `beforeEach` runs before each missing
     /// migration's transaction: tests play another process there, applying the migration after this one read the list.
+    /// Returns the database's schema version when done (`MigrationRunner.run`).
+    @discardableResult
     static func apply(
         on connection: SQLiteConnection, now: Int64, logger: Logger? = nil, beforeEach: (Migration) throws -> Void = { _ in }
-    ) throws {
+    ) throws -> Int {
         // Processes started together (ingest and deliverers under systemd) wait for the one upgrading, however long
         // its migrations take (migration 12: about 20 s a million jobs), instead of giving up at the busy timeout.
         try connection.withBusyTimeout(millis: upgradeWaitMillis) {

@@ -58,13 +58,14 @@ public final class SQLiteStore: Sendable {
     private let truncator: WALTruncator?
     /// Copies the WAL into the database off the writer's commits (see `WALCheckpointer`).
     private let checkpointer: WALCheckpointer
+    public let databaseSchemaVersion: Int
 
     /// Opens (creating if needed) the database at `path` and applies pending migrations.
     public init(path: String, options: Options = Options(), now: Int64) throws(StoreError) {
         self.options = options
         do {
             let opened = try SQLiteConnection(path: path, options: options.connection)
-            try Migrations.apply(on: opened, now: now, logger: options.logger)
+            databaseSchemaVersion = try Migrations.apply(on: opened, now: now, logger: options.logger)
             // After the migrations, whose table rebuilds may sort a whole queue: from here the writer's temporary
             // tables (a claim's RETURNING rows, a finish's `IN (…)` list) and statement journals stay in memory instead
             // of spilling notification content to an unlinked file in /var/tmp past SQLite's 2 MiB temporary cache.

@@ -50,8 +50,10 @@ struct MigrationRunner<Dialect: MigrationDialect> {
     var latestVersion: Int { migrations.map(\.version).max() ?? 0 }
 
     /// `upTo` stops at an older version (tests build a database as an older binary left it); `beforeEach` runs
-    /// before each missing migration's transaction (tests play another process there).
-    func run(now: Int64, upTo newest: Int? = nil, logger: Logger? = nil, beforeEach: (Migration) throws -> Void = { _ in }) throws {
+    /// before each missing migration's transaction (tests play another process there). Returns the database's schema
+    /// version when done: this binary's, or a newer release's that keeps it working.
+    @discardableResult
+    func run(now: Int64, upTo newest: Int? = nil, logger: Logger? = nil, beforeEach: (Migration) throws -> Void = { _ in }) throws -> Int {
         let (applied, keptWorkingFrom) = try dialect.transaction {
             let tables = try dialect.tableNames()
             if !tables.isEmpty && !tables.contains("schema_migrations") {
@@ -62,9 +64,11 @@ struct MigrationRunner<Dialect: MigrationDialect> {
         }
         if let found = applied.max(), found > latestVersion {
             try acceptNewer(applied: applied, keptWorkingFrom: keptWorkingFrom, logger: logger)
-            return
+            return found
         }
         let upgrading = !applied.isEmpty
+        // The newest version the ledger held at its last reading here, or that this process applied.
+        var newestSeen = applied.max() ?? 0
         for migration in migrations where migration.version <= newest ?? latestVersion && !applied.contains(migration.version) {
             let announced = ["schema.version": String(migration.version), "schema.migration": migration.name]
             var started: ContinuousClock.Instant?
@@ -72,7 +76,9 @@ struct MigrationRunner<Dialect: MigrationDialect> {
             // The dialect may run the transaction again (PostgreSQL, after a table's lock was not had in time): the
             // migration is announced once, and its duration counts from the first attempt.
             let appliedHere = try dialect.transaction {
-                guard try !dialect.appliedVersions().contains(migration.version) else { return false }
+                let current = try dialect.appliedVersions()
+                newestSeen = max(newestSeen, current.max() ?? 0, migration.version)
+                guard !current.contains(migration.version) else { return false }
                 if upgrading && started == nil {
                     started = ContinuousClock.now
                     logger?.info("upgrading the database schema; \(dialect.upgradeNote)", announced)
@@ -86,6 +92,7 @@ struct MigrationRunner<Dialect: MigrationDialect> {
                 logger?.info("database schema upgraded", announced.merging(["duration_ms": String(took.wholeMilliseconds)]) { _, new in new })
             }
         }
+        return newestSeen
     }
 
     /// A newer binary migrated this database. This one runs beside it (a rolling upgrade) when every migration it
