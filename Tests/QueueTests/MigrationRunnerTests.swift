@@ -50,6 +50,32 @@ import Testing
         #expect(lines.all.count == 2 && lines.all.allSatisfy { $0.contains("schema.version=4") })
     }
 
+    /// A newer release's process migrated past this one between two of its migrations (both started at once during
+    /// a rolling upgrade): judged as a newer schema found at the start is, so `migrate` reports the database's
+    /// version only when it keeps this binary working, and a migration that does not stops start-up here too.
+    @Test(arguments: [4, nil] as [Int?])
+    func aNewerReleaseMigratingMeanwhileIsJudgedAsAtTheStart(keepsWorkingFrom: Int?) throws {
+        let dialect = MemoryDialect(applied: [1])
+        let (logger, lines) = Self.capturingLogger()
+        let runner = MigrationRunner(migrations: Self.migrations, dialect: dialect)
+        let run = {
+            try runner.run(now: 5, logger: logger) { migration in
+                guard migration.version == 2 else { return }
+                for version in [2, 4, 5] { dialect.applied[version] = 0 }
+                dialect.keeps[5] = keepsWorkingFrom
+            }
+        }
+        guard keepsWorkingFrom != nil else {
+            let error = #expect(throws: StoreError.self) { try run() }
+            #expect(error?.code == .newerSchema)
+            #expect(error?.message.contains("migration 5 does not keep it working") == true)
+            return
+        }
+        #expect(try run() == 5)
+        #expect(!dialect.log.contains { $0.hasPrefix("sql") }, "every migration was applied by the other process")
+        #expect(lines.all.last?.contains("keeps it working") == true && lines.all.last?.contains("schema.version=5") == true)
+    }
+
     @Test func upToStopsAtAnOlderVersion() throws {
         let dialect = MemoryDialect()
         #expect(try MigrationRunner(migrations: Self.migrations, dialect: dialect).run(now: 5, upTo: 2) == 2)

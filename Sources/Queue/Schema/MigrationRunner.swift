@@ -92,6 +92,12 @@ struct MigrationRunner<Dialect: MigrationDialect> {
                 logger?.info("database schema upgraded", announced.merging(["duration_ms": String(took.wholeMilliseconds)]) { _, new in new })
             }
         }
+        // A newer release migrated past this one while it ran (a rolling upgrade's processes starting together): the
+        // same judgement as when it is found at the start, so a migration that breaks this binary stops it here too.
+        if newestSeen > latestVersion {
+            let (applied, keptWorkingFrom) = try dialect.transaction { (try dialect.appliedVersions(), try dialect.keptWorkingFrom()) }
+            try acceptNewer(applied: applied, keptWorkingFrom: keptWorkingFrom, logger: logger)
+        }
         return newestSeen
     }
 
