@@ -11,7 +11,9 @@ enum MigrateCommand: Command {
         Usage: kumapush-relay migrate
 
         Creates the SQLite file at DATABASE_PATH (or the tables in DATABASE_URL's database) when there is none, and
-        applies every migration this release has. Safe to run again: it then does nothing.
+        applies every migration this release has. Safe to run again: it then does nothing. Prints the database's
+        schema version; on a database a newer release has migrated (a rolling upgrade under way) it changes nothing
+        and says so, if that release's migrations keep this one working, and otherwise exits 2.
         """
 
     static func run(settings: Settings, arguments: [String]) throws -> Int32 {

@@ -46,6 +46,7 @@ class Relay:
         self.env = env
         self.log_path = pathlib.Path(log_path)
         self.log = open(log_path, "ab")
+        self.prefix = tuple(prefix)
         self.process = subprocess.Popen([*prefix, str(binary), command, *args], env=env, stdout=self.log, stderr=self.log)
         self.port = int(env.get("PORT", "0"))
 
@@ -84,18 +85,23 @@ class Relay:
     def freeze(self):
         """SIGSTOP, returning once every thread of the process is stopped. kill(2) returns before that: the stop
         begins only when one thread is scheduled to take the signal, and until then the others run on (on a loaded
-        machine, long enough to finish a transaction the caller meant to catch half-done)."""
+        machine, long enough to finish a transaction the caller meant to catch half-done). Only for a relay started
+        without a `prefix`: with one, the process signalled and watched would be the wrapper."""
+        assert not self.prefix, "freeze() would stop the wrapper, not the relay"
         self.process.send_signal(signal.SIGSTOP)
 
         def thread_stopped(task):
             try:
                 # The state follows the parenthesised command name, which may itself hold spaces.
                 return (task / "stat").read_text().rpartition(")")[2].split()[0] in ("T", "t")
-            except FileNotFoundError:
+            except (FileNotFoundError, ProcessLookupError):
                 return True  # the thread ended
-        tasks = pathlib.Path(f"/proc/{self.process.pid}/task")
-        wait_until(lambda: all(thread_stopped(task) for task in tasks.iterdir()), timeout=30,
-                   what="every thread of the relay to stop")
+
+        def stopped():
+            if self.process.poll() is not None:
+                raise RuntimeError(f"relay exited with {self.process.returncode} before it could be frozen")
+            return all(thread_stopped(task) for task in pathlib.Path(f"/proc/{self.process.pid}/task").iterdir())
+        wait_until(stopped, timeout=30, what="every thread of the relay to stop")
 
     def wait(self, timeout=30.0):
         return self.process.wait(timeout=timeout)

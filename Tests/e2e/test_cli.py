@@ -1,6 +1,7 @@
 """The command line as an operator meets it: help, version, exit codes, stats and replay on a real database."""
 import json
 import os
+import re
 import sqlite3
 import subprocess
 
@@ -46,7 +47,8 @@ def test_migrate_creates_the_database_and_stats_reports_an_empty_queue(relay):
     assert not (relay.tmp_path / "relay.db").exists()
     assert relay("stats").returncode == 2, "an admin command never creates a database"
     result = relay("migrate")
-    assert result.returncode == 0 and "schema version" in result.stdout, result.stderr
+    schema = re.search(r"\(database schema (\d+)\)", relay("version").stdout).group(1)
+    assert result.returncode == 0 and result.stdout == f"database at schema version {schema}\n", (result.stdout, result.stderr)
     result = relay("stats", "--json")
     assert result.returncode == 0, result.stderr
     stats = json.loads(result.stdout)

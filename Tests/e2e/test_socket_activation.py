@@ -3,6 +3,7 @@ accepting at SIGTERM and answer what they accepted, so connections made while no
 backlog for the next one. The test plays systemd: it holds the socket and starts each process with it as fd 3."""
 import signal
 import threading
+import time
 
 import pytest
 
@@ -43,9 +44,12 @@ class Load:
             thread.start()
 
     def stop(self):
+        """Stops the clients; each finishes the webhook it is posting (60 s at most), all within two minutes."""
         self.stopping.set()
+        deadline = time.monotonic() + 120
         for thread in self.threads:
-            thread.join(120)
+            thread.join(max(0.0, deadline - time.monotonic()))
+        assert not any(thread.is_alive() for thread in self.threads), "a client still posting two minutes after stop"
 
     def _run(self, device):
         while not self.stopping.is_set():

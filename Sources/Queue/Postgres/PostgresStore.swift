@@ -69,6 +69,7 @@ public final class PostgresStore: Sendable {
     private let url: String
     /// Raised by a connection whose server turned read-only: every connection of the store then finds the primary.
     private let failover = FailoverSignal()
+    /// The database's schema version as opened: this release's, or a newer release's that keeps it working.
     public let databaseSchemaVersion: Int
 
     /// Connects to `url` (a libpq URI or key=value string) and applies pending migrations.

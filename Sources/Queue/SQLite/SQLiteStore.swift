@@ -58,6 +58,7 @@ public final class SQLiteStore: Sendable {
     private let truncator: WALTruncator?
     /// Copies the WAL into the database off the writer's commits (see `WALCheckpointer`).
     private let checkpointer: WALCheckpointer
+    /// The database's schema version as opened: this release's, or a newer release's that keeps it working.
     public let databaseSchemaVersion: Int
 
     /// Opens (creating if needed) the database at `path` and applies pending migrations.

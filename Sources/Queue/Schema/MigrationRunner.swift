@@ -97,6 +97,7 @@ struct MigrationRunner<Dialect: MigrationDialect> {
         if newestSeen > latestVersion {
             let (applied, keptWorkingFrom) = try dialect.transaction { (try dialect.appliedVersions(), try dialect.keptWorkingFrom()) }
             try acceptNewer(applied: applied, keptWorkingFrom: keptWorkingFrom, logger: logger)
+            return applied.max() ?? newestSeen
         }
         return newestSeen
     }
