@@ -1,7 +1,7 @@
 """Alternated drains of two or more `kumapush-relay` builds, for changes too small for `make bench` to show
 (docs/performance.md, twenty-second session). Each round drains 100,000 queued pushes over 1,000 devices once per
 binary, in turn, as `make bench`'s delivery phase does (`apns-sim --threads 2`, DEVICE_BURST=off, a copy of one
-prefilled database), and prints for each drain the `deliver` process's CPU per push split into user and system
+prefilled database), and prints for each drain its pushes/s (first delivery to last, ±0.25 s), the `deliver` process's CPU per push split into user and system
 time, its context switches, minor page faults, write calls and bytes written (`/proc/<pid>/io`: the WAL's frames
 and the sockets') per push, how many completion batches it committed, and the simulator's CPU per push (what the
 deliverer's requests cost the other side) and the deliverer's peak RSS; then the median CPU per push of each binary. With --h2load, h2load sends the same 100,000 requests to the same simulator
@@ -9,7 +9,8 @@ after each drain, its user and system CPU per request printed likewise. With --a
 each deliverer once it runs (PID replaced by its pid) and stopped with SIGINT when the drain ends, e.g.
 `--attach "perf record -g -o /tmp/deliver.data -p PID"` or `--attach "strace -f -c -o /tmp/deliver.strace -p PID"`.
 
-Usage: python3 bench/deliver_ab.py [--rounds 3] [--h2load] [--attach CMD] [--env NAME=VALUE] RELAY_BINARY [...]
+Usage: python3 bench/deliver_ab.py [--rounds 3] [--h2load] [--attach CMD] [--env NAME=VALUE] [--sim-latency MS]
+       RELAY_BINARY [...]
 Run nothing else meanwhile (2 cores). About 15 s a drain."""
 import argparse
 import os
@@ -40,10 +41,10 @@ def process_counters(pid):
     return int(fields[11]) / ticks, int(fields[12]) / ticks, int(fields[7]), switches
 
 
-def drain(binary, template, folder, label, attach, settings):
+def drain(binary, template, folder, label, attach, settings, latency=0):
     jobs = phase_delivery.JOBS
     db = phase_delivery.copy_database(template, folder / f"{label}.db")
-    sim, sim_port = start_sim()
+    sim, sim_port = start_sim(latency=latency)
     metrics_port = free_port()
     deliver = start([binary, "deliver"], relay_env(sqlite_store(db), METRICS_ADDR=f"127.0.0.1:{metrics_port}",
                                                    DEVICE_BURST="off", **apns_env(sim_port), **settings),
@@ -51,10 +52,15 @@ def drain(binary, template, folder, label, attach, settings):
     tracer = subprocess.Popen(shlex.split(attach.replace("PID", str(deliver.pid)))) if attach else None
     sim_cpu = cpu_seconds(sim.pid)
     started = time.monotonic()
-    while metric(metrics_port, DELIVERED) < jobs:
+    first = None
+    while (delivered := metric(metrics_port, DELIVERED)) < jobs:
         if time.monotonic() - started > 300:
             raise TimeoutError(f"{label}: the drain did not finish in 300 s")
+        if first is None and delivered > 0:
+            first = time.monotonic()
         time.sleep(0.25)
+    # Pushes/s from the first sample with a delivery to the one with all, as `make bench` reads its drains (±0.25 s).
+    rate = jobs / max(time.monotonic() - (first or started), 0.25)
     if tracer:
         tracer.send_signal(signal.SIGINT)
         tracer.wait()
@@ -68,8 +74,8 @@ def drain(binary, template, folder, label, attach, settings):
     figures = {"user": user / jobs * 1e6, "system": system / jobs * 1e6, "switches": switches / jobs,
                "faults": faults / jobs, "batches": batches, "writes": int(io["syscw"]) / jobs,
                "written": int(io["wchar"]) / jobs / 1024, "sim": sim_cpu / jobs * 1e6,
-               "rss": peak}
-    print(f"{label}: {figures['user'] + figures['system']:.1f} µs CPU/push (user {figures['user']:.1f}, system "
+               "rss": peak, "rate": rate}
+    print(f"{label}: {rate:,.0f} pushes/s, {figures['user'] + figures['system']:.1f} µs CPU/push (user {figures['user']:.1f}, system "
           f"{figures['system']:.1f}); {figures['switches']:.2f} context switches, {figures['faults']:.2f} minor faults "
           f"a push; {figures['writes']:.2f} write calls and {figures['written']:.2f} KiB written a push; "
           f"{batches:.0f} completion batches; the simulator {figures['sim']:.1f} µs CPU/push; peak RSS {peak:.1f} MiB",
@@ -94,6 +100,8 @@ def main():
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--h2load", action="store_true")
     parser.add_argument("--attach", help="a command to run on each deliverer (PID: its pid), stopped with SIGINT")
+    parser.add_argument("--sim-latency", type=int, default=0, metavar="MS",
+                        help="the simulator answers each push after this many milliseconds (make bench's 30 ms row)")
     parser.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
                         help="a setting for every deliverer, e.g. SYNC=full (repeatable)")
     arguments = parser.parse_args()
@@ -112,7 +120,8 @@ def compare(arguments):
     for round_number in range(1, arguments.rounds + 1):
         for index, binary in enumerate(arguments.binaries):
             figures, sim, sim_port = drain(binary, template, folder, f"round {round_number}, binary {index + 1}",
-                                           arguments.attach, dict(item.split("=", 1) for item in arguments.env))
+                                           arguments.attach, dict(item.split("=", 1) for item in arguments.env),
+                                           arguments.sim_latency)
             cpu[binary].append(figures["user"] + figures["system"])
             if arguments.h2load:
                 h2load_split(sim_port, folder)
