@@ -24,6 +24,7 @@ run_packages=(
   libnghttp2-dev      # Deliver: HTTP/2 framing
   libpq-dev           # Queue: the PostgreSQL store (libpq, the client library only)
   libsystemd-dev      # socket activation and sd_notify (libsystemd0 is on every systemd host)
+  libjemalloc-dev     # the binary's malloc (Sources/Allocator)
   openssl             # make run: throwaway CA, certificates and signing key
   curl                # make run walk-through, healthchecks in scripts
 )

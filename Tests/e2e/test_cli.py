@@ -29,6 +29,18 @@ def test_version_names_the_linked_libraries(relay):
     assert result.returncode == 0
     for library in ["SQLite", "OpenSSL", "libmicrohttpd", "libnghttp2"]:
         assert library in result.stdout
+    # The malloc this process really calls: jemalloc's, with the options the binary sets (Sources/Allocator).
+    assert re.search(r"^  malloc +jemalloc 5\.\S+ \(narenas:2,dirty_decay_ms:1000\)$", result.stdout, re.M), result.stdout
+
+
+def test_version_names_the_malloc_the_process_really_got(relay, relay_binary):
+    """glibc's libc preloaded comes first in the lookup order, so the process's malloc is glibc's although jemalloc
+    is linked: the line says so, rather than what the build meant."""
+    linked = subprocess.run(["ldd", str(relay_binary)], capture_output=True, text=True, check=True, timeout=60).stdout
+    libc = re.search(r"libc\.so\.6 => (/\S+)", linked).group(1)
+    result = relay("version", env={"LD_PRELOAD": libc})
+    assert result.returncode == 0, result.stderr
+    assert re.search(r"^  malloc +libc\.so\.6$", result.stdout, re.M), result.stdout
 
 
 def test_invalid_setting_exits_2_naming_the_variable(relay):

@@ -116,3 +116,32 @@ def test_every_relay_service_has_a_health_check_that_fits_its_process(file):
         else:
             assert command[0] in ("serve", "ingest") and "test" not in check, (file, name, "uses the image's")
     assert 'CMD ["kumapush-relay", "healthcheck"]' in (DEPLOY / "Dockerfile").read_text()
+
+
+def debian_package_of(library):
+    """The Debian package that installed `library` (a path ldd printed), without its architecture."""
+    for path in (library, str(pathlib.Path(library).resolve())):
+        for candidate in (path, path.replace("/lib/", "/usr/lib/", 1) if path.startswith("/lib/") else path):
+            found = subprocess.run(["dpkg", "-S", candidate], capture_output=True, text=True, timeout=30)
+            if found.returncode == 0:
+                return found.stdout.split(":")[0]
+    raise AssertionError(f"no Debian package owns {library}")
+
+
+def test_the_image_installs_every_library_the_binary_loads(relay_binary):
+    """The runtime stage installs the package of each shared library the binary links directly. The Swift runtime
+    is linked into the image's build (--static-swift-stdlib); libc6, libgcc-s1 and libstdc++6 are in every Debian
+    image (apt itself needs them). (jemalloc, linked as the binary's malloc, was the first library an image would
+    have lacked: the relay would not start.)"""
+    if not relay_binary.read_bytes()[:4] == b"\x7fELF":
+        pytest.skip(f"{relay_binary} is a wrapper, not the binary")
+    dynamic = subprocess.run(["readelf", "-d", str(relay_binary)], capture_output=True, text=True, check=True, timeout=60)
+    direct = set(re.findall(r"\(NEEDED\)\s+Shared library: \[(\S+)\]", dynamic.stdout))
+    resolved = subprocess.run(["ldd", str(relay_binary)], capture_output=True, text=True, check=True, timeout=60).stdout
+    paths = dict(re.findall(r"^\s*(\S+) => (/\S+)", resolved, re.M))
+    needed = {debian_package_of(paths[name]) for name in direct if name in paths and not paths[name].startswith("/opt/swift/")}
+    runtime_stage = (DEPLOY / "Dockerfile").read_text().split("\nFROM ")[2]
+    listed = re.search(r"apt-get install -y --no-install-recommends \\\n(.*?)&&", runtime_stage, re.S)
+    installed = set(listed.group(1).split()) | {"libc6", "libgcc-s1", "libstdc++6"}
+    assert {"libjemalloc2", "libsqlite3-0", "libnghttp2-14"} <= needed, needed
+    assert needed <= installed, sorted(needed - installed)
