@@ -30,7 +30,7 @@ def test_version_names_the_linked_libraries(relay):
     for library in ["SQLite", "OpenSSL", "libmicrohttpd", "libnghttp2"]:
         assert library in result.stdout
     # The malloc this process really calls: jemalloc's, with the options the binary sets (Sources/Allocator).
-    assert re.search(r"^  malloc +jemalloc 5\.\S+ \(narenas:2,dirty_decay_ms:1000\)$", result.stdout, re.M), result.stdout
+    assert re.search(r"^  malloc +jemalloc 5\.\S+ \(narenas:1,tcache_max:4096,dirty_decay_ms:1000\)$", result.stdout, re.M), result.stdout
 
 
 def test_version_names_the_malloc_the_process_really_got(relay, relay_binary):
