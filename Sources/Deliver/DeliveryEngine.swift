@@ -22,13 +22,6 @@ public final class DeliveryEngine: Sendable {
         /// …and after a second without work, so an idle deliverer costs almost nothing (measured: 1.6 % of a core
         /// at 5 ms; `serve` is woken directly by its ingest and does not depend on this).
         public var idlePollInterval: Duration = .milliseconds(25)
-        /// With at least this many pushes in flight, and at least half of `concurrency`, the loop waits up to
-        /// `gatherWait` for half of them to be answered before its next round, instead of waking at the first answer:
-        /// a round's transaction costs much the same for 100 answers as for 500, so a busy deliverer spends less CPU a
-        /// push (docs/performance.md, twenty-ninth session). It waits only while the pipe is at least half full, and
-        /// no longer than `gatherWait`, so a quiet relay answers as fast as before and a far APNs loses little.
-        public var gatherFromInFlight = 128
-        public var gatherWait: Duration = .milliseconds(1)
         /// DEVICE_BURST: pushes per device per minute before waiting alerts merge into a digest (nil: never).
         public var deviceBurst: Int?
         /// Most alerts one digest merges.
@@ -233,25 +226,11 @@ public final class DeliveryEngine: Sendable {
     }
 
     /// Sleeps until an answer, a wake-up or the shutdown arrives (at once if one came during this round), or the
-    /// poll interval passes; with the pipe busy, until half the pushes in flight are answered, or `gatherWait`.
+    /// poll interval passes.
     private func waitForWork() {
-        let inFlight = loopState.inFlight.count
-        let gathering = Self.answersToGather(
-            inFlight: inFlight, concurrency: configuration.concurrency, from: configuration.gatherFromInFlight)
-        if gathering > 1 { return inbox.wait(until: .now + configuration.gatherWait, answers: gathering) }
-        let idle = ContinuousClock.now - loopState.lastActivity > .seconds(1) && inFlight == 0
+        let idle = ContinuousClock.now - loopState.lastActivity > .seconds(1) && loopState.inFlight.isEmpty
         inbox.wait(until: .now + (idle ? configuration.idlePollInterval : configuration.pollInterval))
     }
-
-    /// How many answers the loop waits for before its next round (`Configuration.gatherFromInFlight`): half of those in
-    /// flight once the pipe is busy (at most a claim's 1,000), else 1.
-    static func answersToGather(inFlight: Int, concurrency: Int, from minimum: Int) -> Int {
-        guard inFlight >= minimum, inFlight * 2 >= concurrency else { return 1 }
-        return max(1, min(inFlight / 2, largestClaim))
-    }
-
-    /// The most jobs one claim takes: a bigger batch saves little more, and its transaction holds the writer longer.
-    static let largestClaim = 1000
 
     /// Claims as many due heads as there are free streams, and sends them. `outcomes`, this turn's answers, are
     /// recorded first, in the claim's transaction when the claim goes ahead (the heads they promote are written once).
@@ -281,7 +260,7 @@ public final class DeliveryEngine: Sendable {
         guard capacity > 0 else { return nil }
         switch allowance {
         case .normal:
-            return due ? min(capacity, Self.largestClaim) : nil
+            return due ? min(capacity, 1000) : nil
         case .probe:
             // With the breaker open or paused and nothing queued, a claim every turn was two empty write
             // transactions every 25 ms: on SQLite the writer ingest waits for, on PostgreSQL from every deliverer.

@@ -13,10 +13,6 @@ final class DeliveryInbox: Sendable {
         var answers: [DeliveryEngine.Answer] = []
         var wakeRequested = true
         var stopping = false
-        /// How many answers wake the sleeping delivery thread: 1, or more while it gathers a batch (`wait`).
-        var answersThatWake = 1
-
-        var wakeTheThread: Bool { answers.count >= answersThatWake || wakeRequested || stopping }
     }
 
     private let arrivals = Mutex(Arrivals())
@@ -25,11 +21,8 @@ final class DeliveryInbox: Sendable {
 
     /// From a connection's thread: APNs answered (or the request failed).
     func post(_ answer: DeliveryEngine.Answer) {
-        let wake = arrivals.withLock { arrivals -> Bool in
-            arrivals.answers.append(answer)
-            return arrivals.answers.count >= arrivals.answersThatWake
-        }
-        if wake { wakeUp.signal() }
+        arrivals.withLock { $0.answers.append(answer) }
+        wakeUp.signal()
     }
 
     /// New jobs may be waiting.
@@ -54,17 +47,8 @@ final class DeliveryInbox: Sendable {
         }
     }
 
-    /// Sleeps until `answers` have arrived, a wake-up or the stop is asked, or `deadline` passes; at once if that
-    /// much arrived since the last `take`. More than one answer: a busy loop gathering a batch (`DeliveryEngine`'s
-    /// `answersToGather`); the answers that come meanwhile do not wake it one by one.
-    func wait(until deadline: ContinuousClock.Instant, answers: Int = 1) {
-        let enough = arrivals.withLock { arrivals -> Bool in
-            arrivals.answersThatWake = answers
-            return arrivals.wakeTheThread
-        }
-        defer { arrivals.withLock { $0.answersThatWake = 1 } }
-        guard !enough else { return }
-        // A signal kept from before (an answer posted during the last round) ends the first sleep early: look again.
-        while wakeUp.wait(until: deadline), !arrivals.withLock({ $0.wakeTheThread }) {}
+    /// Sleeps until something arrives (at once if something did since the last `take`) or `deadline` passes.
+    func wait(until deadline: ContinuousClock.Instant) {
+        wakeUp.wait(until: deadline)
     }
 }
