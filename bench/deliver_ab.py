@@ -1,7 +1,7 @@
 """Alternated drains of two or more `kumapush-relay` builds, for changes too small for `make bench` to show
 (docs/performance.md, twenty-second session). Each round drains 100,000 queued pushes over 1,000 devices once per
 binary, in turn, as `make bench`'s delivery phase does (`apns-sim --threads 2`, DEVICE_BURST=off, a copy of one
-prefilled database), and prints for each drain its pushes/s (first delivery to last, ±0.25 s), the `deliver` process's CPU per push split into user and system
+prefilled database), and prints for each drain its pushes/s (first delivery to last, sampled every 50 ms), the `deliver` process's CPU per push split into user and system
 time, its context switches, minor page faults, write calls and bytes written (`/proc/<pid>/io`: the WAL's frames
 and the sockets') per push, how many completion batches it committed, and the simulator's CPU per push (what the
 deliverer's requests cost the other side) and the deliverer's peak RSS; then the median CPU per push of each binary. With --h2load, h2load sends the same 100,000 requests to the same simulator
@@ -58,9 +58,9 @@ def drain(binary, template, folder, label, attach, settings, latency=0):
             raise TimeoutError(f"{label}: the drain did not finish in 300 s")
         if first is None and delivered > 0:
             first = time.monotonic()
-        time.sleep(0.25)
-    # Pushes/s from the first sample with a delivery to the one with all, as `make bench` reads its drains (±0.25 s).
-    rate = jobs / max(time.monotonic() - (first or started), 0.25)
+        time.sleep(phase_delivery.FAST_SAMPLES)
+    # Pushes/s from the first sample with a delivery to the one with all, as `make bench` reads its drains.
+    rate = jobs / max(time.monotonic() - (first or started), phase_delivery.FAST_SAMPLES)
     if tracer:
         tracer.send_signal(signal.SIGINT)
         tracer.wait()
