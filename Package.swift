@@ -26,9 +26,11 @@ let package = Package(
         // The spine: exe → Ingest/Deliver → Queue → Common.
         // Two thread helpers every module with a thread of its own uses: ThreadConfined and WakeUp.
         .target(name: "Threading", swiftSettings: strictSettings),
-        // The binary's malloc: jemalloc from Debian, linked in place of glibc's, with the options it is built with
-        // (Sources/Allocator/allocator.c says why). A C target: `malloc_conf` must be a C global of that name.
-        .target(name: "Allocator", linkerSettings: [.linkedLibrary("jemalloc")]),
+        // The binary's malloc: jemalloc from Debian (libjemalloc-dev), linked in place of glibc's, with the options it
+        // is built with (Sources/CAllocator/allocator.c says why). A C target: `malloc_conf` must be a C global of that
+        // name. Allocator is its Swift face (what `version` prints).
+        .target(name: "CAllocator", linkerSettings: [.linkedLibrary("jemalloc")]),
+        .target(name: "Allocator", dependencies: ["CAllocator"], swiftSettings: strictSettings),
         .target(name: "Common", dependencies: ["Threading", "COpenSSL"], swiftSettings: strictSettings),
         // Thin wrappers over SQLite and libpq: the only modules of the queue that see their C types. PostgresDriver
         // takes Common for `Duration.wholeMilliseconds` alone (its session timeouts are Durations).
@@ -51,7 +53,7 @@ let package = Package(
 
         // `make bench` helpers. QueueBench links the binary's allocator: its floor is the deliverer's own queue work.
         .executableTarget(
-            name: "QueueBench", dependencies: ["Common", "Queue", "SQLiteDriver", "CSQLite", "Allocator"], path: "bench/QueueBench",
+            name: "QueueBench", dependencies: ["Common", "Queue", "SQLiteDriver", "CSQLite", "CAllocator"], path: "bench/QueueBench",
             swiftSettings: strictSettings),
 
         // Tests. QueueProbe is a helper process the queue tests start, kill and race against each other.

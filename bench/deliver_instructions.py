@@ -17,7 +17,8 @@ a function shown under several files counts once, with its largest figure):
   other        everything else (metrics server, reconnect queue, process start-up left after the subtraction)
 (OpenSSL and nghttp2 are not areas of their own: libcrypto's stripped, recursive internals make inclusive counts
 hard to read; their self counts by library below say what they cost.)
-Then by library (self counts): SQLite, OpenSSL, nghttp2, libc (malloc, memcpy, locks), and the relay's own code
+Then by library (self counts): SQLite, OpenSSL, nghttp2, jemalloc (the binary's malloc since the twenty-ninth session;
+glibc's before, counted under libc), libc (memcpy, locks), and the relay's own code
 with the Swift runtime and standard library (linked statically: retain/release, hashing, allocation paths).
 Last, h2load (2 connections × 500 streams, as `make bench` runs it) sends the same number of requests to the same
 simulator under callgrind, for the target of SPEC §7 in the same unit: instructions per request; and `QueueBench
@@ -54,7 +55,8 @@ AREAS = {
     "event loops": [r"^partial apply for closure #1 in EventLoop\.init\(name:\)$"],
 }
 # Self counts by library: where the instructions run, whichever thread.
-LIBRARIES = {"sqlite": "libsqlite3", "openssl": "libssl|libcrypto", "nghttp2": "libnghttp2", "libc": "libc\\.so|ld-linux",
+LIBRARIES = {"sqlite": "libsqlite3", "openssl": "libssl|libcrypto", "nghttp2": "libnghttp2", "jemalloc": "libjemalloc",
+             "libc": "libc\\.so|ld-linux",
              "relay (Swift)": "RELAY"}
 
 

@@ -34,7 +34,7 @@ def remove_database(path):
 
 
 # How often a drain reads the deliverers' delivered counter. A 100,000-push drain lasts about 2.5 s, so 0.25 s
-# samples put its rate on steps of about 10 % (39,6xx or 44,0xx pushes/s for the same build, run after run); at
+# samples put its rate on steps of about 10 % (most drains of one build read 39,6xx or 44,0xx pushes/s); at
 # 50 ms the steps are 2 %. A scrape costs `deliver` about 0.11 ms of CPU (2,000 scrapes: 220 ms), so 0.05 µs of
 # its CPU a push over such a drain. The PostgreSQL scaling drains keep 0.25 s: each of their samples also reads
 # every PostgreSQL process's CPU, and the machine's busy share decides their verdict.

@@ -22,17 +22,8 @@ enum VersionCommand: Command {
               OpenSSL       \(Crypto.openSSLVersion)
               libmicrohttpd \(HTTPServer.libraryVersion)
               libnghttp2    \(HTTP2Library.version)
-              malloc        \(allocator)
+              malloc        \(Allocator.description)
             """)
         return ExitCode.ok
     }
-}
-
-/// The allocator this process's `malloc` resolved to ("jemalloc 5.3.0-…" as linked; a sanitizer build's own, or glibc
-/// under a loader that bypassed the link), with the options jemalloc was built with.
-private var allocator: String {
-    let name = withUnsafeTemporaryAllocation(of: CChar.self, capacity: 128) { buffer in
-        String(cString: kumapush_allocator(buffer.baseAddress, UInt(buffer.count)))
-    }
-    return name.hasPrefix("jemalloc") ? "\(name) (\(String(cString: kumapush_allocator_options())))" : name
 }
