@@ -1,12 +1,16 @@
 """Alternated drains of two or more `kumapush-relay` builds, for changes too small for `make bench` to show
 (docs/performance.md, twenty-second session). Each round drains 100,000 queued pushes over 1,000 devices once per
 binary, in turn, as `make bench`'s delivery phase does (`apns-sim --threads 2`, DEVICE_BURST=off, a copy of one
-prefilled database), and prints for each drain its pushes/s (first delivery to last, sampled every 50 ms), the `deliver` process's CPU per push split into user and system
-time, its context switches, minor page faults, write calls and bytes written (`/proc/<pid>/io`: the WAL's frames
-and the sockets') per push, how many completion batches it committed, and the simulator's CPU per push (what the
-deliverer's requests cost the other side) and the deliverer's peak RSS; then the median CPU per push of each binary. With --h2load, h2load sends the same 100,000 requests to the same simulator
-after each drain, its user and system CPU per request printed likewise. With --attach, a command is started on
-each deliverer once it runs (PID replaced by its pid) and stopped with SIGINT when the drain ends, e.g.
+prefilled database), and prints for each drain:
+- its pushes/s (first delivery to last, sampled every 50 ms);
+- the `deliver` process's CPU per push, split into user and system time;
+- its context switches, minor page faults, write calls and bytes written (`/proc/<pid>/io`: the WAL's frames and the
+  sockets') per push, and how many completion batches it committed;
+- the simulator's CPU per push (what the deliverer's requests cost the other side);
+- the deliverer's peak RSS, and its four busiest threads' CPU per push (the delivery thread, then the event loops).
+Then the median CPU per push of each binary. With --h2load, h2load sends the same 100,000 requests to the same
+simulator after each drain, its user and system CPU per request printed likewise. With --attach, a command is
+started on each deliverer once it runs (PID replaced by its pid) and stopped with SIGINT when the drain ends, e.g.
 `--attach "perf record -g -o /tmp/deliver.data -p PID"` or `--attach "strace -f -c -o /tmp/deliver.strace -p PID"`.
 
 Usage: python3 bench/deliver_ab.py [--rounds 3] [--h2load] [--attach CMD] [--env NAME=VALUE] [--sim-latency MS]
@@ -41,6 +45,16 @@ def process_counters(pid):
     return int(fields[11]) / ticks, int(fields[12]) / ticks, int(fields[7]), switches
 
 
+def thread_cpu(pid):
+    """Each thread's CPU seconds (user + system), the busiest first: the delivery thread, then the event loops."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    seconds = []
+    for thread in os.listdir(f"/proc/{pid}/task"):
+        fields = open(f"/proc/{pid}/task/{thread}/stat").read().rsplit(")", 1)[1].split()
+        seconds.append((int(fields[11]) + int(fields[12])) / ticks)
+    return sorted(seconds, reverse=True)
+
+
 def drain(binary, template, folder, label, attach, settings, latency=0):
     jobs = phase_delivery.JOBS
     db = phase_delivery.copy_database(template, folder / f"{label}.db")
@@ -66,6 +80,7 @@ def drain(binary, template, folder, label, attach, settings, latency=0):
         tracer.wait()
     sim_cpu = cpu_seconds(sim.pid) - sim_cpu
     user, system, faults, switches = process_counters(deliver.pid)
+    threads = thread_cpu(deliver.pid)
     peak = peak_rss_mib(deliver)
     io = dict(line.split(": ") for line in open(f"/proc/{deliver.pid}/io").read().splitlines())
     batches = metric(metrics_port, "kumapush_delivery_batch_size_count")
@@ -78,8 +93,8 @@ def drain(binary, template, folder, label, attach, settings, latency=0):
     print(f"{label}: {rate:,.0f} pushes/s, {figures['user'] + figures['system']:.1f} µs CPU/push (user {figures['user']:.1f}, system "
           f"{figures['system']:.1f}); {figures['switches']:.2f} context switches, {figures['faults']:.2f} minor faults "
           f"a push; {figures['writes']:.2f} write calls and {figures['written']:.2f} KiB written a push; "
-          f"{batches:.0f} completion batches; the simulator {figures['sim']:.1f} µs CPU/push; peak RSS {peak:.1f} MiB",
-          flush=True)
+          f"{batches:.0f} completion batches; the simulator {figures['sim']:.1f} µs CPU/push; peak RSS {peak:.1f} MiB; "
+          f"its busiest threads {' / '.join(f'{t / jobs * 1e6:.1f}' for t in threads[:4])} µs a push", flush=True)
     return figures, sim, sim_port
 
 
