@@ -23,8 +23,8 @@
 // background thread, jemalloc returns them while the process goes on allocating: a deliverer or ingest at work does,
 // an idle one keeps the last burst's pages until its next). Peak RSS of a 100,000-push drain 55–56 MiB against 61
 // with jemalloc's defaults (52 with glibc), of ingest under wrk 50 against 52 with two arenas (47–48 with glibc), at
-// the same CPU a push and the same webhooks a second. Returning pages at once (`dirty_decay_ms:0`) saved 3 MiB more
-// and cost 3.5 µs a push in madvise calls.
+// the same CPU a push and the same webhooks a second. Returning pages at once (`dirty_decay_ms:0,muzzy_decay_ms:0`)
+// saved 3 MiB more and cost 3.5 µs a push in madvise calls.
 const char *malloc_conf = "narenas:1,tcache_max:4096,dirty_decay_ms:1000";
 
 const char *kumapush_allocator(char *buffer, unsigned long size) {
