@@ -1,6 +1,7 @@
 """Shared fixtures for the end-to-end tests: the real kumapush-relay binary, run as a process."""
 import os
 import pathlib
+import re
 import subprocess
 
 import pytest
@@ -15,6 +16,17 @@ def _binary() -> pathlib.Path:
     built = subprocess.run(["swift", "build", "--show-bin-path"], cwd=ROOT, capture_output=True, text=True, check=True,
                            timeout=600)
     return pathlib.Path(built.stdout.strip()) / "kumapush-relay"
+
+
+def linked_libraries(binary: pathlib.Path) -> dict:
+    """{soname: path} of every shared library `binary` loads, as the dynamic linker resolves them (ldd, C locale).
+    Skips the test when `binary` is a wrapper script (the ASan run's), not an ELF file."""
+    with open(binary, "rb") as file:
+        if file.read(4) != b"\x7fELF":
+            pytest.skip(f"{binary} is a wrapper, not the binary")
+    listed = subprocess.run(["ldd", str(binary)], capture_output=True, text=True, check=True, timeout=60,
+                            env={"LC_ALL": "C", "PATH": "/usr/bin:/bin"}).stdout
+    return dict(re.findall(r"^\s*(\S+) => (/\S+)", listed, re.M))
 
 
 @pytest.fixture(scope="session")

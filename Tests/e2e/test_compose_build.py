@@ -11,7 +11,7 @@ import subprocess
 import pytest
 import yaml
 
-from conftest import ROOT
+from conftest import ROOT, linked_libraries
 
 DEPLOY = ROOT / "deploy"
 COMPOSE_FILES = ("compose.yaml", "compose.postgres.yaml")
@@ -146,17 +146,13 @@ def test_the_image_installs_every_library_the_binary_loads(relay_binary):
     is linked into the image's build (--static-swift-stdlib); libc6, libgcc-s1 and libstdc++6 are in every Debian
     image (apt itself needs them). (jemalloc, linked as the binary's malloc, was the first library an image would
     have lacked: the relay would not start.) Package names are Debian 12's, the image's."""
-    if relay_binary.read_bytes()[:4] != b"\x7fELF":
-        pytest.skip(f"{relay_binary} is a wrapper, not the binary")
+    paths = linked_libraries(relay_binary)
     if not pathlib.Path("/etc/debian_version").read_text().startswith("12"):
         pytest.skip("the image is Debian 12's, and so are the package names compared")
     dynamic = subprocess.run(["readelf", "-d", str(relay_binary)], capture_output=True, text=True, check=True,
                              timeout=60, env=TOOLS_ENV)
     direct = set(re.findall(r"\(NEEDED\)\s+Shared library: \[(\S+)\]", dynamic.stdout))
     assert direct, dynamic.stdout
-    resolved = subprocess.run(["ldd", str(relay_binary)], capture_output=True, text=True, check=True, timeout=60,
-                              env=TOOLS_ENV).stdout
-    paths = dict(re.findall(r"^\s*(\S+) => (/\S+)", resolved, re.M))
     needed = {debian_package_of(paths[name]) for name in direct if name in paths and not SWIFT_RUNTIME.match(name)}
     runtime_stage = (DEPLOY / "Dockerfile").read_text().split("\nFROM ")[2]
     listed = re.search(r"apt-get install -y --no-install-recommends \\\n(.*?)&&", runtime_stage, re.S)
