@@ -47,6 +47,7 @@ def process_counters(pid):
 
 def thread_cpu(pid):
     """Each thread's CPU seconds (user + system), the busiest first: the delivery thread, then the event loops."""
+    # /proc/<pid>/task/<tid>/stat, not /proc/<tid>/stat (harness.cpu_seconds): that one adds up the whole process.
     ticks = os.sysconf("SC_CLK_TCK")
     seconds = []
     for thread in os.listdir(f"/proc/{pid}/task"):

@@ -21,12 +21,10 @@ def main():
     try:
         for round_number in range(1, arguments.rounds + 1):
             for index, binary in enumerate(arguments.binaries):
-                # ingest_once starts phase_ingest.RELAY: the binary of this run.
-                phase_ingest.RELAY = binary
                 run_folder = folder / f"round{round_number}-binary{index + 1}"
                 run_folder.mkdir()
                 figures = phase_ingest.ingest_once(sqlite_store(run_folder / "ingest.db"), run_folder, seconds=8,
-                                                   DEVICE_QUEUE_MAX=1_000_000)
+                                                   binary=binary, DEVICE_QUEUE_MAX=1_000_000)
                 print(f"round {round_number}, binary {index + 1}: {figures['relay_rps']:,.0f} webhooks/s, "
                       f"peak RSS {figures['rss_mib']:.1f} MiB", flush=True)
                 shutil.rmtree(run_folder)

@@ -11,10 +11,11 @@ DEVICES = 1000
 SECONDS = 10
 
 
-def ingest_once(store, folder, devices=DEVICES, seconds=SECONDS, **overrides):
-    """One ingest process on `store`: registers `devices`, posts Example A for `seconds`. Returns its figures."""
+def ingest_once(store, folder, devices=DEVICES, seconds=SECONDS, binary=RELAY, **overrides):
+    """One ingest process of `binary` on `store`: registers `devices`, posts Example A for `seconds`. Returns its
+    figures."""
     port = free_port()
-    ingest = start([RELAY, "ingest"], relay_env(store, PORT=port, METRICS_ADDR="off", **overrides), folder / "ingest.log")
+    ingest = start([binary, "ingest"], relay_env(store, PORT=port, METRICS_ADDR="off", **overrides), folder / "ingest.log")
     wait_until(lambda: healthy(port), what="ingest")
     ids = devices_file(port, devices, folder)
     rps, errors, answered = wrk(port, WEBHOOK_BODY, ids, folder, seconds=seconds)
