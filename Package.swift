@@ -25,7 +25,7 @@ let package = Package(
 
         // The spine: exe → Ingest/Deliver → Queue → Common.
         // Two thread helpers every module with a thread of its own uses: ThreadConfined and WakeUp.
-        .target(name: "Threading", swiftSettings: strictSettings),
+        .target(name: "Threading", dependencies: ["CLinux"], swiftSettings: strictSettings),
         // The binary's malloc: jemalloc from Debian (libjemalloc-dev), linked in place of glibc's, with the options it
         // is built with (Sources/CAllocator/allocator.c says why). A C target: `malloc_conf` must be a C global of that
         // name. Allocator is its Swift face (what `version` prints).

@@ -142,9 +142,7 @@ public final class DeliveryEngine: Sendable {
         // wait for its next poll. Asked here, not where an engine is built, so that none goes without it (deliver,
         // serve, the tests'); the loop stops it when it ends.
         store.wakeOnChanges { [weak self] in self?.wake() }
-        let thread = Thread { [self] in run() }
-        thread.name = "delivery"
-        thread.start()
+        Thread.start(named: "delivery") { [self] in run() }
     }
 
     /// False from a detected stall until APNs answers again (SPEC §4 "Delivery never stalls").

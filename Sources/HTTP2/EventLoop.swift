@@ -45,9 +45,7 @@ public final class EventLoop: @unchecked Sendable {
         epoll_ctl(epoll, EPOLL_CTL_ADD, wakeup, &event)
         // The thread holds the loop until `run()` returns, and nothing holds the thread: a loop that was shut down
         // is freed (its descriptors closed) once its last owner lets go. Kept, the thread closed a cycle with it.
-        let thread = Thread { [self] in run() }
-        thread.name = name
-        thread.start()
+        Thread.start(named: name) { [self] in run() }
     }
 
     deinit {

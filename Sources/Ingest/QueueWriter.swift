@@ -78,9 +78,7 @@ public final class QueueWriter: Sendable {
         refreshDepth()
         for (wakeUp, heartbeat) in zip(wakeUps, heartbeats) {
             running.enter()
-            let thread = Thread { [self] in run(wakeUp, heartbeat: heartbeat) }
-            thread.name = "queue-writer"
-            thread.start()
+            Thread.start(named: "queue-writer") { [self] in run(wakeUp, heartbeat: heartbeat) }
         }
     }
 

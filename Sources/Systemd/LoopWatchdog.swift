@@ -31,9 +31,7 @@ public final class LoopWatchdog: Sendable {
     }
 
     public func start() {
-        let thread = Thread { [self] in run() }
-        thread.name = "watchdog"
-        thread.start()
+        Thread.start(named: "watchdog") { [self] in run() }
     }
 
     /// Stops the pings (at shutdown, after STOPPING=1: systemd then watches the stop timeout instead).

@@ -370,3 +370,16 @@ def test_the_deliverers_log_holds_no_content_no_full_token_and_no_secret(relays,
     secrets = ["Vault-7f3a", "secret-body", jwt, jwt.split(".")[2], "PRIVATE KEY"]
     secrets += [token(seed) for seed in seeds.values()] + [auth for _, auth in devices.values()]
     assert [secret for secret in secrets if secret in text] == []
+
+
+
+def thread_names(relay):
+    return sorted((task / "comm").read_text().strip() for task in pathlib.Path(f"/proc/{relay.process.pid}/task").iterdir())
+
+
+def test_a_deliverers_threads_carry_their_names_to_the_kernel(relays):
+    # `top -H`, `ps -T` and perf tell the threads apart; Foundation's Thread.name alone left every one of them
+    # named after the binary.
+    names = thread_names(relays("deliver"))
+    assert {"delivery", "apns-0", "wal-checkpoint"} <= set(names), names
+

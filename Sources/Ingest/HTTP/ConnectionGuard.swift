@@ -1,6 +1,7 @@
 import Common
 import Foundation
 import Synchronization
+import Threading
 
 /// Limits on connections that libmicrohttpd 0.9.x does not have (issue 13):
 ///
@@ -51,15 +52,13 @@ final class ConnectionGuard: Sendable {
         // Deadlines are checked a few times per timeout, at most every second: a request is cut at most a quarter
         // of the timeout (or a second) late. The thread ends within a period once the guard is gone.
         let period = min(timeout / 4, .seconds(1)).seconds
-        let thread = Thread { [weak self] in
+        Thread.start(named: "http-deadlines") { [weak self] in
             while true {
                 Thread.sleep(forTimeInterval: period)
                 guard let self else { return }
                 self.cutLateRequests()
             }
         }
-        thread.name = "http-deadlines"
-        thread.start()
     }
 
     /// Whether a new connection from `address` may be accepted.

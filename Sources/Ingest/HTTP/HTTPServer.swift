@@ -246,12 +246,10 @@ public final class HTTPServer: Sendable {
         // pointer to it until MHD_stop_daemon returns); past `stopTimeout` the caller goes on — the process is
         // exiting — instead of hanging with it.
         let stopped = DispatchSemaphore(value: 0)
-        let stopper = Thread { [self] in
+        Thread.start(named: "http-stop") { [self] in
             MHD_stop_daemon(handle.pointer)
             _ = withExtendedLifetime(self) { stopped.signal() }
         }
-        stopper.name = "http-stop"
-        stopper.start()
         _ = stopped.wait(timeout: .now() + Self.stopTimeout.seconds)
     }
 

@@ -1,6 +1,7 @@
 internal import CMicroHTTPD
 import Foundation
 import Synchronization
+import Threading
 
 /// Accepts connections on a listening socket the relay was handed (systemd socket activation) and gives each to
 /// libmicrohttpd with MHD_add_connection.
@@ -45,9 +46,7 @@ final class ListenSocketAcceptor: Sendable {
         self.unheard = unheard
         self.handedOver = handedOver
         stopPipe = (ends[0], ends[1])
-        let thread = Thread { [self] in run() }
-        thread.name = "http-accept"
-        thread.start()
+        Thread.start(named: "http-accept") { [self] in run() }
     }
 
     /// Stops accepting and waits for the thread to leave. Idempotent. The listening socket stays open (the caller

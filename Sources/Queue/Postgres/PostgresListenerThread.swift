@@ -1,6 +1,7 @@
 import Foundation
 import PostgresDriver
 import Synchronization
+import Threading
 
 /// The deliverer's LISTEN connection (`PostgresListener`) on a thread of its own, asleep in poll(2) on the
 /// connection's socket. A NOTIFY wakes it: it drains the socket, counts what arrived (`changes`, which
@@ -47,9 +48,7 @@ final class PostgresListenerThread: Sendable {
             throw StoreError(.unavailable, "the LISTEN thread: \(error.message)")
         }
         published = Mutex(Published(changes: startingAt))
-        let thread = Thread { [self] in run(conninfo: conninfo, options: options, failover: failover, base: startingAt) }
-        thread.name = "postgres-listen"
-        thread.start()
+        Thread.start(named: "postgres-listen") { [self] in run(conninfo: conninfo, options: options, failover: failover, base: startingAt) }
     }
 
     /// The count of notifications (and reconnects) so far; throws while the server cannot be reached.

@@ -47,9 +47,7 @@ final class WALCheckpointer: WALCommitObserver, Sendable {
         self.connection = connection
         self.backgroundFrames = backgroundFrames
         self.inlineFrames = inlineFrames
-        let thread = Thread { [self] in run() }
-        thread.name = "wal-checkpoint"
-        thread.start()
+        Thread.start(named: "wal-checkpoint") { [self] in run() }
     }
 
     /// A commit left the WAL `frames` pages long. Called by the writer's connection, inside its commit; returns whether

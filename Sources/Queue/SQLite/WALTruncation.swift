@@ -50,9 +50,7 @@ final class WALTruncator: Sendable {
     /// another process still needed it; tried again at the next deadline).
     init(policy: WALTruncationPolicy, truncate: @escaping @Sendable () -> Bool) {
         self.policy = policy
-        let thread = Thread { [self] in run(truncate) }
-        thread.name = "wal-truncate"
-        thread.start()
+        Thread.start(named: "wal-truncate") { [self] in run(truncate) }
     }
 
     /// A write transaction committed.
