@@ -3,11 +3,17 @@ import Dispatch
 import HTTP2
 import Synchronization
 
-/// `APNS_CONNECTIONS` persistent HTTP/2 connections to APNs, each on its own event loop, reconnecting with backoff
+/// `APNS_CONNECTIONS` persistent HTTP/2 connections to APNs, all on one event loop, reconnecting with backoff
 /// (1 s doubling to 60 s over failed attempts in a row). A connection that was up for `stableAfter` and then closes
 /// (APNs ends idle connections, a network blip) did not fail: the count starts again, it is replaced at once and
 /// does not count towards `allDown`. Requests go to the connection with the most free
 /// streams, so a server's per-connection stream limit (APNs starts token connections at 1) is respected.
+///
+/// One loop, not one per connection: requests go to one thread, woken once per burst, and no thread per idle
+/// connection competes for the cores. With the connections spread, draining 100,000 pushes cost 24.4 µs of the
+/// deliverer's CPU a push on one loop against 25.5 on a loop each (`bench/deliver_ab.py`, four alternated rounds,
+/// thirtieth session). One loop carries about 200,000 pushes/s (5 µs each), several times what a delivery thread
+/// claims and records.
 public final class APNsConnectionPool: Sendable {
     struct Slot: Sendable {
         var connection: HTTP2ClientConnection?
@@ -21,7 +27,7 @@ public final class APNsConnectionPool: Sendable {
 
     private let configuration: HTTP2ClientConnection.Configuration
     private let tls: TLSContext
-    private let loops: [EventLoop]
+    private let loop = EventLoop(name: "apns")
     private let logger: Logger
     private let onChange: @Sendable () -> Void
     private let slots: Mutex<[Slot]>
@@ -44,12 +50,11 @@ public final class APNsConnectionPool: Sendable {
         self.tls = tls
         self.logger = logger
         self.onChange = onChange
-        loops = (0..<connections).map { EventLoop(name: "apns-\($0)") }
         slots = Mutex(Array(repeating: Slot(), count: connections))
     }
 
     public func start() {
-        for index in loops.indices { open(index, replacing: nil) }
+        for index in 0..<slots.withLock({ $0.count }) { open(index, replacing: nil) }
     }
 
     /// The connection with the most free streams (the first of equals), or nil when none has room. Once per push:
@@ -98,7 +103,7 @@ public final class APNsConnectionPool: Sendable {
         for connection in connections { recycle(connection) }
     }
 
-    /// Closes every connection at once (their open requests fail) and stops the loops. Only the first call acts.
+    /// Closes every connection at once (their open requests fail) and stops the loop. Only the first call acts.
     public func shutdown() {
         guard !stopped.exchange(true, ordering: .relaxed) else { return }
         // First let a connect under way finish (DNS and connect() run on `reconnects`): its connection then exists
@@ -107,7 +112,7 @@ public final class APNsConnectionPool: Sendable {
         reconnects.sync {}
         let connections = slots.withLock { $0.compactMap(\.connection) } + replaced.withLock { $0 }
         for connection in connections { connection.close(immediately: true) }
-        for loop in loops { loop.shutdown() }
+        loop.shutdown()
     }
 
     /// Puts a new connection in slot `index` if it still holds `old`: a recycle (delivery thread) and a scheduled
@@ -120,7 +125,7 @@ public final class APNsConnectionPool: Sendable {
             slots[index].generation += 1
             slots[index].ended = false
             let generation = slots[index].generation
-            let connection = HTTP2ClientConnection(configuration, tls: tls, loop: loops[index]) { [weak self] event in
+            let connection = HTTP2ClientConnection(configuration, tls: tls, loop: loop) { [weak self] event in
                 self?.event(event, slot: index, generation: generation)
             }
             slots[index].connection = connection

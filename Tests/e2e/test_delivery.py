@@ -381,5 +381,13 @@ def test_a_deliverers_threads_carry_their_names_to_the_kernel(relays):
     # `top -H`, `ps -T` and perf tell the threads apart; Foundation's Thread.name alone left every one of them
     # named after the binary.
     names = thread_names(relays("deliver"))
-    assert {"delivery", "apns-0", "wal-checkpoint"} <= set(names), names
+    assert {"delivery", "apns", "wal-checkpoint"} <= set(names), names
 
+
+def test_a_deliverers_apns_connections_share_one_event_loop(relays, fake_apns):
+    # A loop per connection was a thread each, woken for every burst of requests and competing for the cores with
+    # the delivery thread (docs/performance.md, thirtieth session).
+    deliver = relays("deliver", APNS_CONNECTIONS="3")
+    wait_until(lambda: fake_apns.connections >= 3, what="three connections to APNs")
+    names = thread_names(deliver)
+    assert names.count("apns") == 1, names
