@@ -6,8 +6,8 @@ import Synchronization
 /// `APNS_CONNECTIONS` persistent HTTP/2 connections to APNs, all on one event loop, reconnecting with backoff
 /// (1 s doubling to 60 s over failed attempts in a row). A connection that was up for `stableAfter` and then closes
 /// (APNs ends idle connections, a network blip) did not fail: the count starts again, it is replaced at once and
-/// does not count towards `allDown`. Requests go to the connection with the most free
-/// streams, so a server's per-connection stream limit (APNs starts token connections at 1) is respected.
+/// does not count towards `allDown`. Requests fill the first connection with a free stream (`pick`), so a server's
+/// per-connection stream limit (APNs starts token connections at 1) is respected.
 ///
 /// One loop, not one per connection: requests go to one thread, woken once per burst, and no thread per idle
 /// connection competes for the cores. With the connections spread, draining 100,000 pushes cost 24.4 µs of the
@@ -57,18 +57,20 @@ public final class APNsConnectionPool: Sendable {
         for index in 0..<slots.withLock({ $0.count }) { open(index, replacing: nil) }
     }
 
-    /// The connection with the most free streams (the first of equals), or nil when none has room. Once per push:
-    /// each connection's status is read once, and no array is built.
+    /// The first connection, in slot order, with a free stream; nil when none has room. Once per push.
+    ///
+    /// Filled in order, not spread by the most free streams: one busy connection costs less than two half busy ones,
+    /// on our side and APNs'. Drains of 100,000 pushes, four alternated rounds (thirtieth session): 24.1 µs of the
+    /// deliverer's CPU a push and 45,400–47,500 pushes/s, against 24.4 µs and 39,600–41,100 spread over the two (the
+    /// simulator, on the same two cores, then ran both its loops). The others stay open, PINGed while idle, and take
+    /// what the first has no stream for (more in flight than its limit, APNs lowering it) and all of it once it is
+    /// gone; one still at its first stream limit (1) takes more after its first push is accepted, one round trip.
     public func pick() -> HTTP2ClientConnection? {
         slots.withLock { slots in
-            var best: HTTP2ClientConnection?
-            var mostFree = 0
             for slot in slots {
-                guard let connection = slot.connection else { continue }
-                let free = connection.currentStatus.freeStreams
-                if free > mostFree { (best, mostFree) = (connection, free) }
+                if let connection = slot.connection, connection.currentStatus.freeStreams > 0 { return connection }
             }
-            return best
+            return nil
         }
     }
 

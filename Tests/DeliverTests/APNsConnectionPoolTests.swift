@@ -200,6 +200,39 @@ import Testing
         #expect(waitUntil(timeout: .seconds(5)) { old.currentStatus.isClosed })
     }
 
+    /// Requests fill the first connection before the next takes any: one connection busy, not two half busy, is what
+    /// made a drain cheaper (docs/performance.md, thirtieth session). The others take what the first has no stream
+    /// for. Spread by the most free streams, the second request went to the other connection.
+    @Test func requestsFillTheFirstConnectionBeforeTheNext() throws {
+        var simConfig = APNsSimulator.Configuration(
+            certificateFile: TLSFixtures.path("server.pem"), privateKeyFile: TLSFixtures.path("server.key"),
+            tokenKeyFile: TLSFixtures.signingPublicKey)
+        simConfig.port = 0
+        simConfig.maxConcurrentStreams = 3
+        simConfig.streamLimitFollowsAnswers = false
+        let simulator = try APNsSimulator(simConfig)
+        simulator.faults.withLock { $0.latencyMillis = 60_000 }  // every request stays in flight
+        let pool = APNsConnectionPool(
+            configuration: HTTP2ClientConnection.Configuration(host: "127.0.0.1", port: simulator.port), connections: 2,
+            tls: try TLSContext.client(extraCAFile: TLSFixtures.caFile), logger: Logger(label: "test", level: .error),
+            onChange: {})
+        pool.start()
+        defer {
+            pool.shutdown()
+            simulator.stop()
+        }
+        #expect(waitUntil { pool.readyConnections == 2 && pool.freeStreams == 6 }, "both connections up, 3 streams each")
+        var picked: [HTTP2ClientConnection] = []
+        for _ in 0..<4 {
+            let connection = try #require(pool.pick())
+            picked.append(connection)
+            connection.send(HTTP2Request(path: "/3/device/\(String(repeating: "ab", count: 32))")) { _ in }
+        }
+        #expect(picked[1] === picked[0] && picked[2] === picked[0], "the first connection until its 3 streams are taken")
+        #expect(picked[3] !== picked[0], "then the next")
+        #expect(pool.freeStreams == 2)
+    }
+
     func waitUntil(timeout: Duration = .seconds(20), _ condition: () -> Bool) -> Bool {
         let deadline = ContinuousClock.now + timeout
         while ContinuousClock.now < deadline {
