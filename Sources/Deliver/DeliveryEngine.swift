@@ -216,6 +216,7 @@ public final class DeliveryEngine: Sendable {
                 claimAndSend(now: now, recordingFirst: toRecord)
                 settleProbe()
             }
+            flushSends()  // none left by the calls above; kept so that no path can leave a request unsent
             waitForWork()
         }
         releaseRemaining()
@@ -316,7 +317,18 @@ public final class DeliveryEngine: Sendable {
             }
             send(Resend(job: job, resends: 0, environment: nil, switched: false), outcomes: &outcomes)
         }
+        flushSends()
         if !outcomes.isEmpty { record(outcomes) }
+    }
+
+    /// Wakes the event loop of each connection this round handed requests to, once, so that it takes them all in one
+    /// turn (`HTTP2ClientConnection.sendDeferringWake`). Waking it for the first request of a burst had it take a
+    /// few requests at a time, interrupting the delivery thread several times a turn.
+    private func flushSends() {
+        let state = loopState
+        guard !state.connectionsToFlush.isEmpty else { return }
+        for connection in state.connectionsToFlush { connection.flush() }
+        state.connectionsToFlush.removeAll(keepingCapacity: true)
     }
 
     /// SQLite gives a deleted newest job's id to the next job. A push this loop still holds under `job`'s id with
@@ -406,9 +418,10 @@ public final class DeliveryEngine: Sendable {
         // The completion holds only what matches the answer to its push: capturing `job` copied the whole job into
         // its context (five references retained here, released on the connection's thread when it ends).
         let (jobID, publicID) = (job.id, job.publicID)
-        connection.send(request) { [inbox] result in
+        connection.sendDeferringWake(request) { [inbox] result in
             inbox.post(Answer(jobID: jobID, publicID: publicID, result: result, connection: connection))
         }
+        if !state.connectionsToFlush.contains(where: { $0 === connection }) { state.connectionsToFlush.append(connection) }
     }
 
     /// Whether a request for `job` sent at `now` is sure to be answered or reset before its lease ends (with the
@@ -438,6 +451,7 @@ public final class DeliveryEngine: Sendable {
                 state.resendQueue.append(attempt)
             }
         }
+        flushSends()
         if !outcomes.isEmpty { record(outcomes) }
     }
 

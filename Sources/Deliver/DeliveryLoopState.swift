@@ -1,4 +1,5 @@
 import Foundation
+import HTTP2
 import Queue
 
 /// State only the delivery thread touches: the engine keeps it in a `ThreadConfined` its thread claims, so any
@@ -7,6 +8,9 @@ struct DeliveryLoopState {
     var inFlight: [Int64: DeliveryEngine.InFlight] = [:]
     /// Pushes to send again at once (refused streams, a new provider token, the other APNs environment).
     var resendQueue: [DeliveryEngine.Resend] = []
+    /// Connections handed requests this round without waking their loop (`sendDeferringWake`), woken by
+    /// `flushSends` once the round's requests are all handed over.
+    var connectionsToFlush: [HTTP2ClientConnection] = []
     var breaker: OutageBreaker
     /// When a push was last handed to a connection, and when APNs last failed for everyone (an outage-class
     /// answer, a configuration fault, every connection down): the stall detector's two clocks.

@@ -77,6 +77,15 @@ public final class HTTP2ClientConnection: Sendable {
     private struct Shared {
         var status = Status()
         var outbox: [Outgoing] = []
+        /// A loop task that takes the outbox is queued (`wakeLoop`); `takeOutbox` clears it.
+        var takePending = false
+
+        /// Whether the caller must queue the task that takes the outbox: requests wait and none is queued yet.
+        mutating func claimTakeIfWaiting() -> Bool {
+            guard !outbox.isEmpty, !takePending else { return false }
+            takePending = true
+            return true
+        }
     }
 
     private let core: Mutex<ClientCore?>
@@ -135,17 +144,39 @@ public final class HTTP2ClientConnection: Sendable {
     /// a request. Once `close` was called, each request goes as its own task again, queued behind the close's, so it
     /// is refused exactly as before.
     public func send(_ request: HTTP2Request, completion: @escaping Completion) {
+        send(request, wakingTheLoop: true, completion: completion)
+    }
+
+    /// Sends `request` without waking the event loop: it waits in the outbox until the next `send` or `flush` wakes
+    /// the loop, which then takes every request waiting. For a sender with a burst in hand (a deliverer's turn),
+    /// which calls `flush` once after it: a wake-up per request taken was an `eventfd` write that woke the loop,
+    /// which took a few requests and slept again, several times a burst.
+    public func sendDeferringWake(_ request: HTTP2Request, completion: @escaping Completion) {
+        send(request, wakingTheLoop: false, completion: completion)
+    }
+
+    /// Wakes the loop for the requests `sendDeferringWake` left in the outbox, if any.
+    public func flush() {
+        if shared.withLock({ $0.claimTakeIfWaiting() }) { wakeLoop() }
+    }
+
+    private func send(_ request: HTTP2Request, wakingTheLoop: Bool, completion: @escaping Completion) {
         guard !closeRequested.load(ordering: .relaxed) else {
             shared.withLock { $0.status.inFlight += 1 }
             loop.execute { [self] in enqueue([Outgoing(request: request, completion: completion)]) }
             return
         }
-        let first = shared.withLock { shared -> Bool in
+        let wake = shared.withLock { shared -> Bool in
             shared.status.inFlight += 1
             shared.outbox.append(Outgoing(request: request, completion: completion))
-            return shared.outbox.count == 1
+            return wakingTheLoop && shared.claimTakeIfWaiting()
         }
-        if first, !loop.execute({ [self] in enqueue(takeOutbox()) }) {
+        if wake { wakeLoop() }
+    }
+
+    /// Queues the loop task that takes the outbox (at most one is queued at a time).
+    private func wakeLoop() {
+        if !loop.execute({ [self] in enqueue(takeOutbox()) }) {
             // The loop has ended (its pool shut down), so nothing will take the outbox: its requests are dropped, as
             // a task the loop refuses always was, rather than kept (each completion holds this connection).
             _ = takeOutbox()
@@ -158,6 +189,7 @@ public final class HTTP2ClientConnection: Sendable {
             // The requests leave in the outbox's buffer; the empty one, as large, stays for the next burst.
             taken.reserveCapacity(shared.outbox.count)
             swap(&taken, &shared.outbox)
+            shared.takePending = false
             return taken
         }
     }
@@ -182,6 +214,9 @@ public final class HTTP2ClientConnection: Sendable {
     }
 
     public var currentStatus: Status { shared.withLock { $0.status } }
+
+    /// Tests: requests handed over that the loop has not taken yet.
+    package var requestsWaitingForTheLoop: Int { shared.withLock { $0.outbox.count } }
 
     /// What a test sees of the connection's timers after `advanceClock`.
     package struct TimerProbe: Sendable {

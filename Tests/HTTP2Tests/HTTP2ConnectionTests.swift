@@ -91,6 +91,24 @@ import Testing
         #expect(request.body == Array("{}".utf8) && request.authority == "127.0.0.1:\(server.port)")
     }
 
+    /// A request sent without waking the loop waits in the outbox until `flush`, then goes out like any other: the
+    /// deliverer hands over a turn's burst and wakes the loop once (`DeliveryEngine.flushSends`).
+    @Test func aRequestSentDeferringTheWakeWaitsForFlush() throws {
+        let server = try server { _, responder in responder.respond(status: 200) }
+        defer { server.stop() }
+        let connection = try client(server.port)
+        #expect((try? send(connection, HTTP2Request(path: "/up"))?.get())?.status == 200, "the connection is up")
+        let answered = DispatchSemaphore(value: 0)
+        connection.sendDeferringWake(HTTP2Request(path: "/deferred")) { _ in answered.signal() }
+        let loopRan = DispatchSemaphore(value: 0)
+        loop.execute { loopRan.signal() }
+        loopRan.wait()  // every task queued before this one has run: a wake-up would have taken the request
+        #expect(connection.requestsWaitingForTheLoop == 1, "nothing woke the loop")
+        connection.flush()
+        #expect(answered.wait(timeout: .now() + 15) == .success)
+        #expect(connection.requestsWaitingForTheLoop == 0)
+    }
+
     @Test func theStreamLimitStartsAt1AndRisesWhenTheServerRaisesIt() throws {
         let concurrent = Atomic<Int>(0)
         let peak = Atomic<Int>(0)

@@ -377,11 +377,13 @@ def thread_names(relay):
     return sorted((task / "comm").read_text().strip() for task in pathlib.Path(f"/proc/{relay.process.pid}/task").iterdir())
 
 
-def test_a_deliverers_threads_carry_their_names_to_the_kernel(relays):
+def test_the_relays_threads_carry_their_names_to_the_kernel(relays):
     # `top -H`, `ps -T` and perf tell the threads apart; Foundation's Thread.name alone left every one of them
     # named after the binary.
     names = thread_names(relays("deliver"))
     assert {"delivery", "apns", "wal-checkpoint"} <= set(names), names
+    names = thread_names(relays("ingest"))
+    assert {"queue-writer", "wal-checkpoint"} <= set(names) and any(name.startswith("MHD-") for name in names), names
 
 
 def test_a_deliverers_apns_connections_share_one_event_loop(relays, fake_apns):
