@@ -31,8 +31,10 @@ struct HTTP2Header {
 /// `receive` and writes out what `send` produces. Owned by one event loop; not thread-safe.
 final class HTTP2Session {
     private var handle: OpaquePointer!
-    // Set once in init, before any callback can run; the delegate owns this session, hence unowned.
-    private unowned let delegate: any HTTP2SessionDelegate
+    // Set once in init, before any callback can run. unowned(unsafe), so that reading it costs no reference count:
+    // the delegate owns this session and deletes it in its deinit, and nghttp2 calls back only inside one of the
+    // delegate's own calls into this session (`receive`, `send`, `submit…`), during which the delegate is alive.
+    fileprivate unowned(unsafe) let delegate: any HTTP2SessionDelegate
     /// Bodies being sent, by stream.
     private var outgoingBodies: [Int32: (bytes: [UInt8], offset: Int)] = [:]
     /// A request with `Indexing.uniqueValue` headers was submitted with them indexed, so that their names enter
@@ -313,54 +315,60 @@ final class HTTP2Session {
         }
     }
 
-    fileprivate var sessionDelegate: any HTTP2SessionDelegate { delegate }
     fileprivate func bodyDone(_ stream: Int32) { outgoingBodies[stream] = nil }
 }
 
 // MARK: - C callbacks. Each recovers the session from user_data (unretained, see init) and calls one method.
 
-private func session(_ userData: UnsafeMutableRawPointer?) -> HTTP2Session {
+/// Runs `body` with the session `userData` points at, without retaining it: nghttp2 calls back only from inside
+/// one of the session's own library calls, whose caller holds the session (its transport keeps it for life and
+/// never lets go of it), so it is alive throughout. `takeUnretainedValue` was a retain and a release on every
+/// callback, several a request (perf, thirtieth session).
+private func withSession<Result>(_ userData: UnsafeMutableRawPointer?, _ body: (HTTP2Session) -> Result) -> Result {
     guard let userData else { preconditionFailure("nghttp2 callback without user data") }
-    return Unmanaged<HTTP2Session>.fromOpaque(userData).takeUnretainedValue()
+    return Unmanaged<HTTP2Session>.fromOpaque(userData)._withUnsafeGuaranteedRef(body)
 }
 
 private let onBeginHeaders: nghttp2_on_begin_headers_callback = { _, frame, userData in
     guard let frame else { return 0 }
     if UInt32(frame.pointee.hd.type) == NGHTTP2_HEADERS.rawValue, frame.pointee.headers.cat == NGHTTP2_HCAT_REQUEST {
-        session(userData).sessionDelegate.streamOpened(frame.pointee.hd.stream_id)
+        withSession(userData) { $0.delegate.streamOpened(frame.pointee.hd.stream_id) }
     }
     return 0
 }
 
 private let onHeader: nghttp2_on_header_callback = { _, frame, name, nameLength, value, valueLength, _, userData in
     guard let frame, let name else { return 0 }
-    session(userData).sessionDelegate.headerReceived(
-        frame.pointee.hd.stream_id, name: UnsafeRawBufferPointer(start: name, count: nameLength),
-        value: UnsafeRawBufferPointer(start: value, count: value == nil ? 0 : valueLength))
+    withSession(userData) {
+        $0.delegate.headerReceived(
+            frame.pointee.hd.stream_id, name: UnsafeRawBufferPointer(start: name, count: nameLength),
+            value: UnsafeRawBufferPointer(start: value, count: value == nil ? 0 : valueLength))
+    }
     return 0
 }
 
 private let onDataChunk: nghttp2_on_data_chunk_recv_callback = { _, _, stream, data, length, userData in
     guard let data else { return 0 }
-    let accepted = session(userData).sessionDelegate.dataReceived(stream, UnsafeRawBufferPointer(start: data, count: length))
+    let accepted = withSession(userData) { $0.delegate.dataReceived(stream, UnsafeRawBufferPointer(start: data, count: length)) }
     // Refusing data (a body too large) resets just that stream.
     return accepted ? 0 : NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE.rawValue
 }
 
 private let onFrame: nghttp2_on_frame_recv_callback = { _, frame, userData in
     guard let frame else { return 0 }
-    session(userData).frameReceived(frame)
+    withSession(userData) { $0.frameReceived(frame) }
     return 0
 }
 
 private let onStreamClose: nghttp2_on_stream_close_callback = { _, stream, errorCode, userData in
-    let owner = session(userData)
-    owner.bodyDone(stream)
-    owner.sessionDelegate.streamClosed(stream, errorCode: errorCode)
+    withSession(userData) { session in
+        session.bodyDone(stream)
+        session.delegate.streamClosed(stream, errorCode: errorCode)
+    }
     return 0
 }
 
 private let readBodyCallback: nghttp2_data_source_read_callback = { _, stream, buffer, length, flags, _, userData in
     guard let buffer, let flags else { return Int(NGHTTP2_ERR_CALLBACK_FAILURE.rawValue) }
-    return session(userData).readBody(stream, into: buffer, length: length, flags: flags)
+    return withSession(userData) { $0.readBody(stream, into: buffer, length: length, flags: flags) }
 }
