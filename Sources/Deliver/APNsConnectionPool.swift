@@ -12,8 +12,8 @@ import Synchronization
 /// One loop, not one per connection: requests go to one thread, woken once per burst, and no thread per idle
 /// connection competes for the cores. With the connections spread, draining 100,000 pushes cost 24.4 µs of the
 /// deliverer's CPU a push on one loop against 25.5 on a loop each (`bench/deliver_ab.py`, four alternated rounds,
-/// thirtieth session). One loop carries about 200,000 pushes/s (5 µs each), several times what a delivery thread
-/// claims and records.
+/// thirtieth session). The loop spends about 5 µs of CPU a push, so one core would carry about 200,000 pushes/s,
+/// several times what a delivery thread claims and records (about 18 µs a push).
 public final class APNsConnectionPool: Sendable {
     struct Slot: Sendable {
         var connection: HTTP2ClientConnection?
@@ -27,7 +27,7 @@ public final class APNsConnectionPool: Sendable {
 
     private let configuration: HTTP2ClientConnection.Configuration
     private let tls: TLSContext
-    private let loop = EventLoop(name: "apns")
+    private let loop: EventLoop
     private let logger: Logger
     private let onChange: @Sendable () -> Void
     private let slots: Mutex<[Slot]>
@@ -43,8 +43,9 @@ public final class APNsConnectionPool: Sendable {
 
     public init(
         configuration: HTTP2ClientConnection.Configuration, connections: Int, tls: TLSContext, logger: Logger,
-        stableAfter: Duration = .seconds(1), onChange: @escaping @Sendable () -> Void
+        stableAfter: Duration = .seconds(1), loopName: String = "apns", onChange: @escaping @Sendable () -> Void
     ) {
+        loop = EventLoop(name: loopName)
         self.stableAfter = stableAfter
         self.configuration = configuration
         self.tls = tls
@@ -57,20 +58,30 @@ public final class APNsConnectionPool: Sendable {
         for index in 0..<slots.withLock({ $0.count }) { open(index, replacing: nil) }
     }
 
-    /// The first connection, in slot order, with a free stream; nil when none has room. Once per push.
+    /// The connection a push goes to: the first, in slot order, with a free stream, unless one is held to a single
+    /// stream with nothing in flight; nil when none has room. Once per push.
     ///
-    /// Filled in order, not spread by the most free streams: one busy connection costs less than two half busy ones,
-    /// on our side and APNs'. Drains of 100,000 pushes, four alternated rounds (thirtieth session): 24.1 µs of the
-    /// deliverer's CPU a push and 45,400–47,500 pushes/s, against 24.4 µs and 39,600–41,100 spread over the two (the
-    /// simulator, on the same two cores, then ran both its loops). The others stay open, PINGed while idle, and take
-    /// what the first has no stream for (more in flight than its limit, APNs lowering it) and all of it once it is
-    /// gone; one still at its first stream limit (1) takes more after its first push is accepted, one round trip.
+    /// Filled in order, not spread by the most free streams: one busy connection costs less than two half busy ones.
+    /// Drains of 100,000 pushes, four alternated rounds on one loop (thirtieth session, docs/performance.md): 24.1 µs
+    /// of the deliverer's CPU a push against 24.4 spread over the two, and 45,400–47,500 pushes/s against
+    /// 39,600–41,100, the simulator on the same two cores then running one of its loops instead of both.
+    ///
+    /// APNs holds a new connection to one stream until a push on it is accepted, and drops one back to a single stream
+    /// after a rejected push. Such a connection with nothing in flight takes the push, so that its acceptance raises
+    /// the limit: a spare is at full width before the first fails or is lowered, and a lowered one recovers at once.
+    /// Filled strictly in order, the spare stayed at one stream, and the deliverer had about two streams until a push
+    /// on it came back.
     public func pick() -> HTTP2ClientConnection? {
         slots.withLock { slots in
+            var first: HTTP2ClientConnection?
             for slot in slots {
-                if let connection = slot.connection, connection.currentStatus.freeStreams > 0 { return connection }
+                guard let connection = slot.connection else { continue }
+                let status = connection.currentStatus
+                guard status.freeStreams > 0 else { continue }
+                if status.streamLimit == 1 && status.inFlight == 0 { return connection }
+                if first == nil { first = connection }
             }
-            return nil
+            return first
         }
     }
 

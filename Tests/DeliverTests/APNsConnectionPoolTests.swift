@@ -233,6 +233,43 @@ import Testing
         #expect(pool.freeStreams == 2)
     }
 
+    /// APNs (and the simulator) hold a new connection to one stream until a push on it is accepted. Filled strictly in
+    /// order, the second connection never got one and stayed at a single stream: had the first failed or been
+    /// lowered after a rejected push, the deliverer had about two streams until a push on the second came back. The
+    /// spare takes a push while it is held to one stream with nothing in flight, so both end at full width.
+    @Test func aSpareConnectionIsRaisedToFullWidthBeforeItIsNeeded() throws {
+        let simulator = try simulator()  // one stream until an accepted push, then 1,000
+        let pool = APNsConnectionPool(
+            configuration: HTTP2ClientConnection.Configuration(host: "127.0.0.1", port: simulator.port), connections: 2,
+            tls: try TLSContext.client(extraCAFile: TLSFixtures.caFile), logger: Logger(label: "test", level: .error),
+            onChange: {})
+        pool.start()
+        defer {
+            pool.shutdown()
+            simulator.stop()
+        }
+        #expect(waitUntil { pool.readyConnections == 2 && pool.freeStreams == 2 }, "both up, one stream each")
+        // A push APNs accepts (a rejected one would keep the connection at one stream).
+        let key = try ES256.PrivateKey(pem: Array(try Data(contentsOf: URL(fileURLWithPath: TLSFixtures.signingKey))))
+        let token = try ProviderTokenSource(key: key, keyID: "KEY1234567", teamID: "TEAM123456", clock: SystemClock()).token().token
+        let push = HTTP2Request(
+            path: "/3/device/\(String(repeating: "ab", count: 32))",
+            headers: [("authorization", "bearer \(token)"), ("apns-topic", "com.example.app"), ("apns-push-type", "alert")],
+            body: Array(#"{"aps":{"alert":"up"}}"#.utf8))
+        for _ in 0..<4 {
+            let connection = try #require(pool.pick())
+            let status = Mutex(0)
+            let answered = DispatchSemaphore(value: 0)
+            connection.send(push) { result in
+                status.withLock { $0 = (try? result.get())?.status ?? 0 }
+                answered.signal()
+            }
+            #expect(answered.wait(timeout: .now() + 15) == .success)
+            #expect(status.withLock { $0 } == 200)
+        }
+        #expect(waitUntil { pool.freeStreams == 2_000 }, "both connections raised to 1,000 streams")
+    }
+
     func waitUntil(timeout: Duration = .seconds(20), _ condition: () -> Bool) -> Bool {
         let deadline = ContinuousClock.now + timeout
         while ContinuousClock.now < deadline {
