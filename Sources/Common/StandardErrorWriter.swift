@@ -34,9 +34,7 @@ final class StandardErrorWriter: Sendable {
     init(descriptor: Int32) {
         if descriptor == STDERR_FILENO { Self.keepStandardErrorOpen() }
         self.descriptor = descriptor
-        let thread = Thread { [self] in run() }
-        thread.name = "log-writer"
-        thread.start()
+        Thread.start(named: "log-writer") { [self] in run() }
         if descriptor == STDERR_FILENO {
             // Lines logged just before exit (e.g. "stopped") still get out, for at most a second.
             atexit { StandardErrorWriter.shared.flush(timeout: 1) }

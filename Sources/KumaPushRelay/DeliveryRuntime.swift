@@ -107,7 +107,8 @@ final class DeliveryRuntime: Sendable {
         return OtherAPNsEnvironment(environment: environment) { [connection] in
             let pool = APNsConnectionPool(
                 configuration: connection, connections: 1, tls: tls,
-                logger: logger.child(label: "apns-\(environment.rawValue)"), onChange: { waker.wake() })
+                logger: logger.child(label: "apns-\(environment.rawValue)"), loopName: "apns-\(environment.rawValue)",
+                onChange: { waker.wake() })
             pool.start()
             return pool
         }
