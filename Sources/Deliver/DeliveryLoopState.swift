@@ -11,6 +11,8 @@ struct DeliveryLoopState {
     /// Connections handed requests this round without waking their loop (`sendDeferringWake`), woken by
     /// `flushSends` once the round's requests are all handed over.
     var connectionsToFlush: [HTTP2ClientConnection] = []
+    /// Requests handed over since the last flush.
+    var sentSinceFlush = 0
     var breaker: OutageBreaker
     /// When a push was last handed to a connection, and when APNs last failed for everyone (an outage-class
     /// answer, a configuration fault, every connection down): the stall detector's two clocks.

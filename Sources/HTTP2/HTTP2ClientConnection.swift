@@ -138,8 +138,8 @@ public final class HTTP2ClientConnection: Sendable {
 
     /// Sends `request`; `completion` runs once, on the event loop thread.
     ///
-    /// Requests sent in a burst (a deliverer sends hundreds a turn) reach the loop in one task: the one that finds
-    /// the outbox empty queues the task, which takes every request sent until it runs. A task per request was a
+    /// Requests sent in a burst reach the loop in one task: the first sent while no such task is queued queues it, and
+    /// it takes every request sent until it runs (`sendDeferringWake` leaves the queuing to `flush`). A task per request was a
     /// closure allocated here and freed on the loop (malloc's arena lock between the two threads) and two more locks
     /// a request. Once `close` was called, each request goes as its own task again, queued behind the close's, so it
     /// is refused exactly as before.

@@ -107,6 +107,14 @@ import Testing
         connection.flush()
         #expect(answered.wait(timeout: .now() + 15) == .success)
         #expect(connection.requestsWaitingForTheLoop == 0)
+
+        // A plain send after a deferred one still wakes the loop, which takes both: no flush needed.
+        let both = DispatchGroup()
+        both.enter()
+        both.enter()
+        connection.sendDeferringWake(HTTP2Request(path: "/deferred-again")) { _ in both.leave() }
+        connection.send(HTTP2Request(path: "/plain")) { _ in both.leave() }
+        #expect(both.wait(timeout: .now() + 15) == .success, "both answered without a flush")
     }
 
     @Test func theStreamLimitStartsAt1AndRisesWhenTheServerRaisesIt() throws {
