@@ -31,10 +31,17 @@ struct HTTP2Header {
 /// `receive` and writes out what `send` produces. Owned by one event loop; not thread-safe.
 final class HTTP2Session {
     private var handle: OpaquePointer!
-    // Set once in init, before any callback can run. unowned(unsafe), so that reading it costs no reference count:
-    // the delegate owns this session and deletes it in its deinit, and nghttp2 calls back only inside one of the
-    // delegate's own calls into this session (`receive`, `send`, `submit…`), during which the delegate is alive.
-    fileprivate unowned(unsafe) let delegate: any HTTP2SessionDelegate
+    // Set once in init, before any callback can run. The delegate (the transport) holds this session for its whole
+    // life and nghttp2 calls back only inside `receive` and `send` (`nghttp2_session_mem_recv`/`mem_send`; deleting
+    // the session calls nothing back), which only the delegate calls, from its own methods: it is alive during every
+    // callback. So release builds read it unowned(unsafe), with no reference count (a checked `unowned` read is an
+    // atomic increment and decrement through the side table its weak references give the delegate); debug builds,
+    // where every test runs, keep the check.
+    #if DEBUG
+        fileprivate unowned let delegate: any HTTP2SessionDelegate
+    #else
+        fileprivate unowned(unsafe) let delegate: any HTTP2SessionDelegate
+    #endif
     /// Bodies being sent, by stream.
     private var outgoingBodies: [Int32: (bytes: [UInt8], offset: Int)] = [:]
     /// A request with `Indexing.uniqueValue` headers was submitted with them indexed, so that their names enter
@@ -321,9 +328,9 @@ final class HTTP2Session {
 // MARK: - C callbacks. Each recovers the session from user_data (unretained, see init) and calls one method.
 
 /// Runs `body` with the session `userData` points at, without retaining it: nghttp2 calls back only from inside
-/// one of the session's own library calls, whose caller holds the session (its transport keeps it for life and
-/// never lets go of it), so it is alive throughout. `takeUnretainedValue` was a retain and a release on every
-/// callback, several a request (perf, thirtieth session).
+/// the session's own `receive` and `send`, whose caller holds the session (its transport keeps it for life and never
+/// lets go of it), so it is alive throughout. `takeUnretainedValue` was a retain and a release on every callback,
+/// several a request (perf, thirtieth session).
 private func withSession<Result>(_ userData: UnsafeMutableRawPointer?, _ body: (HTTP2Session) -> Result) -> Result {
     guard let userData else { preconditionFailure("nghttp2 callback without user data") }
     return Unmanaged<HTTP2Session>.fromOpaque(userData)._withUnsafeGuaranteedRef(body)
