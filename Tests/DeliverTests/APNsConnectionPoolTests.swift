@@ -26,12 +26,23 @@ import Testing
         func since(_ mark: Int) -> [Seen] { entries.withLock { Array($0[mark...]) } }
     }
 
-    func simulator() throws -> APNsSimulator {
+    func simulator(_ configure: (inout APNsSimulator.Configuration) -> Void = { _ in }) throws -> APNsSimulator {
         var simConfig = APNsSimulator.Configuration(
             certificateFile: TLSFixtures.path("server.pem"), privateKeyFile: TLSFixtures.path("server.key"),
             tokenKeyFile: TLSFixtures.signingPublicKey)
         simConfig.port = 0
+        configure(&simConfig)
         return try APNsSimulator(simConfig)
+    }
+
+    /// A started pool of two connections to `simulator`.
+    func twoConnections(to simulator: APNsSimulator) throws -> APNsConnectionPool {
+        let pool = APNsConnectionPool(
+            configuration: HTTP2ClientConnection.Configuration(host: "127.0.0.1", port: simulator.port), connections: 2,
+            tls: try TLSContext.client(extraCAFile: TLSFixtures.caFile), logger: Logger(label: "test", level: .error),
+            onChange: {})
+        pool.start()
+        return pool
     }
 
     /// One connection to a fresh simulator; returns the pool and what each `onChange` saw.
@@ -204,19 +215,12 @@ import Testing
     /// made a drain cheaper (docs/performance.md, thirtieth session). The others take what the first has no stream
     /// for. Spread by the most free streams, the second request went to the other connection.
     @Test func requestsFillTheFirstConnectionBeforeTheNext() throws {
-        var simConfig = APNsSimulator.Configuration(
-            certificateFile: TLSFixtures.path("server.pem"), privateKeyFile: TLSFixtures.path("server.key"),
-            tokenKeyFile: TLSFixtures.signingPublicKey)
-        simConfig.port = 0
-        simConfig.maxConcurrentStreams = 3
-        simConfig.streamLimitFollowsAnswers = false
-        let simulator = try APNsSimulator(simConfig)
+        let simulator = try simulator {
+            $0.maxConcurrentStreams = 3
+            $0.streamLimitFollowsAnswers = false
+        }
         simulator.faults.withLock { $0.latencyMillis = 60_000 }  // every request stays in flight
-        let pool = APNsConnectionPool(
-            configuration: HTTP2ClientConnection.Configuration(host: "127.0.0.1", port: simulator.port), connections: 2,
-            tls: try TLSContext.client(extraCAFile: TLSFixtures.caFile), logger: Logger(label: "test", level: .error),
-            onChange: {})
-        pool.start()
+        let pool = try twoConnections(to: simulator)
         defer {
             pool.shutdown()
             simulator.stop()
@@ -239,11 +243,7 @@ import Testing
     /// spare takes a push while it is held to one stream with nothing in flight, so both end at full width.
     @Test func aSpareConnectionIsRaisedToFullWidthBeforeItIsNeeded() throws {
         let simulator = try simulator()  // one stream until an accepted push, then 1,000
-        let pool = APNsConnectionPool(
-            configuration: HTTP2ClientConnection.Configuration(host: "127.0.0.1", port: simulator.port), connections: 2,
-            tls: try TLSContext.client(extraCAFile: TLSFixtures.caFile), logger: Logger(label: "test", level: .error),
-            onChange: {})
-        pool.start()
+        let pool = try twoConnections(to: simulator)
         defer {
             pool.shutdown()
             simulator.stop()
