@@ -138,11 +138,11 @@ public final class HTTP2ClientConnection: Sendable {
 
     /// Sends `request`; `completion` runs once, on the event loop thread.
     ///
-    /// Requests sent in a burst reach the loop in one task: the first sent while no such task is queued queues it, and
-    /// it takes every request sent until it runs (`sendDeferringWake` leaves the queuing to `flush`). A task per request was a
-    /// closure allocated here and freed on the loop (malloc's arena lock between the two threads) and two more locks
-    /// a request. Once `close` was called, each request goes as its own task again, queued behind the close's, so it
-    /// is refused exactly as before.
+    /// Requests sent in a burst reach the loop in one task: the first sent while no such task is queued queues it,
+    /// and it takes every request sent until it runs (`sendDeferringWake` leaves the queuing to `flush`). A task per
+    /// request was a closure allocated here and freed on the loop (malloc's arena lock between the two threads) and
+    /// two more locks a request. Once `close` was called, each request goes as its own task again, queued behind the
+    /// close's, so it is refused exactly as before.
     public func send(_ request: HTTP2Request, completion: @escaping Completion) {
         send(request, wakingTheLoop: true, completion: completion)
     }
