@@ -35,6 +35,7 @@ Takes 2–5 minutes on the shared 2-core machine."""
 import argparse
 import os
 import re
+import shutil
 import signal
 import socket
 import sqlite3
@@ -263,7 +264,9 @@ def main():
             sim.wait()
         for name in os.listdir(work):
             if ".db" in name:
-                os.remove(os.path.join(work, name))
+                # The databases, their WAL files, and the deliverers' lock folder beside each (`<db>-deliverers`).
+                path = os.path.join(work, name)
+                shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
     texts = [(annotate(out, inclusive=True), annotate(out, inclusive=False)) for out in outputs]
     (big, big_self), (small, small_self) = texts
     pushes = arguments.jobs - arguments.baseline_jobs
