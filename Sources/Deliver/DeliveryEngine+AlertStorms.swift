@@ -20,10 +20,9 @@ extension DeliveryEngine {
     /// without the newest, into which ingest folds meanwhile (`DigestCarry`). A device with
     /// no push in the last minute is never merged, so a first alert always goes out alone and at once.
     func stormBacklog(of job: ClaimedJob, now: Int64) -> [PendingJob] {
-        guard let burst = configuration.deviceBurst else { return [] }
+        guard stormBacklogReadsTheStore(for: job), let burst = configuration.deviceBurst else { return [] }
         // Counted in the database by every deliverer (a process of its own would see only its share).
         let recent = job.recentPushes
-        guard recent > 0 else { return [] }
         // Pushes sent and waiting, this head included, past the burst: `recent + waiting + 1 > burst`.
         let minimum = burst - recent
         // A look first: `carryBacklog` is a write that locks the device (it seals), and every push to a device with
@@ -34,5 +33,11 @@ extension DeliveryEngine {
         return
             (try? store.carryBacklog(
                 deviceID: job.deviceID, limit: configuration.maximumMerged, minimum: minimum, deviceCap: configuration.deviceQueueMax)) ?? []
+    }
+
+    /// Whether `stormBacklog` asks the store anything for `job` (a device with a push in the last minute, under a
+    /// DEVICE_BURST): the only case in which building its push can wait on the database.
+    func stormBacklogReadsTheStore(for job: ClaimedJob) -> Bool {
+        configuration.deviceBurst != nil && job.recentPushes > 0
     }
 }
