@@ -58,10 +58,11 @@ public struct APNsRequestFactory: Sendable {
     ///     latest of their expiries, so the newest alert in it is kept for its whole JOB_TTL.
     public func request(for job: ClaimedJob, push: PushMessage, providerToken: String, merged: [PendingJob] = []) -> HTTP2Request {
         let expiresAt = merged.reduce(job.expiresAt) { max($0, $1.expiresAt) }
-        // Laid out here, each header's HPACK treatment decided as it is written (no set of names to look up), after
-        // the fixed ones.
-        var headers = fixedHeaders
-        headers.reserveCapacity(adding: 384 + providerToken.utf8.count)
+        // Laid out here in one buffer: `:path` (never indexed), the fixed headers, then the push's own, each header's
+        // HPACK treatment decided as it is written (no set of names to look up).
+        var headers = HTTP2HeaderBlock(
+            path: job.deviceToken, prefix: "/3/device/", reservingCapacity: fixedHeaders.byteCount + 384 + providerToken.utf8.count)
+        headers.append(contentsOf: fixedHeaders)
         // Never indexed, as Apple asks (nghttp2 would not index it anyway).
         headers.append("authorization", providerToken, prefix: "bearer ", indexing: .never)
         // Until when APNs should keep trying an offline phone (seconds): acceptance + JOB_TTL (a digest's newest).
@@ -72,6 +73,6 @@ public struct APNsRequestFactory: Sendable {
         // Fixed per job across retries, so APNs and the phone see one notification, not several.
         headers.append("apns-id", job.publicID, indexing: .uniqueValue)
         headers.append("apns-collapse-id", job.publicID, indexing: .uniqueValue)
-        return HTTP2Request(path: "/3/device/" + job.deviceToken, headerBlock: headers, body: APNsPayload.encode(push))
+        return HTTP2Request(head: headers, body: APNsPayload.encode(push))
     }
 }

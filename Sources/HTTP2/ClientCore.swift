@@ -127,8 +127,7 @@ final class ClientCore: HTTP2Transport, HTTP2SessionDelegate, @unchecked Sendabl
         let request = submission.request
         if request.method != pseudoHeaders.method { pseudoHeaders = Self.pseudoHeaders(request.method, authority: owner.configuration.authority) }
         do {
-            let id = try session.submitRequest(
-                pseudoHeaders: pseudoHeaders.block, path: request.path, headers: request.headers, body: request.body)
+            let id = try session.submitRequest(pseudoHeaders: pseudoHeaders.block, request: request)
             connection.streamOpened(id, for: submission, now: loop.now)
             wantFlush()
         } catch {

@@ -31,17 +31,59 @@ public struct HTTP2HeaderBlock: Sendable, Equatable {
         bytes.reserveCapacity(capacity)
     }
 
+    /// A request's head (`HTTP2Request.head`): `:path` (`prefix + path`), never indexed, then room for
+    /// `capacity` more bytes of headers.
+    public init(path: String, prefix: String = "", reservingCapacity capacity: Int = 0) {
+        bytes.reserveCapacity(Self.entryHead + Self.pathName.utf8CodeUnitCount + prefix.utf8.count + path.utf8.count + capacity)
+        append(":path", path, prefix: prefix, indexing: .never)
+    }
+
+    private static let pathName: StaticString = ":path"
+
+    /// Whether the first header is `:path` (`init(path:)`).
+    var startsWithPath: Bool {
+        bytes.withUnsafeBufferPointer { buffer in
+            var first = false
+            Self.forEachWhile(in: buffer) { name, _, _ in
+                first = name.elementsEqual(UnsafeBufferPointer(start: Self.pathName.utf8Start, count: Self.pathName.utf8CodeUnitCount))
+                return false
+            }
+            return first
+        }
+    }
+
+    /// Every header but the first.
+    func droppingFirst() -> HTTP2HeaderBlock {
+        var rest = HTTP2HeaderBlock()
+        var first = true
+        bytes.withUnsafeBufferPointer { buffer in
+            Self.forEachWhile(in: buffer) { name, value, indexing in
+                if !first { rest.append(name: name, prefix: UnsafeBufferPointer(start: nil, count: 0), value: value, indexing: indexing) }
+                first = false
+                return true
+            }
+        }
+        return rest
+    }
+
     /// Appends `name: prefix + value`. Names are lower-cased (HTTP/2 wants them so; callers mostly write them so
     /// already).
     public mutating func append(_ name: String, _ value: String, prefix: String = "", indexing: Indexing = .indexed) {
         // Each string copied once, as a buffer: walking `String.UTF8View` byte by byte (to copy, or to look for
         // capitals) cost more than the rest of building a push's headers.
-        var (name, prefix, value) = (name, prefix, value)
-        name.withUTF8 { name in
-            prefix.withUTF8 { prefix in
-                value.withUTF8 { value in append(name: name, prefix: prefix, value: value, indexing: indexing) }
+        Self.withBytes(of: name) { name in
+            Self.withBytes(of: prefix) { prefix in
+                Self.withBytes(of: value) { value in append(name: name, prefix: prefix, value: value, indexing: indexing) }
             }
         }
+    }
+
+    /// `text`'s UTF-8, lent where it lies when the string is contiguous (every native one): `withUTF8` is mutating, so
+    /// it took a copy of each string, a retain and a release, three strings a header, on every push.
+    private static func withBytes(of text: String, _ body: (UnsafeBufferPointer<UInt8>) -> Void) {
+        if text.utf8.withContiguousStorageIfAvailable(body) != nil { return }
+        var text = text
+        text.withUTF8(body)
     }
 
     /// Appends `name: number` in decimal, as `String(number)` writes it, without making the String (the
@@ -76,10 +118,8 @@ public struct HTTP2HeaderBlock: Sendable, Equatable {
         hasUniqueValues = hasUniqueValues || other.hasUniqueValues
     }
 
-    /// Reserves room for `capacity` more bytes of headers.
-    public mutating func reserveCapacity(adding capacity: Int) {
-        bytes.reserveCapacity(bytes.count + capacity)
-    }
+    /// Bytes the block takes (for reserving room for it in another).
+    public var byteCount: Int { bytes.count }
 
     private mutating func append(
         name: UnsafeBufferPointer<UInt8>, prefix: UnsafeBufferPointer<UInt8>, value: UnsafeBufferPointer<UInt8>, indexing: Indexing
@@ -129,6 +169,17 @@ public struct HTTP2HeaderBlock: Sendable, Equatable {
         in buffer: UnsafeBufferPointer<UInt8>,
         _ body: (UnsafeBufferPointer<UInt8>, UnsafeBufferPointer<UInt8>, Indexing) throws -> Void
     ) rethrows {
+        try forEachWhile(in: buffer) { name, value, indexing in
+            try body(name, value, indexing)
+            return true
+        }
+    }
+
+    /// The same, for as long as `body` returns true.
+    static func forEachWhile(
+        in buffer: UnsafeBufferPointer<UInt8>,
+        _ body: (UnsafeBufferPointer<UInt8>, UnsafeBufferPointer<UInt8>, Indexing) throws -> Bool
+    ) rethrows {
         var offset = 0
         while offset < buffer.count {
             // Only `append` writes the byte, from an `Indexing`.
@@ -136,9 +187,10 @@ public struct HTTP2HeaderBlock: Sendable, Equatable {
             let nameLength = length(in: buffer, at: offset + 1)
             let valueLength = length(in: buffer, at: offset + 5)
             let nameStart = offset + entryHead
-            try body(
+            let goOn = try body(
                 UnsafeBufferPointer(rebasing: buffer[nameStart..<nameStart + nameLength]),
                 UnsafeBufferPointer(rebasing: buffer[nameStart + nameLength..<nameStart + nameLength + valueLength]), indexing)
+            guard goOn else { return }
             offset = nameStart + nameLength + valueLength
         }
     }

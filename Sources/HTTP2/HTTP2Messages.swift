@@ -1,9 +1,11 @@
 /// A request to send on an HTTP/2 connection.
 public struct HTTP2Request: Sendable {
     public var method: String
-    /// `:path`, never indexed in HPACK (Apple asks for that: it holds the device token).
-    public var path: String
-    public var headers: HTTP2HeaderBlock
+    /// `:path`, then the headers, laid out the way nghttp2 takes them (`HTTP2HeaderBlock(path:)`). `:path` is never
+    /// indexed in HPACK (Apple asks for that: it holds the device token). One buffer, not a path String beside a
+    /// block: the loop copies a request several times on its way to nghttp2, a reference count per part each time,
+    /// and nghttp2 reads the headers where they lie (`HTTP2Session.submitRequest`).
+    public private(set) var head: HTTP2HeaderBlock
     public var body: [UInt8]
 
     /// `sensitiveHeaders`: names never added to the HPACK dynamic table (besides `:path`, which never is).
@@ -16,13 +18,27 @@ public struct HTTP2Request: Sendable {
         self.init(method: method, path: path, headerBlock: block, body: body)
     }
 
-    /// With the headers already laid out (the deliverer builds them once per push).
+    /// With the headers already laid out.
     public init(method: String = "POST", path: String, headerBlock: HTTP2HeaderBlock, body: [UInt8] = []) {
+        var head = HTTP2HeaderBlock(path: path)
+        head.append(contentsOf: headerBlock)
+        self.init(method: method, head: head, body: body)
+    }
+
+    /// With `:path` and the headers already laid out in `head`, which starts with `HTTP2HeaderBlock(path:)` (the
+    /// deliverer builds it once per push).
+    public init(method: String = "POST", head: HTTP2HeaderBlock, body: [UInt8] = []) {
+        assert(head.startsWithPath, "a request's head starts with :path (HTTP2HeaderBlock(path:))")
         self.method = method
-        self.path = path
-        self.headers = headerBlock
+        self.head = head
         self.body = body
     }
+
+    /// `:path` (tests, and whoever reads a request back).
+    public var path: String { head.fields[0].value }
+
+    /// The headers after `:path` (tests, and whoever reads a request back).
+    public var headers: HTTP2HeaderBlock { head.droppingFirst() }
 }
 
 /// A complete response.

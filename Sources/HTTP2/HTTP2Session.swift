@@ -42,8 +42,18 @@ final class HTTP2Session {
     #else
         fileprivate unowned(unsafe) let delegate: any HTTP2SessionDelegate
     #endif
-    /// Bodies being sent, by stream.
-    private var outgoingBodies: [Int32: (bytes: [UInt8], offset: Int)] = [:]
+    /// What is being sent, by stream: the body and how much of it went, and a request's headers, which nghttp2
+    /// reads where they lie (`submitRequest`) until their HEADERS frame is encoded.
+    private var outgoing: [Int32: Outgoing] = [:]
+
+    private struct Outgoing {
+        /// The blocks a request's name/value pairs point into, held, unchanged, until the stream closes or its body
+        /// has gone (after its HEADERS, so they were encoded): an array's elements live in its heap buffer, which
+        /// neither moves nor is freed while this copy refers to it and nothing mutates it.
+        let headers: (pseudo: HTTP2HeaderBlock, head: HTTP2HeaderBlock)?
+        let body: [UInt8]
+        var offset = 0
+    }
     /// A request with `Indexing.uniqueValue` headers was submitted with them indexed, so that their names enter
     /// both tables when its HEADERS are encoded (in submission order, before any later request's); these headers
     /// are never indexed again on this session. Set at the submission, not the encoding: should that HEADERS never
@@ -132,35 +142,33 @@ final class HTTP2Session {
         }
     }
 
-    /// Opens a stream with the pseudo-headers before `:path`, `:path` itself (never indexed), `headers` and `body`;
-    /// returns its id. The blocks are handed to nghttp2 as they are laid out: no string is copied here.
-    func submitRequest(pseudoHeaders: HTTP2HeaderBlock, path: String, headers: HTTP2HeaderBlock, body: [UInt8]) throws -> Int32 {
-        var path = path
-        let id = path.withUTF8 { path in
-            withNameValues(pseudoHeaders, (Self.pathName, path), headers) { nva in
-                body.isEmpty
-                    ? nghttp2_submit_request(handle, nil, nva.baseAddress, nva.count, nil, nil)
-                    : withDataProvider { provider in nghttp2_submit_request(handle, nil, nva.baseAddress, nva.count, provider, nil) }
-            }
+    /// Opens a stream with the pseudo-headers before `:path`, then the request's head (`:path` and its headers) and
+    /// body; returns its id. nghttp2 takes the blocks as they are laid out and reads them where they lie when it
+    /// encodes the HEADERS frame (`NGHTTP2_NV_FLAG_NO_COPY_NAME` and `_VALUE`), so they are held until then
+    /// (`Outgoing`): copying every name and value at submission, and lower-casing the names again, was about 1,900
+    /// instructions a request (callgrind, thirty-first session).
+    func submitRequest(pseudoHeaders: HTTP2HeaderBlock, request: HTTP2Request) throws -> Int32 {
+        let id = withNameValues(pseudoHeaders, request.head) { nva in
+            request.body.isEmpty
+                ? nghttp2_submit_request(handle, nil, nva.baseAddress, nva.count, nil, nil)
+                : withDataProvider { provider in nghttp2_submit_request(handle, nil, nva.baseAddress, nva.count, provider, nil) }
         }
         guard id > 0 else { throw Failure(code: id, context: "submit request") }
-        if !body.isEmpty { outgoingBodies[id] = (body, 0) }
-        if !uniqueValueNamesIndexed, headers.hasUniqueValues { uniqueValueNamesIndexed = true }
+        outgoing[id] = Outgoing(headers: (pseudoHeaders, request.head), body: request.body)
+        if !uniqueValueNamesIndexed, request.head.hasUniqueValues { uniqueValueNamesIndexed = true }
         return id
     }
 
-    private static let pathName: StaticString = ":path"
-
     /// Answers `stream` (server side).
     func submitResponse(_ stream: Int32, headers: [HTTP2Header], body: [UInt8]) throws {
-        if !body.isEmpty { outgoingBodies[stream] = (body, 0) }
+        if !body.isEmpty { outgoing[stream] = Outgoing(headers: nil, body: body) }
         let result = withNameValues(headers) { nva in
             body.isEmpty
                 ? nghttp2_submit_response(handle, stream, nva.baseAddress, nva.count, nil)
                 : withDataProvider { provider in nghttp2_submit_response(handle, stream, nva.baseAddress, nva.count, provider) }
         }
         guard result == 0 else {
-            outgoingBodies[stream] = nil
+            outgoing[stream] = nil
             throw Failure(code: result, context: "submit response")
         }
     }
@@ -238,13 +246,12 @@ final class HTTP2Session {
         }
     }
 
-    /// The name/value array of `first`, then `middle` (never indexed), then `last`, pointing into their bytes:
-    /// nghttp2 copies names and values during submit (no NO_COPY flags), so they only need to live for the call.
+    /// The name/value array of `first`, then `last`, pointing into their bytes, which nghttp2 reads where they lie
+    /// (no copy) when it encodes the frame: the caller holds the blocks until then.
     private func withNameValues<T>(
-        _ first: HTTP2HeaderBlock, _ middle: (name: StaticString, value: UnsafeBufferPointer<UInt8>), _ last: HTTP2HeaderBlock,
-        _ body: (UnsafeBufferPointer<nghttp2_nv>) -> T
+        _ first: HTTP2HeaderBlock, _ last: HTTP2HeaderBlock, _ body: (UnsafeBufferPointer<nghttp2_nv>) -> T
     ) -> T {
-        let count = first.count + 1 + last.count
+        let count = first.count + last.count
         return withUnsafeTemporaryAllocation(of: nghttp2_nv.self, capacity: count) { nva in
             first.bytes.withUnsafeBufferPointer { firstBytes in
                 last.bytes.withUnsafeBufferPointer { lastBytes in
@@ -263,11 +270,10 @@ final class HTTP2Session {
                                 name: UnsafeMutablePointer(mutating: name.baseAddress ?? Self.empty.utf8Start),
                                 value: UnsafeMutablePointer(mutating: value.baseAddress ?? Self.empty.utf8Start),
                                 namelen: name.count, valuelen: value.count,
-                                flags: UInt8(indexed ? NGHTTP2_NV_FLAG_NONE.rawValue : NGHTTP2_NV_FLAG_NO_INDEX.rawValue)))
+                                flags: UInt8(indexed ? Self.notCopied : Self.notCopied | NGHTTP2_NV_FLAG_NO_INDEX.rawValue)))
                         index += 1
                     }
                     HTTP2HeaderBlock.forEach(in: firstBytes, add)
-                    add(UnsafeBufferPointer(start: middle.name.utf8Start, count: middle.name.utf8CodeUnitCount), middle.value, .never)
                     HTTP2HeaderBlock.forEach(in: lastBytes, add)
                     defer { _ = nva.prefix(index).deinitialize() }
                     return body(UnsafeBufferPointer(rebasing: nva.prefix(index)))
@@ -279,26 +285,30 @@ final class HTTP2Session {
     /// What an empty name or value points at (nghttp2 reads no byte of it, but wants a pointer).
     private static let empty: StaticString = ""
 
+    private static let notCopied = NGHTTP2_NV_FLAG_NO_COPY_NAME.rawValue | NGHTTP2_NV_FLAG_NO_COPY_VALUE.rawValue
+
     private func withDataProvider<T>(_ body: (UnsafePointer<nghttp2_data_provider>) -> T) -> T {
         var provider = nghttp2_data_provider(source: nghttp2_data_source(ptr: nil), read_callback: readBodyCallback)
         return withUnsafePointer(to: &provider) { body($0) }
     }
 
     fileprivate func readBody(_ stream: Int32, into buffer: UnsafeMutablePointer<UInt8>, length: Int, flags: UnsafeMutablePointer<UInt32>) -> Int {
-        guard var entry = outgoingBodies[stream] else {
+        // Read and advanced where it lies: one lookup, no copy of the entry.
+        guard let index = outgoing.index(forKey: stream) else {
             flags.pointee |= NGHTTP2_DATA_FLAG_EOF.rawValue
             return 0
         }
-        let count = min(length, entry.bytes.count - entry.offset)
-        entry.bytes.withUnsafeBufferPointer { source in
-            buffer.update(from: source.baseAddress! + entry.offset, count: count)
+        let (offset, total) = (outgoing.values[index].offset, outgoing.values[index].body.count)
+        let count = min(length, total - offset)
+        outgoing.values[index].body.withUnsafeBufferPointer { source in
+            buffer.update(from: source.baseAddress! + offset, count: count)
         }
-        entry.offset += count
-        if entry.offset >= entry.bytes.count {
+        if offset + count >= total {
             flags.pointee |= NGHTTP2_DATA_FLAG_EOF.rawValue
-            outgoingBodies[stream] = nil
+            // DATA follows HEADERS, so the headers were encoded: nothing more is read from the entry.
+            outgoing.remove(at: index)
         } else {
-            outgoingBodies[stream] = entry
+            outgoing.values[index].offset += count
         }
         return count
     }
@@ -322,7 +332,7 @@ final class HTTP2Session {
         }
     }
 
-    fileprivate func bodyDone(_ stream: Int32) { outgoingBodies[stream] = nil }
+    fileprivate func streamDone(_ stream: Int32) { outgoing[stream] = nil }
 }
 
 // MARK: - C callbacks. Each recovers the session from user_data (unretained, see init) and calls one method.
@@ -369,7 +379,7 @@ private let onFrame: nghttp2_on_frame_recv_callback = { _, frame, userData in
 
 private let onStreamClose: nghttp2_on_stream_close_callback = { _, stream, errorCode, userData in
     withSession(userData) { session in
-        session.bodyDone(stream)
+        session.streamDone(stream)
         session.delegate.streamClosed(stream, errorCode: errorCode)
     }
     return 0

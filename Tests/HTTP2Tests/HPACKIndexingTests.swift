@@ -52,7 +52,7 @@ import Testing
             headers.append("apns-topic", "app.example")
             headers.append("apns-expiration", decimal: 1_764_806_400 + number, indexing: indexing)
             headers.append("apns-id", "0f1e2d3c-aaaa-bbbb-cccc-00000000000\(number)", indexing: indexing)
-            _ = try clientSession.submitRequest(pseudoHeaders: pseudo, path: "/3/device/\(number)", headers: headers, body: [])
+            _ = try clientSession.submitRequest(pseudoHeaders: pseudo, request: HTTP2Request(path: "/3/device/\(number)", headerBlock: headers))
             sizes.append(try deliver(clientSession, serverSession))
             tables.append(clientSession.encoderTableSize)
         }
