@@ -281,7 +281,7 @@ struct HTTP2ClientConnectionState<Request, Reply> {
     // MARK: Events: requests
 
     /// A request arrived for this connection; it waits for a stream slot until its deadline.
-    mutating func requestQueued(_ request: Request, reply: Reply, now: ContinuousClock.Instant) -> [Action] {
+    mutating func requestQueued(_ request: consuming Request, reply: consuming Reply, now: ContinuousClock.Instant) -> [Action] {
         guard acceptsRequests else { return [.complete(reply, .failure(.refused))] }
         waiting.append(Submission(request: request, reply: reply, deadline: now + requestTimeout))
         // Deadlines follow the order requests came in: a deadline timer already armed is for an earlier one.
@@ -295,23 +295,34 @@ struct HTTP2ClientConnectionState<Request, Reply> {
     /// (or given back, if its lease is too short), its attempt not spent. (A slot freed by one stream's timeout
     /// used to go to the next request, queued a moment later, which then timed out microseconds after it was sent.)
     mutating func requestsToSubmit(now: ContinuousClock.Instant) -> [Action] {
-        guard lifecycle == .ready, !waiting.isEmpty else { return [] }
         var actions: [Action] = []
-        var taken = 0
-        while taken < waiting.count, streams.count + submitting < streamLimit {
-            let next = waiting[taken]
-            taken += 1
-            if next.deadline - now >= leastTimeToSend {
-                submitting += 1
-                actions.append(.submit(next))
-            } else {
-                actions.append(.complete(next.reply, .failure(.refused)))
+        // A refused request takes no slot, so its slot goes to the next one waiting: round again.
+        while lifecycle == .ready, !waiting.isEmpty, streams.count + submitting < streamLimit {
+            for next in takeWaiting(streamLimit - streams.count - submitting) {
+                if next.deadline - now >= leastTimeToSend {
+                    submitting += 1
+                    actions.append(.submit(next))
+                } else {
+                    actions.append(.complete(next.reply, .failure(.refused)))
+                }
             }
         }
-        // Taken from the front in one go: removing the first of hundreds waiting, one at a time, moved all the others
-        // each time.
-        waiting.removeFirst(taken)
         return actions
+    }
+
+    /// The first `count` waiting requests (or all), oldest first, each handed out once: an iterator that moves them
+    /// out of the array rather than copying them (a copy was a reference count for each part of a request).
+    private mutating func takeWaiting(_ count: Int) -> Moving<Submission> {
+        // Taken from the front in one go (removing the first of hundreds waiting, one at a time, moved all the others
+        // each time); all of them, the usual case, by taking the array itself.
+        var taken: [Submission] = []
+        if count >= waiting.count {
+            swap(&taken, &waiting)
+        } else {
+            taken = Array(waiting.prefix(count))
+            waiting.removeFirst(count)
+        }
+        return Moving(taken)
     }
 
     /// A submission got stream `id`.

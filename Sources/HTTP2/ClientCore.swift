@@ -59,7 +59,7 @@ final class ClientCore: HTTP2Transport, HTTP2SessionDelegate, @unchecked Sendabl
     }
 
     /// A loop task: queue `request` and settle.
-    func enqueue(_ request: HTTP2Request, completion: @escaping HTTP2ClientConnection.Completion) {
+    func enqueue(_ request: consuming HTTP2Request, completion: @escaping HTTP2ClientConnection.Completion) {
         // A transport already closing (nghttp2 ended the session on a protocol error) takes nothing more, though no
         // event told the state yet: the close is under way and would only fail the request later.
         guard !isClosingOrClosed else { return owner.finished(completion, .failure(.refused)) }
@@ -88,9 +88,9 @@ final class ClientCore: HTTP2Transport, HTTP2SessionDelegate, @unchecked Sendabl
 
     // MARK: Performing the state's actions
 
-    private func perform(_ actions: [State.Action]) {
-        for action in actions {
-            switch action {
+    private func perform(_ actions: consuming [State.Action]) {
+        for action in Moving(actions) {
+            switch consume action {
             case .submit(let submission): submit(submission)
             case .complete(let reply, let result): owner.finished(reply.completion, result)
             case .resetStream(let id):

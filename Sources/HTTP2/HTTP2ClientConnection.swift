@@ -195,12 +195,12 @@ public final class HTTP2ClientConnection: Sendable {
     }
 
     /// A loop task: hands `outgoing` to the connection, or refuses them if it is gone.
-    private func enqueue(_ outgoing: [Outgoing]) {
+    private func enqueue(_ outgoing: consuming [Outgoing]) {
         guard let connection = core.withLock({ $0 }) else {
             for request in outgoing { finished(request.completion, .failure(.refused)) }
             return
         }
-        for request in outgoing { connection.enqueue(request.request, completion: request.completion) }
+        for next in Moving(outgoing) { connection.enqueue(next.request, completion: next.completion) }
     }
 
     /// Sends GOAWAY and closes once nothing is in flight; with `immediately`, at once, and with requests still open

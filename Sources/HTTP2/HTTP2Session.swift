@@ -53,6 +53,14 @@ final class HTTP2Session {
         let headers: (pseudo: HTTP2HeaderBlock, head: HTTP2HeaderBlock)?
         let body: [UInt8]
         var offset = 0
+
+        /// Copies up to `length` more bytes of the body to `buffer`; returns how many, and whether the body has gone.
+        mutating func copyBody(into buffer: UnsafeMutablePointer<UInt8>, length: Int) -> (count: Int, done: Bool) {
+            let count = min(length, body.count - offset)
+            body.withUnsafeBufferPointer { source in buffer.update(from: source.baseAddress! + offset, count: count) }
+            offset += count
+            return (count, offset >= body.count)
+        }
     }
     /// A request with `Indexing.uniqueValue` headers was submitted with them indexed, so that their names enter
     /// both tables when its HEADERS are encoded (in submission order, before any later request's); these headers
@@ -293,22 +301,17 @@ final class HTTP2Session {
     }
 
     fileprivate func readBody(_ stream: Int32, into buffer: UnsafeMutablePointer<UInt8>, length: Int, flags: UnsafeMutablePointer<UInt32>) -> Int {
-        // Read and advanced where it lies: one lookup, no copy of the entry.
+        // Read and advanced where it lies (a mutating call on `values[index]`): one lookup, and no copy of the entry,
+        // which reading its fields through the subscript made each time (nine copies a request).
         guard let index = outgoing.index(forKey: stream) else {
             flags.pointee |= NGHTTP2_DATA_FLAG_EOF.rawValue
             return 0
         }
-        let (offset, total) = (outgoing.values[index].offset, outgoing.values[index].body.count)
-        let count = min(length, total - offset)
-        outgoing.values[index].body.withUnsafeBufferPointer { source in
-            buffer.update(from: source.baseAddress! + offset, count: count)
-        }
-        if offset + count >= total {
+        let (count, done) = outgoing.values[index].copyBody(into: buffer, length: length)
+        if done {
             flags.pointee |= NGHTTP2_DATA_FLAG_EOF.rawValue
             // DATA follows HEADERS, so the headers were encoded: nothing more is read from the entry.
             outgoing.remove(at: index)
-        } else {
-            outgoing.values[index].offset += count
         }
         return count
     }
