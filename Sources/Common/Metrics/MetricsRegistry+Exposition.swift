@@ -39,10 +39,10 @@ extension MetricsRegistry {
                     let bounds = histogram.buckets == family.buckets ? familyBounds : Self.bounds(histogram.buckets)
                     let labels = Self.formatted(series.labels)
                     let open = labels.isEmpty ? "{" : "{" + labels + ","
-                    for (index, bound) in bounds.enumerated() {
+                    for (bound, count) in zip(bounds, histogram.cumulativeCounts) {
                         out.write(name, "_bucket", open)
                         out.write(bound, "} ")
-                        out.write(histogram.bucketCounts[index])
+                        out.write(count)
                     }
                     out.write(name, "_bucket", open)
                     out.write("le=\"+Inf\"} ")

@@ -28,14 +28,26 @@ public final class MetricsRegistry: Sendable {
     struct HistogramState: Sendable {
         /// Its family's upper bounds, as described when the series began (a family is described once, at start-up).
         let buckets: [Double]
-        var bucketCounts: [UInt64]
+        /// Observations in each bucket alone, above the bound before it (Prometheus' buckets are cumulative: the
+        /// exposition adds them up). One count per observation, not one per bucket at or above it: the deliverer
+        /// observes three histograms a push, and the cumulative loop was about 700 instructions a push.
+        var inBucket: [UInt64]
         var sum: Double = 0
         var count: UInt64 = 0
 
         mutating func record(_ value: Double) {
-            for (index, bound) in buckets.enumerated() where value <= bound { bucketCounts[index] += 1 }
+            if let index = buckets.firstIndex(where: { value <= $0 }) { inBucket[index] += 1 }
             sum += value
             count += 1
+        }
+
+        /// Observations at or below each bound, as Prometheus counts them.
+        var cumulativeCounts: [UInt64] {
+            var total: UInt64 = 0
+            return inBucket.map { count in
+                total += count
+                return total
+            }
         }
     }
 
@@ -45,7 +57,7 @@ public final class MetricsRegistry: Sendable {
         let state: Mutex<HistogramState>
 
         init(buckets: [Double]) {
-            state = Mutex(HistogramState(buckets: buckets, bucketCounts: Array(repeating: 0, count: buckets.count)))
+            state = Mutex(HistogramState(buckets: buckets, inBucket: Array(repeating: 0, count: buckets.count)))
         }
     }
 
