@@ -166,7 +166,7 @@ extension HTTPServer {
                 rawQuery: query, headers: headers, body: context.body, formFields: context.formFields,
                 peer: SocketAddress.address(of: CMicroHTTPD_client_address(connection)))
             context.body = []
-            handler(request, ConnectionResponder(context: context))
+            handler(request, ConnectionResponder(context: context, resumes: resumes))
             return context.answer.withLock { answer -> MHD_Result in
                 if let response = answer.response {
                     return queue(response, on: connection)

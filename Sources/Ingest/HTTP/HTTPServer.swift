@@ -72,6 +72,8 @@ public final class HTTPServer: Sendable {
     private let messageSink = MessageSinkHandle()
     /// Requests handed to the handler and not yet completed (answered by `stop()` if need be).
     let dispatched = DispatchedRequests()
+    /// Resumes of answered connections taken on and not yet made (`stop()` waits for them).
+    let resumes = ResumesUnderway()
     /// Request deadlines and per-client caps; nil when neither is configured (no cost per request then).
     let connectionGuard: ConnectionGuard?
     /// What a request still unanswered at `stop()` gets, and one that arrives while stopping.
@@ -231,8 +233,11 @@ public final class HTTPServer: Sendable {
         accepting?.stop()
         defer { if let accepting { close(accepting.descriptor) } }
         let unanswered = dispatched.close()
-        for context in unanswered { ConnectionResponder(context: context).respond(Self.shuttingDownResponse) }
+        for context in unanswered { ConnectionResponder(context: context, resumes: resumes).respond(Self.shuttingDownResponse) }
         if !unanswered.isEmpty { _ = dispatched.waitUntilEmpty(timeout: Self.answerFlushTimeout) }
+        // A resume taken on before the answers above and not yet made: stopping now would find its connection
+        // still suspended (see `ResumesUnderway`). It is a call into libmicrohttpd already under way.
+        resumes.waitForNone()
         let handle = daemon.withLock { daemon -> DaemonHandle? in
             let handle = daemon
             daemon = nil

@@ -48,22 +48,28 @@ final class RequestContext: @unchecked Sendable {
 /// The responder handed to request handlers: stores the answer and resumes the suspended connection.
 struct ConnectionResponder: HTTPResponder {
     let context: RequestContext
+    /// The server's count of resumes taken on and not yet made, which its stop waits for.
+    let resumes: ResumesUnderway
 
     func respond(_ response: HTTPResponse) {
         let suspended = context.answer.withLock { answer -> OpaquePointer? in
             guard answer.response == nil, !answer.completed else { return nil }
             answer.response = response
-            // Marked suspended only by the handler thread, under this lock, once its suspend has returned: a
-            // connection seen suspended here is one, and only this answer resumes it.
+            // The handler thread suspends the connection and marks it so in one hold of this lock: a connection
+            // seen suspended here is one, and only this answer resumes it.
             guard answer.suspended, let connection = context.connection else { return nil }
             answer.suspended = false
+            resumes.begin()
             return connection
         }
         // Resumed after the lock is released: the resume wakes an MHD thread, whose first step is to take this lock
         // for the answer, and under the lock it waited for this thread to let go (4.7 % of the MHD threads' samples
         // were in the mutex's slow path, a priority-inheritance futex system call each time). The connection cannot
         // go meanwhile: libmicrohttpd neither serves nor completes a suspended connection, and the server's stop
-        // waits for every dispatched request before it stops libmicrohttpd.
-        if let suspended { MHD_resume_connection(suspended) }
+        // waits for the resumes underway before it stops libmicrohttpd.
+        if let suspended {
+            MHD_resume_connection(suspended)
+            resumes.end()
+        }
     }
 }
