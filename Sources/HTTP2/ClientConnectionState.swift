@@ -310,14 +310,16 @@ struct HTTP2ClientConnectionState<Request, Reply> {
         return actions
     }
 
-    /// The first `count` waiting requests (or all), oldest first, each handed out once: an iterator that moves them
-    /// out of the array rather than copying them (a copy was a reference count for each part of a request).
+    /// The first `count` waiting requests (or all), oldest first, each handed out once by an iterator that moves it
+    /// (a copy was a reference count for each part of a request).
     private mutating func takeWaiting(_ count: Int) -> Moving<Submission> {
         // Taken from the front in one go (removing the first of hundreds waiting, one at a time, moved all the others
-        // each time); all of them, the usual case, by taking the array itself.
+        // each time). All of them, the usual case: the array itself, moved, and `waiting` given room as large again
+        // for the next burst; fewer: copies of the first ones.
         var taken: [Submission] = []
         if count >= waiting.count {
             swap(&taken, &waiting)
+            waiting.reserveCapacity(taken.count)
         } else {
             taken = Array(waiting.prefix(count))
             waiting.removeFirst(count)

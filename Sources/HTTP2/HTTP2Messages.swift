@@ -28,14 +28,14 @@ public struct HTTP2Request: Sendable {
     /// With `:path` and the headers already laid out in `head`, which starts with `HTTP2HeaderBlock(path:)` (the
     /// deliverer builds it once per push).
     public init(method: String = "POST", head: HTTP2HeaderBlock, body: [UInt8] = []) {
-        assert(head.startsWithPath, "a request's head starts with :path (HTTP2HeaderBlock(path:))")
+        precondition(head.startsWithPath, "a request's head starts with :path (HTTP2HeaderBlock(path:))")
         self.method = method
         self.head = head
         self.body = body
     }
 
     /// `:path` (tests, and whoever reads a request back).
-    public var path: String { head.fields[0].value }
+    public var path: String { head.fields.first?.value ?? "" }
 
     /// The headers after `:path` (tests, and whoever reads a request back).
     public var headers: HTTP2HeaderBlock { head.droppingFirst() }
