@@ -40,15 +40,12 @@ public struct HTTP2HeaderBlock: Sendable, Equatable {
 
     private static let pathName: StaticString = ":path"
 
-    /// Whether the first header is `:path` (`init(path:)`).
+    /// Whether the first header is `:path` (`init(path:)`): its name read where the layout puts it.
     var startsWithPath: Bool {
         bytes.withUnsafeBufferPointer { buffer in
-            var first = false
-            Self.forEachWhile(in: buffer) { name, _, _ in
-                first = name.elementsEqual(UnsafeBufferPointer(start: Self.pathName.utf8Start, count: Self.pathName.utf8CodeUnitCount))
-                return false
-            }
-            return first
+            let name = UnsafeBufferPointer(start: Self.pathName.utf8Start, count: Self.pathName.utf8CodeUnitCount)
+            return buffer.count >= Self.entryHead + name.count && Self.length(in: buffer, at: 1) == name.count
+                && buffer[Self.entryHead..<Self.entryHead + name.count].elementsEqual(name)
         }
     }
 
@@ -57,10 +54,9 @@ public struct HTTP2HeaderBlock: Sendable, Equatable {
         var rest = HTTP2HeaderBlock()
         var first = true
         bytes.withUnsafeBufferPointer { buffer in
-            Self.forEachWhile(in: buffer) { name, value, indexing in
+            Self.forEach(in: buffer) { name, value, indexing in
                 if !first { rest.append(name: name, prefix: UnsafeBufferPointer(start: nil, count: 0), value: value, indexing: indexing) }
                 first = false
-                return true
             }
         }
         return rest
@@ -169,17 +165,6 @@ public struct HTTP2HeaderBlock: Sendable, Equatable {
         in buffer: UnsafeBufferPointer<UInt8>,
         _ body: (UnsafeBufferPointer<UInt8>, UnsafeBufferPointer<UInt8>, Indexing) throws -> Void
     ) rethrows {
-        try forEachWhile(in: buffer) { name, value, indexing in
-            try body(name, value, indexing)
-            return true
-        }
-    }
-
-    /// The same, for as long as `body` returns true.
-    static func forEachWhile(
-        in buffer: UnsafeBufferPointer<UInt8>,
-        _ body: (UnsafeBufferPointer<UInt8>, UnsafeBufferPointer<UInt8>, Indexing) throws -> Bool
-    ) rethrows {
         var offset = 0
         while offset < buffer.count {
             // Only `append` writes the byte, from an `Indexing`.
@@ -187,10 +172,9 @@ public struct HTTP2HeaderBlock: Sendable, Equatable {
             let nameLength = length(in: buffer, at: offset + 1)
             let valueLength = length(in: buffer, at: offset + 5)
             let nameStart = offset + entryHead
-            let goOn = try body(
+            try body(
                 UnsafeBufferPointer(rebasing: buffer[nameStart..<nameStart + nameLength]),
                 UnsafeBufferPointer(rebasing: buffer[nameStart + nameLength..<nameStart + nameLength + valueLength]), indexing)
-            guard goOn else { return }
             offset = nameStart + nameLength + valueLength
         }
     }
