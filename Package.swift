@@ -34,7 +34,8 @@ let package = Package(
         .target(name: "Common", dependencies: ["Threading", "COpenSSL"], swiftSettings: strictSettings),
         // Thin wrappers over SQLite and libpq: the only modules of the queue that see their C types. PostgresDriver
         // takes Common for `Duration.wholeMilliseconds` alone (its session timeouts are Durations).
-        .target(name: "SQLiteDriver", dependencies: ["CSQLite"], swiftSettings: strictSettings),
+        .target(name: "CSQLiteWALBuffer", dependencies: ["CSQLite"]),
+        .target(name: "SQLiteDriver", dependencies: ["CSQLite", "CSQLiteWALBuffer"], swiftSettings: strictSettings),
         .target(name: "PostgresDriver", dependencies: ["Common", "CLibPQ"], swiftSettings: strictSettings),
         .target(name: "Queue", dependencies: ["Common", "Threading", "SQLiteDriver", "PostgresDriver"], swiftSettings: strictSettings),
         .target(name: "Ingest", dependencies: ["Common", "Queue", "Threading", "CMicroHTTPD"], swiftSettings: strictSettings),

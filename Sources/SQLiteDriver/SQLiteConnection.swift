@@ -1,4 +1,5 @@
 internal import CSQLite
+internal import CSQLiteWALBuffer
 import Foundation
 
 /// One SQLite connection. Owns its `sqlite3*` (closed in `deinit`) and a cache of prepared statements.
@@ -37,13 +38,18 @@ package final class SQLiteConnection {
         _ = CSQLite_disableMemoryStatistics()
     }()
 
+    /// Whether the `kumapush-wal` VFS is there to open connections with: the unix VFS, with a transaction's WAL
+    /// frames written in one call at its commit instead of two calls a frame (Sources/CSQLiteWALBuffer). Should
+    /// registering fail, connections use the unix VFS itself, which differs only in speed.
+    private static let gathersWALWrites: Bool = CSQLiteWALBuffer_register() == SQLITE_OK
+
     package init(path: String, options: Options) throws {
         Self.configured
         let directory = URL(fileURLWithPath: path).deletingLastPathComponent().path
         try? FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         var db: OpaquePointer?
         let flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX
-        let code = sqlite3_open_v2(path, &db, flags, nil)
+        let code = sqlite3_open_v2(path, &db, flags, Self.gathersWALWrites ? CSQLiteWALBuffer_name : nil)
         guard code == SQLITE_OK, let db else {
             // "Whether or not an error occurs when it is opened, resources associated with the database connection
             // handle should be released by passing it to sqlite3_close() when it is no longer required."
