@@ -1,5 +1,5 @@
-// The "kumapush-wal" SQLite VFS: Debian's unix VFS, with each transaction's WAL frames gathered in memory and written
-// to the -wal file in one call when the commit frame is complete.
+// The "kumapush-wal" SQLite VFS: Debian's unix VFS, with the WAL frames a COMMIT writes gathered in memory and
+// written to the -wal file in one call when the commit frame is complete.
 //
 // Why: SQLite writes every WAL frame with two calls, its 24-byte header and then the page
 // (walWriteOneFrame, https://www.sqlite.org/fileformat2.html#walformat), and the kernel's buffered write works page
@@ -8,18 +8,24 @@
 // (docs/performance.md, thirty-second session). Gathered, the same commit is one `pwrite` of contiguous bytes.
 //
 // Why it is safe, WAL file by WAL file (each belongs to one connection, which SQLite uses on one thread at a time):
-// - Readers learn of a commit only from the wal-index header, which SQLite writes after the commit frame. Every
-//   commit frame is written through before the `xWrite` that completes it returns, so a published frame is always in
-//   the file, and an error in that write is the COMMIT's error (SQLite then rolls the transaction back).
+// - Frames are gathered only while the connection runs COMMIT (`CSQLiteWALBuffer_beginCommit` … `endCommit`, which
+//   SQLiteConnection.writeTransaction calls around it). There SQLite writes the transaction's remaining pages and
+//   then its commit frame, in one call (sqlite3WalFrames). Frames written at any other time (a cache spill in the
+//   middle of a transaction, which may yet roll back) go straight to the file, as with the unix VFS: a run left over
+//   from a rolled-back transaction, written later, would overwrite frames another connection committed meanwhile.
+// - Readers learn of a commit only from the wal-index header, which SQLite writes after the commit frame. The commit
+//   frame's write returns only once the run is in the file, so a published frame is always there, and an error in
+//   that write is the COMMIT's error.
 // - A commit frame is told by its header: 24 bytes whose "database size after commit" field (bytes 4–7) is not zero.
 //   Its page is the write that starts where that header ends. A commit header that does not continue the gathered
 //   run (a single-frame transaction, or `walRewriteChecksums` rewriting it in place) is written through at once,
 //   since no page may follow it.
-// - Frames that are not yet part of a commit may stay gathered: no reader looks past the last commit. Every other
-//   operation on the file (read, sync, truncate, size, lock, file control, close) writes them out first, so SQLite
-//   never reads its own frames from the file before they are there, and syncs what it wrote.
-// - Writes keep their order: a write that does not continue the gathered run writes the run out before it.
+// - Every other operation on the file (read, sync, truncate, size, lock, file control, close) writes the run out
+//   first, so SQLite never reads its own frames from the file before they are there, and syncs what it wrote; a write
+//   that does not continue the run writes the run out before itself, so the file sees the writes in SQLite's order.
 // - With `synchronous = FULL` the commit's `xSync` writes the run out, as above, before syncing.
+// - A COMMIT that fails drops what it gathered (`endCommit`): those frames belong to a transaction that did not
+//   commit.
 //
 // The database file, its shared memory and every other file are the unix VFS's own, untouched.
 
@@ -44,6 +50,7 @@ typedef struct {
     int used;
     sqlite3_int64 start;
     sqlite3_int64 commitPageAt;   // where the page of a gathered commit header starts; -1 when none waits
+    int gathering;                // inside a COMMIT (beginCommit … endCommit)
 } WALFile;
 
 static sqlite3_vfs walVFS;
@@ -72,6 +79,7 @@ static int isCommitFrameHeader(const void *data, int amount) {
 
 static int walWrite(sqlite3_file *handle, const void *data, int amount, sqlite3_int64 offset) {
     WALFile *file = (WALFile *) handle;
+    if (!file->gathering) return writeThrough(file, data, amount, offset);
     int completesCommit = offset == file->commitPageAt;
     int commitHeader = isCommitFrameHeader(data, amount);
     file->commitPageAt = commitHeader ? offset + amount : -1;
@@ -146,6 +154,26 @@ static int vfsOpen(sqlite3_vfs *vfs, sqlite3_filename name, sqlite3_file *handle
     }
     file->base.pMethods = &walMethods;
     return SQLITE_OK;
+}
+
+/// The connection's WAL file when it is one of this VFS's, else NULL (not in WAL mode, or opened with another VFS).
+static WALFile *walFileOf(sqlite3 *db) {
+    sqlite3_file *journal = NULL;
+    if (sqlite3_file_control(db, "main", SQLITE_FCNTL_JOURNAL_POINTER, &journal) != SQLITE_OK || !journal) return NULL;
+    return journal->pMethods == &walMethods ? (WALFile *) journal : NULL;
+}
+
+void CSQLiteWALBuffer_beginCommit(sqlite3 *db) {
+    WALFile *file = walFileOf(db);
+    if (file) file->gathering = 1;
+}
+
+void CSQLiteWALBuffer_endCommit(sqlite3 *db) {
+    WALFile *file = walFileOf(db);
+    if (!file) return;
+    file->gathering = 0;
+    file->used = 0;
+    file->commitPageAt = -1;
 }
 
 // The rest of the VFS is the unix VFS's.

@@ -132,12 +132,20 @@ package final class SQLiteConnection {
         try statement("BEGIN IMMEDIATE").run()
         do {
             let result = try body()
-            try statement("COMMIT").run()
+            try commit()
             return result
         } catch {
             try? execute("ROLLBACK")
             throw error
         }
+    }
+
+    /// COMMIT, with the WAL frames it writes gathered and sent in one call with the commit frame (the `kumapush-wal`
+    /// VFS; frames written at any other time, as a cache spill, go out as they come).
+    private func commit() throws {
+        CSQLiteWALBuffer_beginCommit(handle)
+        defer { CSQLiteWALBuffer_endCommit(handle) }
+        try statement("COMMIT").run()
     }
 
     /// Replaces SQLite's automatic checkpoint: after each commit `observer` learns how long the WAL is, and says

@@ -3,8 +3,8 @@ import SQLiteDriver
 import TestSupport
 import Testing
 
-/// The connections' VFS (`kumapush-wal`, Sources/CSQLiteWALBuffer) gathers a transaction's WAL frames in memory and
-/// writes them to the -wal file in one call when the commit frame is complete. Real SQLite files.
+/// The connections' VFS (`kumapush-wal`, Sources/CSQLiteWALBuffer) gathers the WAL frames a COMMIT writes in memory
+/// and writes them to the -wal file in one call when the commit frame is complete. Real SQLite files.
 @Suite struct WALWriteBufferTests {
     /// One WAL frame: a page plus its 24-byte header (4 KiB pages, SQLite's default).
     static let frameBytes = 4_096 + 24
@@ -73,6 +73,41 @@ import Testing
             let found = try recovered.statement("SELECT count(*), sum(mark) FROM notes").rows { ($0.int(0), $0.int(1)) }.first
             #expect(found?.0 == expected.rows && found?.1 == expected.marks, "after commit \(round): \(String(describing: found))")
             #expect(try recovered.pragma("integrity_check") == "ok")
+        }
+    }
+
+    /// A transaction that spilled frames into the WAL and then rolled back leaves them beyond the last commit, where
+    /// the next writer's frames go. Were they held in memory, a later write of the same connection would put them
+    /// over what another connection committed meanwhile.
+    @Test func framesOfARolledBackTransactionNeverOverwriteAnotherConnectionsCommit() throws {
+        struct Abandoned: Error {}
+        let directory = TemporaryDirectory()
+        let path = directory.path("queue.db")
+        let spiller = try SQLiteConnection(path: path, options: .init())
+        let other = try SQLiteConnection(path: path, options: .init())
+        try spiller.execute("CREATE TABLE notes (id INTEGER PRIMARY KEY, body BLOB NOT NULL, mark INTEGER NOT NULL)")
+        try spiller.execute("INSERT INTO notes (body, mark) VALUES (x'00', 1)")
+        // Everything in the database file and the WAL empty: undoing the spill reloads pages from the database file,
+        // so nothing reads the WAL (which writes held frames out) before the other connection commits.
+        try spiller.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        try spiller.execute("PRAGMA cache_size = 10")
+        #expect(throws: Abandoned.self) {
+            try spiller.writeTransaction {
+                for _ in 1...15 { _ = try spiller.statement("INSERT INTO notes (body, mark) VALUES (randomblob(3000), 100)").run() }
+                throw Abandoned()
+            }
+        }
+        try other.writeTransaction {
+            for _ in 1...5 { _ = try other.statement("INSERT INTO notes (body, mark) VALUES (randomblob(3000), 10)").run() }
+        }
+        try spiller.writeTransaction { _ = try spiller.statement("UPDATE notes SET mark = 2 WHERE id = 1").run() }
+        let crashed = directory.path("crashed.db")
+        try FileManager.default.copyItem(atPath: path, toPath: crashed)
+        try FileManager.default.copyItem(atPath: path + "-wal", toPath: crashed + "-wal")
+        for connection in [other, try SQLiteConnection(path: crashed, options: .init())] {
+            let found = try connection.statement("SELECT count(*), sum(mark) FROM notes").rows { ($0.int(0), $0.int(1)) }.first
+            #expect(found?.0 == 6 && found?.1 == 52, "\(String(describing: found))")
+            #expect(try connection.pragma("integrity_check") == "ok")
         }
     }
 
