@@ -77,7 +77,8 @@ let package = Package(
         .testTarget(name: "HTTP2Tests", dependencies: ["HTTP2", "TestSupport"], swiftSettings: strictSettings),
         .testTarget(name: "IngestTests", dependencies: ["Common", "Queue", "Ingest", "TestSupport", "Threading"], swiftSettings: strictSettings),
         .testTarget(
-            name: "QueueTests", dependencies: ["Common", "Queue", "SQLiteDriver", "PostgresDriver", "TestSupport"], swiftSettings: strictSettings)
+            name: "QueueTests", dependencies: ["Common", "Queue", "SQLiteDriver", "PostgresDriver", "TestSupport", "CSQLite", "CSQLiteWALBuffer"],
+            swiftSettings: strictSettings)
     ],
     swiftLanguageModes: [.v6]
 )

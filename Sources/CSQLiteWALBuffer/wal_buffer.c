@@ -23,9 +23,13 @@
 // - Every other operation on the file (read, sync, truncate, size, lock, file control, close) writes the run out
 //   first, so SQLite never reads its own frames from the file before they are there, and syncs what it wrote; a write
 //   that does not continue the run writes the run out before itself, so the file sees the writes in SQLite's order.
-// - With `synchronous = FULL` the commit's `xSync` writes the run out, as above, before syncing.
+// - Gathering ends with the commit frame: whatever the COMMIT writes after it goes straight out. With
+//   `synchronous = FULL` and power-safe overwrite off (`psow=0`), SQLite repeats the commit frame up to the next sector
+//   boundary and splits the write that crosses it around an `xSync`; those padding frames are published with the
+//   commit, so none may wait in memory.
 // - A COMMIT that fails drops what it gathered (`endCommit`): those frames belong to a transaction that did not
-//   commit.
+//   commit. One that succeeded has nothing left (the commit frame wrote the run out); should anything be, `endCommit`
+//   writes it out and reports the result.
 //
 // The database file, its shared memory and every other file are the unix VFS's own, untouched.
 
@@ -37,8 +41,8 @@
 const char *const CSQLiteWALBuffer_name = "kumapush-wal";
 
 enum {
-    // Below 128 KiB: the unix VFS writes at most 0x1ffff bytes a call (seekAndWriteFd masks the length) and reports a
-    // longer write as SQLITE_FULL. 31 frames of 4 KiB pages.
+    // Below 128 KiB: the unix VFS takes a write's length modulo 128 KiB (seekAndWriteFd masks it with 0x1ffff), so a
+    // longer write is torn and reported as SQLITE_FULL. 31 frames of 4 KiB pages.
     CAPACITY = 126 * 1024,
     FRAME_HEADER_BYTES = 24,
 };
@@ -94,7 +98,9 @@ static int walWrite(sqlite3_file *handle, const void *data, int amount, sqlite3_
     }
     memcpy(file->run + file->used, data, (size_t) amount);
     file->used += amount;
-    return completesCommit ? writeOut(file) : SQLITE_OK;
+    if (!completesCommit) return SQLITE_OK;
+    file->gathering = 0;
+    return writeOut(file);
 }
 
 static int walClose(sqlite3_file *handle) {
@@ -168,12 +174,14 @@ void CSQLiteWALBuffer_beginCommit(sqlite3 *db) {
     if (file) file->gathering = 1;
 }
 
-void CSQLiteWALBuffer_endCommit(sqlite3 *db) {
+int CSQLiteWALBuffer_endCommit(sqlite3 *db, int committed) {
     WALFile *file = walFileOf(db);
-    if (!file) return;
+    if (!file) return SQLITE_OK;
     file->gathering = 0;
-    file->used = 0;
     file->commitPageAt = -1;
+    if (committed) return writeOut(file);
+    file->used = 0;
+    return SQLITE_OK;
 }
 
 // The rest of the VFS is the unix VFS's.

@@ -144,8 +144,16 @@ package final class SQLiteConnection {
     /// VFS; frames written at any other time, as a cache spill, go out as they come).
     private func commit() throws {
         CSQLiteWALBuffer_beginCommit(handle)
-        defer { CSQLiteWALBuffer_endCommit(handle) }
-        try statement("COMMIT").run()
+        do {
+            try statement("COMMIT").run()
+        } catch {
+            _ = CSQLiteWALBuffer_endCommit(handle, 0)
+            throw error
+        }
+        let leftOver = CSQLiteWALBuffer_endCommit(handle, 1)
+        guard leftOver == SQLITE_OK else {
+            throw SQLiteError(code: leftOver, message: "writing the WAL after COMMIT failed", sql: "COMMIT")
+        }
     }
 
     /// Replaces SQLite's automatic checkpoint: after each commit `observer` learns how long the WAL is, and says

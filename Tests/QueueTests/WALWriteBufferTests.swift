@@ -1,3 +1,5 @@
+import CSQLite
+import CSQLiteWALBuffer
 import Foundation
 import SQLiteDriver
 import TestSupport
@@ -31,6 +33,8 @@ import Testing
         case oneFrame
         /// Ten pages of new rows.
         case tenFrames
+        /// Forty pages of new rows: more than one write holds (31 frames), so the run goes out part way and goes on.
+        case fortyFrames
         /// More pages than the cache holds, each changed again after SQLite wrote it to the WAL: the frames are
         /// rewritten in place and their checksums written again at the commit (the commit frame's header last).
         case spilledAndRewritten
@@ -60,6 +64,9 @@ import Testing
                 case .tenFrames:
                     for _ in 1...10 { _ = try connection.statement("INSERT INTO notes (body, mark) VALUES (randomblob(3000), 1)").run() }
                     expected = (expected.rows + 10, expected.marks + 10)
+                case .fortyFrames:
+                    for _ in 1...40 { _ = try connection.statement("INSERT INTO notes (body, mark) VALUES (randomblob(3000), 1)").run() }
+                    expected = (expected.rows + 40, expected.marks + 40)
                 case .spilledAndRewritten:
                     for _ in 1...40 { _ = try connection.statement("INSERT INTO notes (body, mark) VALUES (randomblob(3000), 0)").run() }
                     _ = try connection.statement("UPDATE notes SET mark = mark + 1").run()
@@ -109,6 +116,36 @@ import Testing
             #expect(found?.0 == 6 && found?.1 == 52, "\(String(describing: found))")
             #expect(try connection.pragma("integrity_check") == "ok")
         }
+    }
+
+    /// With `synchronous = FULL` and power-safe overwrite off (`psow=0`, the database's URI), SQLite repeats the commit
+    /// frame up to the next 4 KiB sector and splits the write that crosses it around a sync; those frames are
+    /// published with the commit. Opened here with SQLite's own calls, since `SQLiteConnection` takes a file path.
+    @Test func theFramesAFullSyncCommitPadsWithReachTheFile() throws {
+        #expect(CSQLiteWALBuffer_register() == SQLITE_OK)
+        let directory = TemporaryDirectory()
+        let path = directory.path("queue.db")
+        var db: OpaquePointer?
+        let flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_URI
+        #expect(sqlite3_open_v2("file:\(path)?psow=0", &db, flags, CSQLiteWALBuffer_name) == SQLITE_OK)
+        defer { sqlite3_close_v2(db) }
+        func execute(_ sql: String) { #expect(sqlite3_exec(db, sql, nil, nil, nil) == SQLITE_OK, "\(sql)") }
+        execute("PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL")
+        execute("CREATE TABLE notes (id INTEGER PRIMARY KEY, body BLOB NOT NULL)")
+        for round in 1...5 {
+            execute("BEGIN IMMEDIATE")
+            for _ in 1...round { execute("INSERT INTO notes (body) VALUES (randomblob(3000))") }
+            CSQLiteWALBuffer_beginCommit(db)
+            let committed = sqlite3_exec(db, "COMMIT", nil, nil, nil)
+            #expect(committed == SQLITE_OK)
+            #expect(CSQLiteWALBuffer_endCommit(db, committed == SQLITE_OK ? 1 : 0) == SQLITE_OK)
+        }
+        let crashed = directory.path("crashed.db")
+        try FileManager.default.copyItem(atPath: path, toPath: crashed)
+        try FileManager.default.copyItem(atPath: path + "-wal", toPath: crashed + "-wal")
+        let recovered = try SQLiteConnection(path: crashed, options: .init())
+        #expect(try recovered.statement("SELECT count(*) FROM notes").rows { $0.int(0) }.first == 15)
+        #expect(try recovered.pragma("integrity_check") == "ok")
     }
 
     static func size(_ path: String) throws -> Int {
