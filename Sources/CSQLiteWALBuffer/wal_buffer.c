@@ -93,12 +93,15 @@ static int walWrite(sqlite3_file *handle, const void *data, int amount, sqlite3_
         if (result != SQLITE_OK) return result;
         // Nothing to join: a commit header or page goes straight out (a rewritten commit header has no page after
         // it), and anything else starts a run.
+        if (completesCommit) file->gathering = 0;
         if (commitHeader || completesCommit || amount > CAPACITY) return writeThrough(file, data, amount, offset);
         file->start = offset;
     }
     memcpy(file->run + file->used, data, (size_t) amount);
     file->used += amount;
     if (!completesCommit) return SQLITE_OK;
+    // The commit frame is complete: it and everything before it go out now, and whatever follows in this COMMIT
+    // (padding frames) straight after.
     file->gathering = 0;
     return writeOut(file);
 }
