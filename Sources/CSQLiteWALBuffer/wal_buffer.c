@@ -28,8 +28,9 @@
 //   boundary and splits the write that crosses it around an `xSync`; those padding frames are published with the
 //   commit, so none may wait in memory.
 // - A COMMIT that fails drops what it gathered (`endCommit`): those frames belong to a transaction that did not
-//   commit. One that succeeded has nothing left (the commit frame wrote the run out); should anything be, `endCommit`
-//   writes it out and reports the result.
+//   commit. One that succeeded has nothing left: every gathered byte comes before the commit frame, which wrote the
+//   run out. Were anything left, it could not be written now (SQLite has let the WAL's write lock go, and another
+//   process may be appending where it belongs), so `endCommit` drops it and reports SQLITE_INTERNAL.
 //
 // The database file, its shared memory and every other file are the unix VFS's own, untouched.
 
@@ -182,9 +183,9 @@ int CSQLiteWALBuffer_endCommit(sqlite3 *db, int committed) {
     if (!file) return SQLITE_OK;
     file->gathering = 0;
     file->commitPageAt = -1;
-    if (committed) return writeOut(file);
+    int leftOver = file->used > 0;
     file->used = 0;
-    return SQLITE_OK;
+    return committed && leftOver ? SQLITE_INTERNAL : SQLITE_OK;
 }
 
 // The rest of the VFS is the unix VFS's.

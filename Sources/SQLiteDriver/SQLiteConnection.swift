@@ -152,7 +152,8 @@ package final class SQLiteConnection {
         }
         let leftOver = CSQLiteWALBuffer_endCommit(handle, 1)
         guard leftOver == SQLITE_OK else {
-            throw SQLiteError(code: leftOver, message: "writing the WAL after COMMIT failed", sql: "COMMIT")
+            throw SQLiteError(
+                code: leftOver, message: "WAL frames were left unwritten after COMMIT (a defect of the kumapush-wal VFS)", sql: "COMMIT")
         }
     }
 

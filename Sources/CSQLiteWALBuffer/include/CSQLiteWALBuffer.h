@@ -16,8 +16,9 @@ typedef struct sqlite3 sqlite3;
 
 /// Around each COMMIT of a connection opened with the VFS: the WAL frames the COMMIT writes are gathered and go out in
 /// one call with the commit frame; at any other time frames are written as they come. `endCommit` drops what a
-/// failed COMMIT (`committed` 0) gathered; after one that succeeded it writes out anything left (nothing is expected)
-/// and returns that write's SQLite result code. Both do nothing for a connection without a WAL file of this VFS.
+/// failed COMMIT (`committed` 0) gathered. After one that succeeded nothing is left; should anything be (a defect), it
+/// is dropped too and the result is SQLITE_INTERNAL, else SQLITE_OK. Both do nothing for a connection without a WAL
+/// file of this VFS.
 void CSQLiteWALBuffer_beginCommit(sqlite3 *db);
 int CSQLiteWALBuffer_endCommit(sqlite3 *db, int committed);
 
