@@ -34,7 +34,7 @@ let package = Package(
         .target(name: "Common", dependencies: ["Threading", "COpenSSL"], swiftSettings: strictSettings),
         // Thin wrappers over SQLite and libpq: the only modules of the queue that see their C types. PostgresDriver
         // takes Common for `Duration.wholeMilliseconds` alone (its session timeouts are Durations).
-        // SQLite's unix VFS with a transaction's WAL frames written in one call at its commit: a C target, as a VFS is
+        // SQLite's unix VFS with the WAL frames a COMMIT writes sent in one call: a C target, as a VFS is
         // a table of C callbacks (Sources/CSQLiteWALBuffer/wal_buffer.c says why it is safe).
         .target(name: "CSQLiteWALBuffer", dependencies: ["CSQLite"]),
         .target(name: "SQLiteDriver", dependencies: ["CSQLite", "CSQLiteWALBuffer"], swiftSettings: strictSettings),

@@ -20,7 +20,7 @@
 //   Its page is the write that starts where that header ends. A commit header that does not continue the gathered
 //   run (a single-frame transaction, or `walRewriteChecksums` rewriting it in place) is written through at once,
 //   since no page may follow it.
-// - Every other operation on the file (read, sync, truncate, size, lock, file control, close) writes the run out
+// - Every other operation on the file (read, sync, truncate, size, lock, file control) writes the run out
 //   first, so SQLite never reads its own frames from the file before they are there, and syncs what it wrote; a write
 //   that does not continue the run writes the run out before itself, so the file sees the writes in SQLite's order.
 // - Gathering ends with the commit frame: whatever the COMMIT writes after it goes straight out. With
@@ -51,7 +51,8 @@ enum {
 typedef struct {
     sqlite3_file base;            // pMethods = &walMethods
     sqlite3_file *real;           // the unix VFS's file, in the memory right after this struct (szOsFile)
-    unsigned char *run;           // gathered writes: `used` bytes that belong at `start` in the file
+    unsigned char *run;           // gathered writes: `used` bytes that belong at `start` in the file; allocated by
+                                  // the first COMMIT (readers and the checkpointer never gather)
     int used;
     sqlite3_int64 start;
     sqlite3_int64 commitPageAt;   // where the page of a gathered commit header starts; -1 when none waits
@@ -96,6 +97,7 @@ static int walWrite(sqlite3_file *handle, const void *data, int amount, sqlite3_
         // it), and anything else starts a run.
         if (completesCommit) file->gathering = 0;
         if (commitHeader || completesCommit || amount > CAPACITY) return writeThrough(file, data, amount, offset);
+        if (!file->run && !(file->run = malloc(CAPACITY))) return writeThrough(file, data, amount, offset);
         file->start = offset;
     }
     memcpy(file->run + file->used, data, (size_t) amount);
@@ -107,13 +109,12 @@ static int walWrite(sqlite3_file *handle, const void *data, int amount, sqlite3_
     return writeOut(file);
 }
 
+// Nothing is gathered at close: gathering happens only inside a COMMIT, and `endCommit` leaves the run empty.
 static int walClose(sqlite3_file *handle) {
     WALFile *file = (WALFile *) handle;
-    int written = writeOut(file);
-    int closed = file->real->pMethods->xClose(file->real);
     free(file->run);
     file->run = NULL;
-    return written != SQLITE_OK ? written : closed;
+    return file->real->pMethods->xClose(file->real);
 }
 
 // Every other operation writes the run out first, then is the unix VFS's own.
@@ -153,13 +154,10 @@ static int vfsOpen(sqlite3_vfs *vfs, sqlite3_filename name, sqlite3_file *handle
     memset(file, 0, sizeof *file);
     file->real = (sqlite3_file *) (file + 1);
     file->commitPageAt = -1;
-    file->run = malloc(CAPACITY);
-    if (!file->run) return SQLITE_NOMEM;
     int result = unixVFS->xOpen(unixVFS, name, file->real, flags, outFlags);
     if (result != SQLITE_OK || !file->real->pMethods) {
         // SQLite calls xClose only on a file whose pMethods is set.
         if (file->real->pMethods) file->real->pMethods->xClose(file->real);
-        free(file->run);
         return result != SQLITE_OK ? result : SQLITE_CANTOPEN;
     }
     file->base.pMethods = &walMethods;

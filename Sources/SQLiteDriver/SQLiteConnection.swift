@@ -38,8 +38,8 @@ package final class SQLiteConnection {
         _ = CSQLite_disableMemoryStatistics()
     }()
 
-    /// Whether the `kumapush-wal` VFS is there to open connections with: the unix VFS, with a transaction's WAL
-    /// frames written in one call at its commit instead of two calls a frame (Sources/CSQLiteWALBuffer). Should
+    /// Whether the `kumapush-wal` VFS is there to open connections with: the unix VFS, with the WAL frames a COMMIT
+    /// writes sent in one call instead of two calls a frame (Sources/CSQLiteWALBuffer). Should
     /// registering fail, connections use the unix VFS itself, which differs only in speed.
     private static let gathersWALWrites: Bool = CSQLiteWALBuffer_register() == SQLITE_OK
 

@@ -74,8 +74,7 @@ import Testing
                 }
             }
             let crashed = directory.path("crashed-\(round).db")
-            try FileManager.default.copyItem(atPath: path, toPath: crashed)
-            try FileManager.default.copyItem(atPath: path + "-wal", toPath: crashed + "-wal")
+            try Self.copyAsACrashLeavesIt(path, to: crashed)
             let recovered = try SQLiteConnection(path: crashed, options: .init())
             let found = try recovered.statement("SELECT count(*), sum(mark) FROM notes").rows { ($0.int(0), $0.int(1)) }.first
             #expect(found?.0 == expected.rows && found?.1 == expected.marks, "after commit \(round): \(String(describing: found))")
@@ -109,8 +108,7 @@ import Testing
         }
         try spiller.writeTransaction { _ = try spiller.statement("UPDATE notes SET mark = 2 WHERE id = 1").run() }
         let crashed = directory.path("crashed.db")
-        try FileManager.default.copyItem(atPath: path, toPath: crashed)
-        try FileManager.default.copyItem(atPath: path + "-wal", toPath: crashed + "-wal")
+        try Self.copyAsACrashLeavesIt(path, to: crashed)
         for connection in [other, try SQLiteConnection(path: crashed, options: .init())] {
             let found = try connection.statement("SELECT count(*), sum(mark) FROM notes").rows { ($0.int(0), $0.int(1)) }.first
             #expect(found?.0 == 6 && found?.1 == 52, "\(String(describing: found))")
@@ -153,14 +151,19 @@ import Testing
             #expect(read?.0 == rows && read?.1 == round / 2, "read after commit \(round): \(String(describing: read))")
             #expect(try reader.pragma("integrity_check") == "ok")
             let crashed = directory.path("crashed-\(round).db")
-            try FileManager.default.copyItem(atPath: path, toPath: crashed)
-            try FileManager.default.copyItem(atPath: path + "-wal", toPath: crashed + "-wal")
+            try Self.copyAsACrashLeavesIt(path, to: crashed)
             #expect(CSQLiteWALBuffer_endCommit(db, committed == SQLITE_OK ? 1 : 0) == SQLITE_OK)
             let recovered = try SQLiteConnection(path: crashed, options: .init())
             let found = try recovered.statement("SELECT count(*), sum(mark) FROM notes").rows { ($0.int(0), $0.int(1)) }.first
             #expect(found?.0 == rows && found?.1 == round / 2, "after commit \(round): \(String(describing: found))")
             #expect(try recovered.pragma("integrity_check") == "ok")
         }
+    }
+
+    /// The database and its WAL as they are, without the shared memory: opened, SQLite recovers from the WAL alone.
+    static func copyAsACrashLeavesIt(_ path: String, to copy: String) throws {
+        try FileManager.default.copyItem(atPath: path, toPath: copy)
+        try FileManager.default.copyItem(atPath: path + "-wal", toPath: copy + "-wal")
     }
 
     static func size(_ path: String) throws -> Int {
