@@ -62,8 +62,17 @@ enum ProcessMetrics {
         return limit.rlim_cur == rlim_t.max ? nil : Double(limit.rlim_cur)
     }
 
-    /// Entries of /proc/self/fd, the directory's own descriptor included (client_golang counts the same way).
-    private static func openDescriptorCount() -> Double? {
+    /// The process's open descriptors. Since Linux 6.2 the size `stat` reports for /proc/self/fd is their number: one
+    /// system call. Listing the directory, as earlier kernels need (they report 0 there), makes the kernel build an
+    /// entry for every descriptor, and was a fifth of the CPU of a scrape of `serve` (thirty-third session).
+    static func openDescriptorCount() -> Double? {
+        var info = stat()
+        if stat("/proc/self/fd", &info) == 0, info.st_size > 0 { return Double(info.st_size) }
+        return listedDescriptorCount()
+    }
+
+    /// Entries of /proc/self/fd, less the descriptor the listing itself holds open.
+    static func listedDescriptorCount() -> Double? {
         guard let directory = opendir("/proc/self/fd") else { return nil }
         defer { closedir(directory) }
         var count = 0
@@ -73,7 +82,7 @@ enum ProcessMetrics {
             }
             if !isDotEntry { count += 1 }
         }
-        return Double(count)
+        return Double(count - 1)
     }
 
     /// statm's second field: resident pages.
