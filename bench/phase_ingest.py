@@ -4,7 +4,7 @@ ordinary alert's path; one device taking every webhook (its alerts folding into 
 DEVICE_QUEUE_MAX) is its own row, measured as often as the headline."""
 import json
 
-from harness import (QUEUE_BENCH, RELAY, RUNS, WEBHOOK_BODY, devices_file, free_port, healthy, http, jobs_in,
+from harness import (QUEUE_BENCH, RELAY, RUNS, WEBHOOK_BODY, cpu_seconds, devices_file, free_port, healthy, http, jobs_in,
                      peak_rss_mib, phase_folder, relay_env, run, sqlite_store, start, step, stop, summarize, wait_until, wrk)
 
 DEVICES = 1000
@@ -18,10 +18,15 @@ def ingest_once(store, folder, devices=DEVICES, seconds=SECONDS, binary=RELAY, *
     ingest = start([binary, "ingest"], relay_env(store, PORT=port, METRICS_ADDR="off", **overrides), folder / "ingest.log")
     wait_until(lambda: healthy(port), what="ingest")
     ids = devices_file(port, devices, folder)
+    cpu_before = cpu_seconds(ingest.pid)
     rps, errors, answered = wrk(port, WEBHOOK_BODY, ids, folder, seconds=seconds)
+    # The process's CPU (every thread) while wrk ran, a webhook: steadier than the rate on a shared host, where a
+    # small change hides in the rate's run-to-run spread (bench/ingest_ab.py prints both).
+    cpu_us = (cpu_seconds(ingest.pid) - cpu_before) / max(answered, 1) * 1e6
     rss = peak_rss_mib(ingest)
     stop(ingest)
-    return {"relay_rps": rps, "errors": errors, "answered": answered, "jobs_stored": jobs_in(store), "rss_mib": rss}
+    return {"relay_rps": rps, "errors": errors, "answered": answered, "jobs_stored": jobs_in(store), "rss_mib": rss,
+            "cpu_us": cpu_us}
 
 
 def nginx_once(folder, seconds=SECONDS):
