@@ -2,9 +2,12 @@
 enqueue and claim figures, durable webhooks/s through `ingest` over HTTP, claim + complete with 1, 2 and 4 deliver
 processes (the scaling curve, with each process's CPU use to say what limits it), and webhook → APNs latency at
 1,000/s with ingest and deliver on PostgreSQL. Each part uses a database of its own, dropped after it."""
+import collections
 import json
 import os
+import subprocess
 import sys
+import threading
 
 from harness import (QUEUE_BENCH, RELAY, ROOT, RUNS, SIM_THREADS, apns_env, children_of, cpu_seconds, devices_file,
                      free_port, healthy, machine_busy_seconds, percentile, phase_folder, postgres_store, queue_empty,
@@ -31,6 +34,53 @@ class Databases:
 
     def drop(self, name):
         self.server.query("postgres", f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+class WaitSampler:
+    """What the active backends of one database are doing, sampled every `interval` seconds from pg_stat_activity over
+    one psql session: each backend's wait event (`IO:WALSync`, `Lock:transactionid`, …) or `running` when it waits on
+    nothing (on a core, or queued for one). `counts()` gives the running totals, so a drain's window takes their
+    difference as it does with CPU seconds. The session costs its own backend about a query every 20 ms."""
+
+    QUERY = ("SELECT coalesce(wait_event_type || ':' || wait_event, 'running') FROM pg_stat_activity "
+             "WHERE datname = current_database() AND state = 'active' AND pid <> pg_backend_pid();")
+
+    def __init__(self, server, database, interval=0.02):
+        self.psql = subprocess.Popen([f"{server.bin}/psql", server.conninfo(database), "-XAtq"], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, text=True, bufsize=1)
+        self.interval, self.totals, self.lock = interval, collections.Counter(), threading.Lock()
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._loop, daemon=True)
+        self.thread.start()
+
+    def _loop(self):
+        while not self.done.wait(self.interval):
+            self.psql.stdin.write(self.QUERY + "\n\\echo .\n")
+            self.psql.stdin.flush()
+            events = []
+            for line in iter(self.psql.stdout.readline, ""):
+                if line == ".\n":
+                    break
+                events.append(line.strip())
+            with self.lock:
+                self.totals.update(events)
+
+    def counts(self):
+        with self.lock:
+            return {f"backend:{event}": float(count) for event, count in self.totals.items()}
+
+    def stop(self):
+        self.done.set()
+        self.thread.join()
+        self.psql.stdin.close()
+        self.psql.wait()
+
+
+def backend_waits(window):
+    """The window's share of active-backend samples by wait event, largest first: [(event, percent)]."""
+    counts = {name.split(":", 1)[1]: count for name, count in window.items() if name.startswith("backend:")}
+    total = sum(counts.values())
+    return [(event, round(100 * count / total)) for event, count in sorted(counts.items(), key=lambda kv: -kv[1])] if total else []
 
 
 def server_cpu(server):
@@ -89,9 +139,11 @@ def scaling_drain(databases, server, folder, count, number):
     name, url = databases.create()
     run([QUEUE_BENCH, "prefill", url, SCALING_JOBS, 1000], check=True)
     sim, sim_port = start_sim()
+    waits = WaitSampler(server, name)
     watch = lambda: {"simulator": cpu_seconds(sim.pid), "machine": machine_busy_seconds(), "postgres": server_cpu(server)}
     drained = drain(postgres_store(url), SCALING_JOBS, sim_port, folder, f"scale{count}-{number}", deliverers=count,
-                    watch=lambda: flatten(watch()))
+                    watch=lambda: {**flatten(watch()), **waits.counts()})
+    waits.stop()
     stop(sim)
     databases.drop(name)
     cpu, window = drained["window_cpu_s"], drained["window_s"]
@@ -99,7 +151,8 @@ def scaling_drain(databases, server, folder, count, number):
     point = {"processes": count, "pps": round(drained["pps"]), "delivered": int(drained["delivered"]),
              "deliver_cpu_pct": pct(cpu["deliver"]), "sim_cpu_pct": pct(cpu["simulator"]),
              "postgres_cpu_pct": pct(sum(v for k, v in cpu.items() if k.startswith("postgres:"))),
-             "busiest_backend_cpu_pct": pct(max((v for k, v in cpu.items() if k.startswith("postgres:")), default=0))}
+             "busiest_backend_cpu_pct": pct(max((v for k, v in cpu.items() if k.startswith("postgres:")), default=0)),
+             "backend_waits": backend_waits(cpu)}
     busy = point["deliver_cpu_pct"] + point["sim_cpu_pct"] + point["postgres_cpu_pct"]
     # The machine as a whole as well: the processes' sum leaves out what else takes the same cores (this benchmark's
     # own polling, the kernel's threads). On the twenty-first session's host the two agreed within 3 points.
@@ -110,7 +163,8 @@ def scaling_drain(databases, server, folder, count, number):
     step(f"    run {number}, {count} deliver process{'es' if count > 1 else ''}: {point['pps']}/s; CPU: deliver "
          f"{point['deliver_cpu_pct']} %, simulator {point['sim_cpu_pct']} %, PostgreSQL {point['postgres_cpu_pct']} % "
          f"(busiest backend {point['busiest_backend_cpu_pct']} %) of one core: {busy} % of {cores * 100} % "
-         f"(the machine: {point['machine_cpu_pct']} %); "
+         f"(the machine: {point['machine_cpu_pct']} %); active backends: "
+         f"{', '.join(f'{event} {share} %' for event, share in point['backend_waits'][:3]) or 'not sampled'}; "
          f"limit: {point['limit']}")
     return point
 
