@@ -112,13 +112,13 @@ def scraped_at(seconds, slice_seconds):
     return int(seconds // slice_seconds) % 2 == 0
 
 
-def latency_once(folder, number):
+def latency_once(folder):
     """One `serve`, 1,000 webhooks/s: 3 s unmeasured, then 20 s in slices of 0.2 s taken in turn, /metrics scraped
     every 100 ms in one slice and not in the next. Webhooks sent in scraped slices make the scraped figures, the
     others the plain ones. Returns the figures and the plain latencies.
 
     Why interleaved: the p99 of one 10 s window moved by a third from one window to the next in the same process
-    (0.80–1.29 ms unscraped, thirty-third session), and the figure compared a 10 s window with scrapes against
+    (0.80–1.36 ms unscraped, thirty-third session), and the figure compared a 10 s window with scrapes against
     another without, so it read 0.88–1.38 from run to run; a fresh process's first seconds also counted against
     whichever window came first. Slices taken in turn see the same host, WAL and caches, and leave the scrape's own
     cost (docs/performance.md, "Latency with scrapes")."""
@@ -156,7 +156,7 @@ def bench_latency(results, latencies_out):
     for number in range(1, RUNS + 1):
         run_folder = folder / f"run{number}"
         run_folder.mkdir()
-        figures, plain = latency_once(run_folder, number)
+        figures, plain = latency_once(run_folder)
         runs.append(figures)
         if not latencies_out:
             latencies_out.extend(plain)
