@@ -50,11 +50,20 @@ def read_record(path):
     return arrivals
 
 
-def latencies_ms(out, arrivals, sent_when=lambda sent: True):
-    """Webhook sent → APNs request received, for every accepted webhook of a loadgen run (those whose send time, µs
-    since 1970, `sent_when` accepts)."""
+def latencies_ms(out, arrivals):
+    """Webhook sent → APNs request received, for every accepted webhook of a loadgen run."""
     return sorted((arrivals[job][-1][1] - sent) / 1000 for job, _, _, sent, status in read_loadgen(out)
-                  if status == 202 and job in arrivals and sent_when(sent))
+                  if status == 202 and job in arrivals)
+
+
+def latencies_by_slice_ms(out, arrivals, slice_seconds):
+    """`latencies_ms`, split by the slice each webhook was sent in (its send time is µs since 1970): (unscraped,
+    scraped)."""
+    slices = ([], [])
+    for job, _, _, sent, status in read_loadgen(out):
+        if status == 202 and job in arrivals:
+            slices[scraped_at(sent / 1e6, slice_seconds)].append((arrivals[job][-1][1] - sent) / 1000)
+    return tuple(sorted(values) for values in slices)
 
 
 class Scraper:
@@ -136,9 +145,7 @@ def latency_once(folder):
     figures["rss_mib"] = peak_rss_mib(serve)
     stop(serve)
     stop(sim)  # flushes the record
-    arrivals = read_record(record)
-    plain = latencies_ms(out, arrivals, lambda sent: not scraped_at(sent / 1e6, LATENCY_SLICE_SECONDS))
-    scraped = latencies_ms(out, arrivals, lambda sent: scraped_at(sent / 1e6, LATENCY_SLICE_SECONDS))
+    plain, scraped = latencies_by_slice_ms(out, read_record(record), LATENCY_SLICE_SECONDS)
     for suffix, values in (("", plain), ("_scraped", scraped)):
         figures["p50" + suffix], figures["p99" + suffix] = percentile(values, 0.5), percentile(values, 0.99)
         figures["samples" + suffix] = len(values)
