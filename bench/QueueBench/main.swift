@@ -23,6 +23,10 @@ import Queue
 //                                                  database per figure (no raw_insert_rps)
 //        QueueBench raw DIRECTORY [--runs N]       only raw_insert_rps (the ingest phase's second ceiling)
 //        QueueBench floor DIRECTORY CLAIMS         only the floor's claims and completions, CLAIMS of them (callgrind)
+//        QueueBench shape DIRECTORY BATCH JOBS [--no-monitor]
+//                                                  ingest's store work alone: JOBS jobs enqueued in transactions of
+//                                                  BATCH, each to a device drawn at random of 1,000, each reporting a
+//                                                  monitor down (not with --no-monitor); prints jobs/s and CPU µs a job
 //        QueueBench prefill DATABASE JOBS DEVICES  (fills a relay database for the delivery benchmarks: a SQLite path
 //                                                   or a postgres:// URL)
 
@@ -60,7 +64,8 @@ if arguments.count == 5, arguments[1] == "prefill" {
     exit(0)
 }
 let directory =
-    arguments.count > 2 && ["raw", "floor"].contains(arguments[1]) ? arguments[2] : arguments.count > 1 ? arguments[1] : NSTemporaryDirectory()
+    arguments.count > 2 && ["raw", "floor", "shape"].contains(arguments[1])
+    ? arguments[2] : arguments.count > 1 ? arguments[1] : NSTemporaryDirectory()
 let million = arguments.firstIndex(of: "--million").map { Int(arguments[$0 + 1])! } ?? 1_000_000
 let devices = 1_000
 
@@ -207,11 +212,42 @@ if arguments.count >= 5, arguments[1] == "postgres" {
 if arguments.count == 4, arguments[1] == "floor" {
     do {
         let (store, ids, path) = try freshStore("floor")
-        defer { removeStore(path) }
         _ = try enqueue(store, ids, perDevice: 10)
         try store.checkpoint()
         let result = try claimAndComplete(store, count: Int(arguments[3])!)
+        removeStore(path)  // now: `exit` runs no `defer`
         print("{\"floor_cpu_us_per_job\":[\(String(format: "%.2f", result.cpuMicrosPerJob))]}")
+        exit(0)
+    } catch {
+        log("failed: \(error)")
+        exit(1)
+    }
+}
+
+// What ingest's queue writer does to the store, without HTTP: a group commit under `make bench`'s ingest load holds
+// about 15 jobs to random devices (docs/performance.md, thirty-fourth session).
+if arguments.count > 1, arguments[1] == "shape" {
+    guard arguments.count >= 5, let batchSize = Int(arguments[3]), let total = Int(arguments[4]), batchSize > 0, total > 0 else {
+        log("usage: QueueBench shape DIRECTORY BATCH JOBS [--no-monitor] (BATCH and JOBS above 0)")
+        exit(2)
+    }
+    do {
+        let monitor = arguments.contains("--no-monitor") ? nil : MonitorReport(key: "id:1", isDown: true)
+        let (store, ids, path) = try freshStore("shape")
+        let jobs = (0..<total).map { _ in
+            NewJob(deviceID: ids.randomElement()!, publicID: UUID().uuidString.lowercased(), payload: payload, monitor: monitor)
+        }
+        let cpuBefore = processCPUSeconds()
+        let start = ContinuousClock.now
+        for first in stride(from: 0, to: total, by: batchSize) {
+            _ = try store.enqueue(jobs[first..<min(first + batchSize, total)], now: clock.nowMillis(), ttl: .seconds(86_400))
+        }
+        let seconds = (ContinuousClock.now - start).seconds
+        removeStore(path)  // now: `exit` runs no `defer`
+        print(
+            String(
+                format: "{\"jobs_per_second\":%.0f,\"cpu_us_per_job\":%.2f}", Double(total) / seconds,
+                (processCPUSeconds() - cpuBefore) / Double(total) * 1e6))
         exit(0)
     } catch {
         log("failed: \(error)")
