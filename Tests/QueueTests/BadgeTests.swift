@@ -86,6 +86,41 @@ import Testing
         #expect(try db.kind.rawQuery(db.location, "SELECT count(*) FROM monitor_states")[0][0] == "0")
     }
 
+    /// A monitor reported down again while its stored "down" is fresh (`EnqueuePlan.monitorRefresh`: 36 s for an hour's
+    /// retention) leaves its row as it is; once the row is older than that, the report writes it again.
+    @Test(arguments: StoreKind.allCases) func downAgainRewritesTheMonitorsRowOnlyOnceItIsNoLongerFresh(_ kind: StoreKind) throws {
+        let db = try TestDatabase(kind, monitorRetention: .seconds(3600))
+        let phone = try db.device(1)
+        let writtenAt = { try db.kind.rawQuery(db.location, "SELECT updated_at FROM monitor_states WHERE monitor = 'id:1'").first?.first }
+        for (offset, expected) in [(0, t0), (36_000, t0), (36_001, t0 + 36_001), (40_000, t0 + 36_001)] {
+            _ = try db.store.enqueue([job(phone, monitor(1, .down))], now: t0 + Int64(offset), ttl: .seconds(60))
+            #expect(try writtenAt() == String(expected), "reported down at +\(offset) ms")
+        }
+        _ = try db.store.enqueue([job(phone, monitor(1, .up))], now: t0 + 40_001, ttl: .seconds(60))
+        #expect(try db.kind.rawQuery(db.location, "SELECT updated_at FROM monitor_states")[0][0] == String(t0 + 40_001), "up is written")
+        #expect(try badges(db, phone) == [1, 1, 1, 1, 0])
+    }
+
+    /// A monitor kept down by Uptime Kuma's resends stays in the badge past the retention since its first report, and
+    /// once they stop it counts until at least the retention less the refresh (36 s) after the last one, and no
+    /// longer than the retention. Its last report is one left unwritten (its row 30 s older), as most of them are.
+    @Test(arguments: StoreKind.allCases) func aMonitorKeptDownByResendsCountsUntilTheRetentionAfterItsLastReport(_ kind: StoreKind) throws {
+        let db = try TestDatabase(kind, monitorRetention: .seconds(3600))
+        let phone = try db.device(1)
+        let hour: Int64 = 3_600_000
+        let lastReport = t0 + hour + 630_000
+        for at in stride(from: t0, through: lastReport, by: 30_000) {
+            _ = try db.store.enqueue([job(phone, monitor(1, .down))], now: at, ttl: .seconds(60))
+        }
+        let probe = AlertEvent(kind: .generic, title: "Backup", message: "done")
+        for at in [t0 + hour + 1, lastReport + hour - 36_000, lastReport + hour + 1] {
+            _ = try db.store.enqueue([job(phone, probe)], now: at, ttl: .seconds(60))
+        }
+        let all = try badges(db, phone)
+        #expect(all.count == 145)
+        #expect(Array(all.suffix(3)) == [1, 1, 0], "counted an hour after its first report and 36 s short of one after its last")
+    }
+
     @Test(arguments: StoreKind.allCases) func aJobThatAlertsFoldIntoCarriesTheBadgeOfTheLastOne(_ kind: StoreKind) throws {
         let db = try TestDatabase(kind, monitorRetention: .seconds(3600))
         let phone = try db.device(1)

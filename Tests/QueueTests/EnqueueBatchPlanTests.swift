@@ -46,6 +46,31 @@ import Testing
         #expect(plan.monitorStates.count == 3)
     }
 
+    /// A monitor whose stored "down" is fresh and is reported down again is not written: its badge still counts it.
+    /// Reported up, or down again with a stale row, or new, it is written.
+    @Test func downAgainForAFreshlyStoredDownMonitorWritesNothingAndEverythingElseIsWritten() {
+        let device = State(storedLive: 0, hasHead: false, downMonitors: ["id:1", "id:2", "id:3"], freshDownMonitors: ["id:1", "id:2"])
+        let jobs = [
+            alert("a", monitor: 1), alert("b", monitor: 2, down: false), alert("c", monitor: 3), alert("d", monitor: 4),
+            alert("e", monitor: 1, down: false), alert("f", monitor: 1)
+        ]
+        let plan = EnqueuePlan.plan(jobs, devices: ["D": device], cap: 10)
+        #expect(plan.rows.map(\.badge) == [3, 2, 2, 3, 2, 3], "the badge counts the monitors left unwritten")
+        #expect(
+            plan.monitorStates == [
+                .init(device: "D", monitor: "id:2", down: false), .init(device: "D", monitor: "id:3", down: true),
+                .init(device: "D", monitor: "id:4", down: true)
+            ], "1 is down again as stored (its up in between is not its last word), 2 came back, 3's row is stale, 4 is new")
+        let otherDevice = EnqueuePlan.plan(
+            [alert("g", device: "E", monitor: 1)], devices: ["D": device, "E": State(storedLive: 0, hasHead: false)], cap: 10)
+        #expect(otherDevice.monitorStates == [.init(device: "E", monitor: "id:1", down: true)], "freshness is the device's own")
+    }
+
+    @Test func aStoredDownStaysFreshTenMinutesOrAHundredthOfAShorterRetention() {
+        #expect(EnqueuePlan.monitorRefresh(retention: .seconds(30 * 86_400)) == .seconds(600), "TOMBSTONE_RETENTION's default")
+        #expect(EnqueuePlan.monitorRefresh(retention: .seconds(3600)) == .seconds(36))
+    }
+
     @Test func pastTheCapAlertsFoldIntoTheStoredTailOnceWithTheLastBadge() {
         let tail = EnqueuePlan.StoredTail(id: 41, folded: FoldedAlerts())
         let device = State(storedLive: 2, hasHead: true, tail: tail)

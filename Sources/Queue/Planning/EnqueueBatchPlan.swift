@@ -16,6 +16,9 @@ extension EnqueuePlan {
         var hasHead: Bool
         /// Its monitors whose last word, within the retention, was "down": the badge counts them.
         var downMonitors: Set<String> = []
+        /// Those of `downMonitors` whose row was written within `monitorRefresh` of now: "down" again leaves the row
+        /// as it is (`plan`).
+        var freshDownMonitors: Set<String> = []
         /// Its newest waiting job that does not report an outcome; read only when `reads(for:)` names the device.
         var tail: StoredTail?
         /// The live job a Test request waits on; read only when `reads(for:)` names the device.
@@ -91,6 +94,15 @@ extension EnqueuePlan {
         /// waits, that badge too. A Test job is never the tail, so it may go out after the tail with the badge of
         /// an older moment, and the phone would keep that badge.
         var testBadges: [String: Int] = [:]
+    }
+
+    /// How long a monitor's stored "down" counts as fresh: a batch that reports it down again within this writes
+    /// nothing for it, so a monitor's row is rewritten when its state changes and at most this often while it keeps
+    /// reporting the same (Uptime Kuma's resends during an outage). The badge counts a monitor heard of within the
+    /// retention (TOMBSTONE_RETENTION), so one kept down by resends alone is forgotten up to this long before the
+    /// retention has passed since its last report: 10 minutes, or a hundredth of the retention when that is shorter.
+    static func monitorRefresh(retention: Duration) -> Duration {
+        min(.seconds(600), retention / 100)
     }
 
     /// The devices whose waiting Test job, and those whose tail, the store must read before `plan`: a Test request
@@ -214,9 +226,13 @@ extension EnqueuePlan {
         }
         var batch = planner.batch
         let monitors = planner.monitors
-        // A monitor reported twice keeps its last word.
+        // A monitor reported twice keeps its last word. A last word of "down" for a monitor whose row says so and was
+        // written recently is not written again: the row's page stays clean (`monitorRefresh`).
         var seen: Set<[String]> = []
-        batch.monitorStates = monitors.reversed().filter { seen.insert([$0.device, $0.monitor]).inserted }.reversed()
+        batch.monitorStates = monitors.reversed().filter { state in
+            seen.insert([state.device, state.monitor]).inserted
+                && !(state.down && devices[state.device]?.freshDownMonitors.contains(state.monitor) == true)
+        }.reversed()
         batch.tailFolds = planner.folds.values.sorted { $0.id < $1.id }
         for (id, device) in working {
             if device.healed { batch.healed.append(id) }

@@ -44,7 +44,8 @@ extension PostgresStore {
     public func enqueue(_ jobs: some Sequence<NewJob>, now: Int64, ttl: Duration, deviceCap: Int) throws(StoreError) -> [EnqueueResult] {
         let context = EnqueueContext(
             now: now, expiresAt: now + ttl.wholeMilliseconds,
-            badgeSince: now - options.monitorRetention.wholeMilliseconds, deviceCap: deviceCap)
+            badgeSince: now - options.monitorRetention.wholeMilliseconds,
+            freshSince: now - EnqueuePlan.monitorRefresh(retention: options.monitorRetention).wholeMilliseconds, deviceCap: deviceCap)
         // Kept as an array, so a transaction PostgreSQL aborts to break a deadlock can run again with the same jobs.
         let batch = Array(jobs)
         let results: [EnqueueResult] = try writeEnqueue { db in
@@ -69,6 +70,8 @@ extension PostgresStore {
         let now: Int64
         let expiresAt: Int64
         let badgeSince: Int64
+        /// A monitor's row written since then is fresh (`EnqueuePlan.monitorRefresh`).
+        let freshSince: Int64
         let deviceCap: Int
     }
 
@@ -99,9 +102,9 @@ extension PostgresStore {
         return plan.results
     }
 
-    /// The chunk's devices that exist, with their live jobs, heads and down monitors (one statement), and the
-    /// waiting Test jobs and tails `EnqueuePlan.reads(for:)` asks for. Run after the lock (`lockDevices`): each
-    /// statement's snapshot then includes every committed change to these devices.
+    /// The chunk's devices that exist, with their live jobs, heads and down monitors (each row's freshness in the
+    /// fourth column; one statement), and the waiting Test jobs and tails `EnqueuePlan.reads(for:)` asks for. Run
+    /// after the lock (`lockDevices`): each statement's snapshot then includes every committed change to these devices.
     private static func readState(
         of ids: Set<String>, chunk: ArraySlice<NewJob>, _ context: EnqueueContext, _ db: PGConnection
     ) throws -> [String: EnqueuePlan.DeviceState] {
@@ -116,9 +119,9 @@ extension PostgresStore {
             UNION ALL
             SELECT 'head', device_id, NULL, 0, 0 FROM jobs WHERE device_id \(match) AND state IN \(headStates)
             UNION ALL
-            SELECT 'down', device_id, monitor, 0, 0 FROM monitor_states
+            SELECT 'down', device_id, monitor, (updated_at >= $3::bigint)::integer, 0 FROM monitor_states
             WHERE device_id \(match) AND down AND updated_at >= $2::bigint
-            """, [single.map { .text($0) } ?? .texts(ids), .integer(context.badgeSince)],
+            """, [single.map { .text($0) } ?? .texts(ids), .integer(context.badgeSince), .integer(context.freshSince)],
             { (kind: $0.text(0), device: $0.text(1), monitor: $0.optionalText(2), live: $0.int(3), sealed: $0.int64(4)) })
         var devices: [String: EnqueuePlan.DeviceState] = [:]
         for row in rows where row.kind == "device" {
@@ -127,7 +130,10 @@ extension PostgresStore {
         for row in rows {
             switch row.kind {
             case "head": devices[row.device]?.hasHead = true
-            case "down": if let monitor = row.monitor { devices[row.device]?.downMonitors.insert(monitor) }
+            case "down":
+                guard let monitor = row.monitor else { break }
+                devices[row.device]?.downMonitors.insert(monitor)
+                if row.live == 1 { devices[row.device]?.freshDownMonitors.insert(monitor) }
             default: break
             }
         }

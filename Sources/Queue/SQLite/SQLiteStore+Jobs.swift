@@ -4,13 +4,15 @@ import SQLiteDriver
 extension SQLiteStore {
     /// The device's live jobs, whether it has a head (read from `jobs_one_head_per_device`), the number its next
     /// job gets (SQLiteStore+DeviceJobs.swift) and its digest's seal (`DigestCarry`), then one row per monitor whose
-    /// last word within the retention (since ?2) was "down"; no row when the device is gone.
+    /// last word within the retention (since ?2) was "down", with whether that row was written since ?3 (fresh,
+    /// `EnqueuePlan.monitorRefresh`) in the third column; no row when the device is gone.
     static let readDevice = """
         SELECT 'device', d.live_jobs, EXISTS (SELECT 1 FROM jobs h WHERE h.device_id = d.id AND \(isHead("h"))), d.next_seq, NULL,
                d.digest_sealed_through
         FROM devices d WHERE d.id = ?1
         UNION ALL
-        SELECT 'down', 0, 0, 0, m.monitor, 0 FROM monitor_states m WHERE m.device_id = ?1 AND m.down = 1 AND m.updated_at >= ?2
+        SELECT 'down', 0, m.updated_at >= ?3, 0, m.monitor, 0 FROM monitor_states m
+        WHERE m.device_id = ?1 AND m.down = 1 AND m.updated_at >= ?2
         """
 
     /// A new job: its state (head or pending), folded alerts and badge decided by `EnqueuePlan`. `VALUES`, not
@@ -49,6 +51,7 @@ extension SQLiteStore {
     public func enqueue(_ jobs: some Sequence<NewJob>, now: Int64, ttl: Duration, deviceCap: Int) throws(StoreError) -> [EnqueueResult] {
         let expiresAt = now + ttl.wholeMilliseconds
         let badgeSince = now - options.monitorRetention.wholeMilliseconds
+        let freshSince = now - EnqueuePlan.monitorRefresh(retention: options.monitorRetention).wholeMilliseconds
         let batch = Array(jobs)
         return try write { db in
             var devices: [String: EnqueuePlan.DeviceState] = [:]
@@ -60,15 +63,17 @@ extension SQLiteStore {
             var seen: Set<String> = []
             seen.reserveCapacity(batch.count)
             for id in batch.map(\.deviceID) where seen.insert(id).inserted {
-                for (kind, live, hasHead, next, monitor, sealed) in try read.rows(
-                    [.text(id), .integer(badgeSince)],
+                // `flag`: the device has a head ('device'), the monitor's row is fresh ('down').
+                for (kind, live, flag, next, monitor, sealed) in try read.rows(
+                    [.text(id), .integer(badgeSince), .integer(freshSince)],
                     { ($0.text(0), $0.int(1), $0.int(2) == 1, $0.int64(3), $0.isNull(4) ? "" : $0.text(4), $0.int64(5)) })
                 {
                     if kind == "device" {
-                        devices[id] = EnqueuePlan.DeviceState(storedLive: live, hasHead: hasHead, sealedThrough: sealed)
+                        devices[id] = EnqueuePlan.DeviceState(storedLive: live, hasHead: flag, sealedThrough: sealed)
                         numbers[id] = next
                     } else {
                         devices[id]?.downMonitors.insert(monitor)
+                        if flag { devices[id]?.freshDownMonitors.insert(monitor) }
                     }
                 }
             }
