@@ -122,10 +122,11 @@ extension PostgresStore {
             SELECT 'down', device_id, monitor, (updated_at >= $3::bigint)::integer, 0 FROM monitor_states
             WHERE device_id \(match) AND down AND updated_at >= $2::bigint
             """, [single.map { .text($0) } ?? .texts(ids), .integer(context.badgeSince), .integer(context.freshSince)],
-            { (kind: $0.text(0), device: $0.text(1), monitor: $0.optionalText(2), live: $0.int(3), sealed: $0.int64(4)) })
+            // `number`: the live count ('device'), 1 when the monitor's row is fresh ('down').
+            { (kind: $0.text(0), device: $0.text(1), monitor: $0.optionalText(2), number: $0.int(3), sealed: $0.int64(4)) })
         var devices: [String: EnqueuePlan.DeviceState] = [:]
         for row in rows where row.kind == "device" {
-            devices[row.device] = .init(storedLive: row.live, hasHead: false, sealedThrough: row.sealed)
+            devices[row.device] = .init(storedLive: row.number, hasHead: false, sealedThrough: row.sealed)
         }
         for row in rows {
             switch row.kind {
@@ -133,7 +134,7 @@ extension PostgresStore {
             case "down":
                 guard let monitor = row.monitor else { break }
                 devices[row.device]?.downMonitors.insert(monitor)
-                if row.live == 1 { devices[row.device]?.freshDownMonitors.insert(monitor) }
+                if row.number == 1 { devices[row.device]?.freshDownMonitors.insert(monitor) }
             default: break
             }
         }
