@@ -107,16 +107,23 @@ extension EnqueuePlan {
 
     /// The devices whose waiting Test job, and those whose tail, the store must read before `plan`: a Test request
     /// for a device with a head may find one waiting; jobs that may take a device past its cap may fold.
-    static func reads(for jobs: some Sequence<NewJob>, devices: [String: DeviceState], cap: Int) -> (
+    static func reads(for jobs: some Collection<NewJob>, devices: [String: DeviceState], cap: Int) -> (
         waitingTests: Set<String>, tails: Set<String>
     ) {
-        var arriving: [String: Int] = [:]
         var waitingTests: Set<String> = []
+        var jobCount = 0
         for job in jobs {
-            arriving[job.deviceID, default: 0] += 1
+            jobCount += 1
             if job.reportsOutcome, devices[job.deviceID]?.hasHead == true { waitingTests.insert(job.deviceID) }
         }
-        let tails = arriving.filter { device, count in devices[device].map { cap < .max && $0.live + count > cap } ?? false }
+        // The usual batch: even the fullest device stays within its cap were every job its own, so no tail is read
+        // and the jobs need no counting by device (a hash each, on the writer's commit path).
+        guard cap < .max, let fullest = devices.values.lazy.map(\.live).max(), fullest + jobCount > cap else {
+            return (waitingTests, [])
+        }
+        var arriving: [String: Int] = [:]
+        for job in jobs { arriving[job.deviceID, default: 0] += 1 }
+        let tails = arriving.filter { device, count in devices[device].map { $0.live + count > cap } ?? false }
         return (waitingTests, Set(tails.keys))
     }
 
@@ -128,6 +135,10 @@ extension EnqueuePlan {
         var live: Int
         var hasHead: Bool
         var downMonitors: Set<String>
+        /// `DeviceState.freshDownMonitors`, as read.
+        var freshDownMonitors: Set<String>
+        /// Monitor reports this batch has made to it so far.
+        var monitorReports = 0
         var tail: Tail?
         var waitingTest: WaitingTest?
         var sealedThrough: Int64
@@ -148,13 +159,19 @@ extension EnqueuePlan {
     private struct Planner {
         let cap: Int
         var batch = Batch()
-        var monitors: [MonitorState] = []
+        /// Every monitor report in order, with whether the device's row already held it fresh (`monitorRefresh`).
+        var monitors: [(state: MonitorState, alreadyStored: Bool)] = []
+        /// Some device had two monitor reports or more: only then can a monitor's report repeat.
+        var reportsRepeat = false
         var folds: [Int64: TailFold] = [:]
 
         /// Decides `job` against `device` as the jobs before it left it, and leaves it as this job does.
         mutating func add(_ job: NewJob, to device: inout Working) {
             if let monitor = job.monitor {
-                monitors.append(MonitorState(device: job.deviceID, monitor: monitor.key, down: monitor.isDown))
+                let alreadyStored = monitor.isDown && !device.freshDownMonitors.isEmpty && device.freshDownMonitors.contains(monitor.key)
+                monitors.append((MonitorState(device: job.deviceID, monitor: monitor.key, down: monitor.isDown), alreadyStored))
+                device.monitorReports += 1
+                reportsRepeat = reportsRepeat || device.monitorReports > 1
                 if monitor.isDown { device.downMonitors.insert(monitor.key) } else { device.downMonitors.remove(monitor.key) }
             }
             let badge = device.downMonitors.count
@@ -190,6 +207,19 @@ extension EnqueuePlan {
             }
         }
 
+        /// The last word of each monitor the batch reported, in the order of those last words, less a "down" the
+        /// device's row already holds fresh: that row's page stays clean (`monitorRefresh`).
+        func lastWords() -> [MonitorState] {
+            guard reportsRepeat else { return monitors.compactMap { $0.alreadyStored ? nil : $0.state } }
+            struct Monitor: Hashable {
+                var device: String
+                var monitor: String
+            }
+            var seen: Set<Monitor> = []
+            return monitors.reversed().filter { seen.insert(Monitor(device: $0.state.device, monitor: $0.state.monitor)).inserted }
+                .reversed().compactMap { $0.alreadyStored ? nil : $0.state }
+        }
+
         /// A row of its own for `job`: the device's head, or waiting behind it (then its tail, unless a Test
         /// request waits on it).
         private mutating func store(_ job: NewJob, waits: Bool, badge: Int, on device: inout Working) {
@@ -210,7 +240,7 @@ extension EnqueuePlan {
         var working = devices.mapValues {
             Working(
                 storedLive: $0.storedLive, healed: !$0.hasHead && $0.storedLive != 0, live: $0.live, hasHead: $0.hasHead,
-                downMonitors: $0.downMonitors, tail: $0.tail.map(Tail.stored),
+                downMonitors: $0.downMonitors, freshDownMonitors: $0.freshDownMonitors, tail: $0.tail.map(Tail.stored),
                 waitingTest: $0.waitingTest, sealedThrough: $0.sealedThrough)
         }
         var planner = Planner(cap: cap)
@@ -225,15 +255,9 @@ extension EnqueuePlan {
             planner.add(job, to: &working.values[slot])
         }
         var batch = planner.batch
-        let monitors = planner.monitors
-        // A monitor reported twice keeps its last word. A last word of "down" for a monitor whose row says so and was
-        // written recently is not written again: the row's page stays clean (`monitorRefresh`).
-        var seen: Set<[String]> = []
-        batch.monitorStates = monitors.reversed().filter { state in
-            seen.insert([state.device, state.monitor]).inserted
-                && !(state.down && devices[state.device]?.freshDownMonitors.contains(state.monitor) == true)
-        }.reversed()
+        batch.monitorStates = planner.lastWords()
         batch.tailFolds = planner.folds.values.sorted { $0.id < $1.id }
+        batch.liveCounts.reserveCapacity(working.count)
         for (id, device) in working {
             if device.healed { batch.healed.append(id) }
             if device.live != device.storedLive { batch.liveCounts[id] = device.live }

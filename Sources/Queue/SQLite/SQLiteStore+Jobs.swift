@@ -62,20 +62,22 @@ extension SQLiteStore {
             let read = try db.statement(Self.readDevice)
             var seen: Set<String> = []
             seen.reserveCapacity(batch.count)
-            for id in batch.map(\.deviceID) where seen.insert(id).inserted {
+            for job in batch where seen.insert(job.deviceID).inserted {
+                // Gathered here and stored once: a device's monitor rows add to it without a lookup each.
+                var device: EnqueuePlan.DeviceState?
                 // `flag`: the device has a head ('device'), the monitor's row is fresh ('down').
-                for (kind, live, flag, next, monitor, sealed) in try read.rows(
-                    [.text(id), .integer(badgeSince), .integer(freshSince)],
-                    { ($0.text(0), $0.int(1), $0.int(2) == 1, $0.int64(3), $0.isNull(4) ? "" : $0.text(4), $0.int64(5)) })
-                {
-                    if kind == "device" {
-                        devices[id] = EnqueuePlan.DeviceState(storedLive: live, hasHead: flag, sealedThrough: sealed)
-                        numbers[id] = next
+                try read.forEachRow([.text(job.deviceID), .integer(badgeSince), .integer(freshSince)]) { row in
+                    let flag = row.int(2) == 1
+                    if row.text(0) == "device" {
+                        device = EnqueuePlan.DeviceState(storedLive: row.int(1), hasHead: flag, sealedThrough: row.int64(5))
+                        numbers[job.deviceID] = row.int64(3)
                     } else {
-                        devices[id]?.downMonitors.insert(monitor)
-                        if flag { devices[id]?.freshDownMonitors.insert(monitor) }
+                        let monitor = row.isNull(4) ? "" : row.text(4)
+                        device?.downMonitors.insert(monitor)
+                        if flag { device?.freshDownMonitors.insert(monitor) }
                     }
                 }
+                devices[job.deviceID] = device
             }
             let reads = EnqueuePlan.reads(for: batch, devices: devices, cap: deviceCap)
             for id in reads.waitingTests { devices[id]?.waitingTest = try Self.waitingTest(device: id, db) }
