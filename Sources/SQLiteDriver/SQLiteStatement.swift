@@ -86,13 +86,16 @@ internal import CSQLite
             throw SQLiteError(
                 code: SQLITE_MISUSE, message: "\(values.count) values for \(parameterCount) parameters", sql: sql)
         }
-        sqlite3_clear_bindings(handle)
+        // Every parameter is bound below (the count is checked above), so the last run's values need no clearing.
         for (offset, value) in values.enumerated() {
             let index = Int32(offset + 1)
             let code: Int32
             switch value {
             case .integer(let number): code = sqlite3_bind_int64(handle, index, number)
-            case .text(let text): code = sqlite3_bind_text(handle, index, text, -1, CSQLite_transient())
+            case .text(let text):
+                // The string's own bytes and length: passing the String itself made a NUL-terminated copy of it (an
+                // allocation a bound text, on the queue writer's commit path) and SQLite measured it again.
+                code = text.withCString { sqlite3_bind_text(handle, index, $0, Int32(text.utf8.count), CSQLite_transient()) }
             case .blob(let bytes):
                 code = bytes.withUnsafeBytes { raw in
                     // A zero-length blob must still be a blob, not NULL: SQLite needs a non-nil pointer for that.

@@ -31,4 +31,19 @@ import Testing
         #expect(throws: SQLiteError.self) { try statement.rows([.integer(1), .integer(2), .integer(3), .integer(4)]) { $0.int(0) } }
         #expect(try statement.rows([.integer(1), .integer(2), .integer(3)]) { $0.int(0) } == [4])
     }
+
+    /// Texts are bound from their own bytes with their length: the empty text stays text (not NULL), and bytes past
+    /// ASCII, or a NUL inside, are kept whole.
+    @Test func textsAreBoundWhole() throws {
+        let (db, directory) = try connection()
+        _ = directory
+        let statement = try db.statement("SELECT typeof(?1), length(CAST(?1 AS BLOB)), hex(?1)")
+        for text in ["", "device-0f3c", "Café ✓ 監視", "a\u{0}b", String(repeating: "x", count: 300)] {
+            let rows = try statement.rows([.text(text)]) { ($0.text(0), $0.int(1), $0.text(2)) }
+            #expect(rows.count == 1)
+            #expect(rows.first?.0 == "text")
+            #expect(rows.first?.1 == text.utf8.count)
+            #expect(rows.first?.2 == text.utf8.map { String(format: "%02X", $0) }.joined())
+        }
+    }
 }
