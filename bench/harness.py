@@ -103,6 +103,17 @@ def machine_busy_seconds():
     return (sum(fields[:8]) - fields[3] - fields[4]) / TICKS
 
 
+def disk_busy_seconds(path):
+    """Seconds the block device holding `path` has had a request in flight so far (/sys/dev/block/M:m/stat's
+    io_ticks, what iostat's %util is made of); 0 when the path is on no block device (tmpfs)."""
+    device = os.stat(path).st_dev
+    try:
+        fields = open(f"/sys/dev/block/{os.major(device)}:{os.minor(device)}/stat").read().split()
+    except OSError:
+        return 0.0
+    return int(fields[9]) / 1000
+
+
 def children_of(pid):
     """Process ids whose parent is `pid` (a PostgreSQL server's backends)."""
     found = []

@@ -10,8 +10,8 @@ import sys
 import threading
 
 from harness import (QUEUE_BENCH, RELAY, ROOT, RUNS, SIM_THREADS, apns_env, children_of, cpu_seconds, devices_file,
-                     free_port, healthy, machine_busy_seconds, percentile, phase_folder, postgres_store, queue_empty,
-                     relay_env, run, start, start_sim, step, stop, summarize, wait_until)
+                     disk_busy_seconds, free_port, healthy, machine_busy_seconds, percentile, phase_folder, postgres_store,
+                     queue_empty, relay_env, run, start, start_sim, step, stop, summarize, wait_until)
 from phase_delivery import drain
 from phase_ingest import ingest_once
 from phase_queue import queue_runs
@@ -90,9 +90,9 @@ def server_cpu(server):
 
 
 def flatten(readings):
-    """{"simulator": s, "machine": s, "postgres": {pid: s}} → {"simulator": s, "machine": s, "postgres:<pid>": s}: a
-    backend that starts during the window counts from zero, one that ends keeps its last reading."""
-    flat = {"simulator": readings["simulator"], "machine": readings["machine"]}
+    """{"simulator": s, "machine": s, "disk": s, "postgres": {pid: s}} → the same with "postgres:<pid>": s for each
+    backend: a backend that starts during the window counts from zero, one that ends keeps its last reading."""
+    flat = {"simulator": readings["simulator"], "machine": readings["machine"], "disk": readings["disk"]}
     flat.update({f"postgres:{pid}": seconds for pid, seconds in readings["postgres"].items()})
     return flat
 
@@ -140,7 +140,8 @@ def scaling_drain(databases, server, folder, count, number):
     run([QUEUE_BENCH, "prefill", url, SCALING_JOBS, 1000], check=True)
     sim, sim_port = start_sim()
     waits = WaitSampler(server, name)
-    watch = lambda: {"simulator": cpu_seconds(sim.pid), "machine": machine_busy_seconds(), "postgres": server_cpu(server)}
+    watch = lambda: {"simulator": cpu_seconds(sim.pid), "machine": machine_busy_seconds(), "postgres": server_cpu(server),
+                     "disk": disk_busy_seconds(server.directory)}
     drained = drain(postgres_store(url), SCALING_JOBS, sim_port, folder, f"scale{count}-{number}", deliverers=count,
                     watch=lambda: {**flatten(watch()), **waits.counts()})
     waits.stop()
@@ -157,13 +158,15 @@ def scaling_drain(databases, server, folder, count, number):
     # The machine as a whole as well: the processes' sum leaves out what else takes the same cores (this benchmark's
     # own polling, the kernel's threads). On the twenty-first session's host the two agreed within 3 points.
     point["machine_cpu_pct"] = pct(cpu["machine"])
+    # The disk holding the server's WAL: the share of the window it had a request in flight (iostat's %util).
+    point["disk_busy_pct"] = pct(cpu["disk"])
     point["limit"] = ("cores" if max(busy, point["machine_cpu_pct"]) >= 90 * cores else
                       "simulator" if point["sim_cpu_pct"] >= 90 * SIM_THREADS else
                       "one PostgreSQL backend" if point["busiest_backend_cpu_pct"] >= 90 else "neither saturated")
     step(f"    run {number}, {count} deliver process{'es' if count > 1 else ''}: {point['pps']}/s; CPU: deliver "
          f"{point['deliver_cpu_pct']} %, simulator {point['sim_cpu_pct']} %, PostgreSQL {point['postgres_cpu_pct']} % "
          f"(busiest backend {point['busiest_backend_cpu_pct']} %) of one core: {busy} % of {cores * 100} % "
-         f"(the machine: {point['machine_cpu_pct']} %); active backends: "
+         f"(the machine: {point['machine_cpu_pct']} %), disk busy {point['disk_busy_pct']} %; active backends: "
          f"{', '.join(f'{event} {share} %' for event, share in point['backend_waits'][:3]) or 'not sampled'}; "
          f"limit: {point['limit']}")
     return point
