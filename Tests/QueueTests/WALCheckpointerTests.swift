@@ -51,6 +51,23 @@ import Testing
         #expect(try Self.grows(database.path, from: before), "the checkpoint thread was woken and copied the WAL")
     }
 
+    /// The thread copies at a lower CPU priority than the rest of the process: ten nice levels below the thread
+    /// that opened the store, as the kernel reports it.
+    @Test func theThreadRunsTenNiceLevelsBelowTheProcess() throws {
+        let database = try Database(backgroundFrames: 50, inlineFrames: 100_000)
+        defer { database.checkpointer.stop() }
+        let before = try Self.size(database.path)
+        try Self.commit(100, pagesEach: 1, on: database.writer)
+        // It copied, so it ran, and it lowers its priority before anything else.
+        #expect(try Self.grows(database.path, from: before))
+        let thread = database.checkpointer.threadID.load(ordering: .acquiring)
+        let stat = try String(contentsOfFile: "/proc/self/task/\(thread)/stat", encoding: .utf8)
+        // Field 19 is the nice value; the fields after the name (which may hold spaces) start at field 3.
+        let nice = stat[stat.range(of: ")", options: .backwards)!.upperBound...].split(separator: " ")[16]
+        let expected = min(19, (Thread.currentNice ?? 0) + WALCheckpointer.priorityDrop)
+        #expect(Int32(nice) == expected, "wal-checkpoint thread \(thread): \(stat)")
+    }
+
     /// A new database file, and a writer whose commits report to a checkpointer of the given sizes.
     private struct Database {
         let directory = TemporaryDirectory()
