@@ -21,7 +21,8 @@ enum IngestCommand: Command {
         let lifecycle = ProcessLifecycle(logger: logger)
         let listening = try ProcessLifecycle.takeListeningSocket()
         try refuseMetricsOnTheAPIPort(settings, apiSocketFromSystemd: listening != nil)
-        let store = try openStore(settings, logger: logger)
+        // Its WAL checkpoints wait for a core the HTTP threads and the queue writer leave idle (WALCheckpointer).
+        let store = try openStore(settings, logger: logger, checkpointsYield: true)
         let service = IngestService(settings: settings, store: store, logger: logger, livenessLimit: lifecycle.livenessLimit)
         do {
             try service.start(listeningSocket: listening)

@@ -3,8 +3,11 @@ import Queue
 
 /// Opens the store the settings name (applying migrations): PostgreSQL when DATABASE_URL is set, else the SQLite
 /// file at DATABASE_PATH. Fails with the right exit code. An upgrade of the SQLite schema is announced on `logger`
-/// (a process-wide one by default): some take seconds.
-func openStore(_ settings: Settings, clock: some WallClock = SystemClock(), logger: Logger? = nil) throws -> any RelayStore {
+/// (a process-wide one by default): some take seconds. `checkpointsYield`: SQLite's WAL checkpoint thread runs at a
+/// lower priority (`SQLiteStore.Options.checkpointsYield`), for `ingest`.
+func openStore(
+    _ settings: Settings, clock: some WallClock = SystemClock(), logger: Logger? = nil, checkpointsYield: Bool = false
+) throws -> any RelayStore {
     do {
         if let url = settings.databaseURL {
             return try PostgresStore(url: url, options: postgresOptions(settings, logger: logger), now: clock.nowMillis())
@@ -15,7 +18,7 @@ func openStore(_ settings: Settings, clock: some WallClock = SystemClock(), logg
                 synchronousFull: settings.sync == .full,
                 monitorRetention: settings.tombstoneRetention,
                 walTruncateInterval: settings.walTruncateInterval,
-                logger: logger ?? Logger(label: "relay", settings: settings)),
+                logger: logger ?? Logger(label: "relay", settings: settings), checkpointsYield: checkpointsYield),
             now: clock.nowMillis())
     } catch {
         throw StartupError.openingDatabase(settings, error)

@@ -1,5 +1,6 @@
 """Whole relay against an independent APNs fake (Python h2 + cryptography): what reaches the phone, and when."""
 import json
+import os
 import pathlib
 import signal
 import sqlite3
@@ -390,6 +391,30 @@ def test_the_relays_threads_carry_their_names_to_the_kernel(relays):
     assert {"delivery", "apns", "wal-checkpoint"} <= set(names), names
     names = thread_names(relays("ingest"))
     assert {"queue-writer", "wal-checkpoint"} <= set(names) and any(name.startswith("MHD-") for name in names), names
+
+
+def thread_nice(relay, name):
+    """The nice value of `relay`'s thread named `name` (field 19 of its stat; the name, in brackets, may hold spaces),
+    or None while it has none."""
+    for task in pathlib.Path(f"/proc/{relay.process.pid}/task").iterdir():
+        try:
+            if (task / "comm").read_text().strip() == name:
+                return int((task / "stat").read_text().rsplit(")", 1)[1].split()[16])
+        except (FileNotFoundError, ProcessLookupError):
+            pass
+    return None
+
+
+def test_ingests_wal_checkpoints_yield_to_its_request_threads_and_a_deliverers_do_not(relays):
+    # ingest's checkpoint thread runs ten nice levels below the process, so its copies wait for a core the HTTP
+    # threads and the queue writer leave idle; a deliverer's keeps the process's priority (docs/architecture.md).
+    own = os.getpriority(os.PRIO_PROCESS, 0)
+    ingest = relays("ingest")
+    wait_until(lambda: thread_nice(ingest, "wal-checkpoint") == min(19, own + 10), what="ingest's checkpoint thread at +10")
+    assert thread_nice(ingest, "queue-writer") == own
+    deliver = relays("deliver")
+    assert thread_nice(deliver, "wal-checkpoint") == own
+    assert thread_nice(deliver, "delivery") == own
 
 
 def test_a_deliverers_apns_connections_share_one_event_loop(relays, fake_apns):

@@ -29,11 +29,17 @@ public final class SQLiteStore: Sendable {
         /// of notification content goes to a temporary file. Off only for the tests that show the statements that
         /// change a batch of jobs keep no statement journal of their own (`StatementJournalTests`).
         public var temporaryTablesInMemory = true
+        /// The WAL checkpoint thread runs ten nice levels below the thread that opens the store
+        /// (`WALCheckpointer.yieldingPriorityDrop`): for `ingest`, whose HTTP threads and queue writer should have the
+        /// cores first; not for a deliverer, whose own thread then checkpoints in line.
+        public var checkpointsYield = false
 
         public init(
             synchronousFull: Bool = false, busyTimeout: Duration = .seconds(5),
-            monitorRetention: Duration = .seconds(30 * 86_400), walTruncateInterval: Duration? = .seconds(60), logger: Logger? = nil
+            monitorRetention: Duration = .seconds(30 * 86_400), walTruncateInterval: Duration? = .seconds(60), logger: Logger? = nil,
+            checkpointsYield: Bool = false
         ) {
+            self.checkpointsYield = checkpointsYield
             self.synchronousFull = synchronousFull
             self.busyTimeout = busyTimeout
             self.monitorRetention = monitorRetention
@@ -79,7 +85,7 @@ public final class SQLiteStore: Sendable {
             let readConnection = try SQLiteConnection(path: path, options: readOptions)
             let statsConnection = try SQLiteConnection(path: path, options: readOptions)
             let checkpointConnection = try CheckpointConnection(path: path, synchronousFull: options.synchronousFull)
-            let checkpointer = WALCheckpointer(connection: checkpointConnection)
+            let checkpointer = WALCheckpointer(connection: checkpointConnection, yields: options.checkpointsYield)
             opened.reportWALCommits(to: checkpointer)
             self.checkpointer = checkpointer
             writer = Mutex(opened)

@@ -27,15 +27,19 @@ final class WALCheckpointer: WALCommitObserver, Sendable {
     static let defaultBackgroundFrames = 8_000
     /// WAL pages (128 MiB) past which a commit checkpoints in line (see the bound above).
     static let defaultInlineFrames = 32_000
-    /// Nice levels the thread runs below the process. Its copies and syncs then take the core the request threads
-    /// leave idle instead of taking turns with them: under `make bench`'s ingest load on two cores, 30,280 against
-    /// 28,859 webhooks/s and 43.6 against 44.9 µs of CPU a webhook (medians of six alternated rounds), with a third
-    /// of the checkpoints, each larger, and the same peak WAL (docs/performance.md, thirty-fifth session). A thread
-    /// that falls behind is what the bound above is for.
-    static let priorityDrop: Int32 = 10
+    /// Nice levels the thread runs below the thread that opened the store, when it yields (`SQLiteStore.Options`,
+    /// set by `ingest`): its copies and syncs then take the core the request threads leave idle instead of taking
+    /// turns with them. Under `make bench`'s ingest load on two cores, 30,280 against 28,859 webhooks/s and 43.6
+    /// against 44.9 µs of CPU a webhook (medians of six alternated rounds), a third of the checkpoints, each larger,
+    /// and the same peak WAL. Not for a deliverer: in its drains, which keep both cores busy, the thread fell behind
+    /// and the delivery thread checkpointed in line, 20.9 against 20.3 µs of CPU a push (docs/performance.md,
+    /// thirty-fifth session). A thread that falls behind is what the bound above is for.
+    static let yieldingPriorityDrop: Int32 = 10
 
     private let backgroundFrames: Int
     private let inlineFrames: Int
+    /// Nice levels the thread lowers itself by when it starts (0 or `yieldingPriorityDrop`).
+    private let priorityDrop: Int32
 
     private let connection: CheckpointConnection
     /// The WAL size (in pages) the last background checkpoint copied up to.
@@ -50,11 +54,12 @@ final class WALCheckpointer: WALCommitObserver, Sendable {
 
     init(
         connection: CheckpointConnection, backgroundFrames: Int = defaultBackgroundFrames,
-        inlineFrames: Int = defaultInlineFrames
+        inlineFrames: Int = defaultInlineFrames, yields: Bool = false
     ) {
         self.connection = connection
         self.backgroundFrames = backgroundFrames
         self.inlineFrames = inlineFrames
+        priorityDrop = yields ? Self.yieldingPriorityDrop : 0
         Thread.start(named: "wal-checkpoint") { [self] in run() }
     }
 
@@ -86,7 +91,7 @@ final class WALCheckpointer: WALCommitObserver, Sendable {
     }
 
     private func run() {
-        Thread.lowerCurrentPriority(by: Self.priorityDrop)
+        if priorityDrop > 0 { Thread.lowerCurrentPriority(by: priorityDrop) }
         threadID.store(Thread.currentKernelID, ordering: .releasing)
         while true {
             wakeUp.wait(until: nil)
