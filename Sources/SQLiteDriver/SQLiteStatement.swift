@@ -93,9 +93,10 @@ internal import CSQLite
             switch value {
             case .integer(let number): code = sqlite3_bind_int64(handle, index, number)
             case .text(let text):
-                // The string's own bytes and length: passing the String itself made a NUL-terminated copy of it (an
-                // allocation a bound text, on the queue writer's commit path) and SQLite measured it again.
-                code = text.withCString { sqlite3_bind_text(handle, index, $0, Int32(text.utf8.count), CSQLite_transient()) }
+                // The string's own NUL-terminated bytes: passing the String itself made a copy of them (an allocation a
+                // bound text, on the queue writer's commit path). SQLite measures the text, so it ends at a NUL inside,
+                // as it did before and as PostgreSQL's driver sends it.
+                code = text.withCString { sqlite3_bind_text(handle, index, $0, -1, CSQLite_transient()) }
             case .blob(let bytes):
                 code = bytes.withUnsafeBytes { raw in
                     // A zero-length blob must still be a blob, not NULL: SQLite needs a non-nil pointer for that.

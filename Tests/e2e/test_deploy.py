@@ -143,6 +143,16 @@ def test_only_the_delivering_units_get_the_apns_key():
     assert not re.search(r"^APNS_AUTH_KEY_PATH=", example, re.M)
 
 
+def test_only_ingests_unit_lets_a_thread_lower_its_priority():
+    # ingest's WAL checkpoint thread lowers its own priority (setpriority, in @resources); the deny-list line would
+    # refuse it with EPERM, and the thread would keep taking turns with the request threads. The other units' threads
+    # never change priority, so they keep the whole group denied.
+    for name in ALL_UNITS:
+        filters = [value for key, value in unit_settings(name) if key == "SystemCallFilter"]
+        assert filters[:2] == ["@system-service", "~@privileged @resources"], (name, filters)
+        assert filters[2:] == (["setpriority"] if name == "kumapush-ingest.service" else []), (name, filters)
+
+
 def test_the_compose_files_publish_what_listens_and_give_the_key_to_deliverers_only():
     """A published port reaches a process only if it listens on all of the container's addresses: .env's
     HOST=127.0.0.1 is the container's own loopback, so every service with ports sets HOST itself. And the key goes

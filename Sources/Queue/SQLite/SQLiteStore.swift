@@ -31,7 +31,7 @@ public final class SQLiteStore: Sendable {
         public var temporaryTablesInMemory = true
         /// The WAL checkpoint thread runs ten nice levels below the thread that opens the store
         /// (`WALCheckpointer.yieldingPriorityDrop`): for `ingest`, whose HTTP threads and queue writer should have the
-        /// cores first; not for a deliverer, whose own thread then checkpoints in line.
+        /// cores first; not for a deliverer, whose drains then cost more CPU a push.
         public var checkpointsYield = false
 
         public init(
@@ -85,7 +85,8 @@ public final class SQLiteStore: Sendable {
             let readConnection = try SQLiteConnection(path: path, options: readOptions)
             let statsConnection = try SQLiteConnection(path: path, options: readOptions)
             let checkpointConnection = try CheckpointConnection(path: path, synchronousFull: options.synchronousFull)
-            let checkpointer = WALCheckpointer(connection: checkpointConnection, yields: options.checkpointsYield)
+            let checkpointer = WALCheckpointer(
+                connection: checkpointConnection, yields: options.checkpointsYield, logger: options.logger)
             opened.reportWALCommits(to: checkpointer)
             self.checkpointer = checkpointer
             writer = Mutex(opened)

@@ -1,3 +1,4 @@
+import Common
 import Foundation
 import SQLiteDriver
 import Synchronization
@@ -31,15 +32,18 @@ final class WALCheckpointer: WALCommitObserver, Sendable {
     /// set by `ingest`): its copies and syncs then take the core the request threads leave idle instead of taking
     /// turns with them. Under `make bench`'s ingest load on two cores, 30,280 against 28,859 webhooks/s and 43.6
     /// against 44.9 µs of CPU a webhook (medians of six alternated rounds), a third of the checkpoints, each larger,
-    /// and the same peak WAL. Not for a deliverer: in its drains, which keep both cores busy, the thread fell behind
-    /// and the delivery thread checkpointed in line, 20.9 against 20.3 µs of CPU a push (docs/performance.md,
-    /// thirty-fifth session). A thread that falls behind is what the bound above is for.
+    /// and a WAL 2–2.6 MiB past the in-line bound at its peak instead of 0.7–0.8 (a commit past the bound copies
+    /// nothing while this thread holds the checkpoint). Not for a deliverer: its drains, which keep both cores busy,
+    /// used 20.9 against 20.3 µs of CPU a push, by all appearances the delivery thread checkpointing in line
+    /// (docs/performance.md, thirty-fifth session).
     static let yieldingPriorityDrop: Int32 = 10
 
     private let backgroundFrames: Int
     private let inlineFrames: Int
     /// Nice levels the thread lowers itself by when it starts (0 or `yieldingPriorityDrop`).
     private let priorityDrop: Int32
+    /// Where a priority the thread could not lower is told.
+    private let logger: Logger?
 
     private let connection: CheckpointConnection
     /// The WAL size (in pages) the last background checkpoint copied up to.
@@ -54,9 +58,10 @@ final class WALCheckpointer: WALCommitObserver, Sendable {
 
     init(
         connection: CheckpointConnection, backgroundFrames: Int = defaultBackgroundFrames,
-        inlineFrames: Int = defaultInlineFrames, yields: Bool = false
+        inlineFrames: Int = defaultInlineFrames, yields: Bool = false, logger: Logger? = nil
     ) {
         self.connection = connection
+        self.logger = logger
         self.backgroundFrames = backgroundFrames
         self.inlineFrames = inlineFrames
         priorityDrop = yields ? Self.yieldingPriorityDrop : 0
@@ -91,7 +96,11 @@ final class WALCheckpointer: WALCommitObserver, Sendable {
     }
 
     private func run() {
-        if priorityDrop > 0 { Thread.lowerCurrentPriority(by: priorityDrop) }
+        if priorityDrop > 0, Thread.lowerCurrentPriority(by: priorityDrop) == nil {
+            // A system call filter without setpriority (an older copy of the systemd unit), for instance: checkpoints
+            // then take turns with the request threads, as in a deliverer.
+            logger?.warning("the WAL checkpoint thread could not lower its priority; checkpoints compete with requests for the cores")
+        }
         threadID.store(Thread.currentKernelID, ordering: .releasing)
         while true {
             wakeUp.wait(until: nil)
