@@ -105,7 +105,8 @@ def machine_busy_seconds():
 
 def disk_busy_seconds(path):
     """Seconds the block device holding `path` has had a request in flight so far (/sys/dev/block/M:m/stat's
-    io_ticks, what iostat's %util is made of); 0 when the path is on no block device (tmpfs)."""
+    io_ticks, what iostat's %util is made of); 0 when the path is on no block device /sys/dev/block knows (tmpfs,
+    overlayfs): read as unknown there, not idle."""
     device = os.stat(path).st_dev
     try:
         fields = open(f"/sys/dev/block/{os.major(device)}:{os.minor(device)}/stat").read().split()
