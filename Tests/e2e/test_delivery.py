@@ -374,14 +374,22 @@ def test_the_deliverers_log_holds_no_content_no_full_token_and_no_secret(relays,
 
 
 
-def thread_names(relay):
-    names = []
+def threads(relay):
+    """(name, nice value) of each of `relay`'s threads, from its stat: the name in brackets (it may hold spaces), the
+    nice value the 19th field."""
+    found = []
     for task in pathlib.Path(f"/proc/{relay.process.pid}/task").iterdir():
         try:
-            names.append((task / "comm").read_text().strip())
+            stat = (task / "stat").read_text()
         except (FileNotFoundError, ProcessLookupError):
-            pass  # a thread that ended meanwhile (a Dispatch worker)
-    return sorted(names)
+            continue  # a thread that ended meanwhile (a Dispatch worker)
+        name, rest = stat[stat.index("(") + 1:].rsplit(")", 1)
+        found.append((name, int(rest.split()[16])))
+    return found
+
+
+def thread_names(relay):
+    return sorted(name for name, _ in threads(relay))
 
 
 def test_the_relays_threads_carry_their_names_to_the_kernel(relays):
@@ -394,15 +402,8 @@ def test_the_relays_threads_carry_their_names_to_the_kernel(relays):
 
 
 def thread_nice(relay, name):
-    """The nice value of `relay`'s thread named `name` (field 19 of its stat; the name, in brackets, may hold spaces),
-    or None while it has none."""
-    for task in pathlib.Path(f"/proc/{relay.process.pid}/task").iterdir():
-        try:
-            if (task / "comm").read_text().strip() == name:
-                return int((task / "stat").read_text().rsplit(")", 1)[1].split()[16])
-        except (FileNotFoundError, ProcessLookupError):
-            pass
-    return None
+    """The nice value of `relay`'s thread named `name`, or None while it has none."""
+    return next((nice for thread, nice in threads(relay) if thread == name), None)
 
 
 def test_ingests_wal_checkpoints_yield_to_its_request_threads_and_a_deliverers_do_not(relays):
