@@ -18,4 +18,13 @@ static const int CSQLite_CONSTRAINT_UNIQUE = SQLITE_CONSTRAINT_UNIQUE;
 /// https://www.sqlite.org/c3ref/c_config_covering_index_scan.html#sqliteconfigmemstatus
 static inline int CSQLite_disableMemoryStatistics(void) { return sqlite3_config(SQLITE_CONFIG_MEMSTATUS, 0); }
 
+/// sqlite3_db_config is variadic too. Turns the connection's triggers off (on = 0) or on; a change expires the
+/// connection's prepared statements, so it is set once, right after the connection's migrations.
+/// https://www.sqlite.org/c3ref/c_dbconfig_defensive.html#sqlitedbconfigenabletrigger
+static inline int CSQLite_setTriggersEnabled(sqlite3 *db, int on) {
+    int now = -1;
+    int code = sqlite3_db_config(db, SQLITE_DBCONFIG_ENABLE_TRIGGER, on, &now);
+    return code == SQLITE_OK && now != on ? SQLITE_ERROR : code;
+}
+
 #endif

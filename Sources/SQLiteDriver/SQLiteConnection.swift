@@ -86,6 +86,13 @@ package final class SQLiteConnection {
         sqlite3_close_v2(handle)
     }
 
+    /// Stops this connection firing the schema's triggers; processes with triggers on (another release's, the `sqlite3`
+    /// shell) still fire them. Expires the prepared statements, so call it before the hot statements are cached.
+    package func disableTriggers() throws {
+        let code = CSQLite_setTriggersEnabled(handle, 0)
+        guard code == SQLITE_OK else { throw SQLiteError(code: code, message: "cannot turn triggers off", sql: nil) }
+    }
+
     /// Runs `body` waiting up to `millis` for another connection's lock, then puts the configured wait back.
     package func withBusyTimeout<T>(millis: Int32, _ body: () throws -> T) rethrows -> T {
         sqlite3_busy_timeout(handle, millis)

@@ -33,6 +33,28 @@ import Testing
         #expect(try db.kind.rawQuery(db.location, "SELECT next_seq FROM devices WHERE id = '\(a)'") == [["4"]])
     }
 
+    /// The store's writer fires no trigger and numbers and counts its jobs itself (`SQLiteStore.init`); an ingest of
+    /// v0.1.0 (schema 12) running beside it through a rolling upgrade inserts its jobs with its own statement and relies
+    /// on `jobs_live_on_insert`. Jobs written both ways to one device share one numbering and one count.
+    @Test func jobsTheTriggerCountsAndJobsTheWriterCountsShareOneNumberingAndCount() throws {
+        let db = try TestDatabase()
+        let a = try db.device(1)
+        try db.enqueue(a, "a0")
+        // v0.1.0's insert (its `insertJob`, at a3fd44f), with the number it read from the device, on a connection that
+        // fires the trigger as that release's do.
+        try db.kind.rawQuery(
+            db.location,
+            """
+            INSERT INTO jobs (public_id, device_id, state, payload, created_at, scheduled_at, expires_at, reports_outcome, badge,
+                              device_seq)
+            SELECT 'v010', id, 'pending', X'6131', \(t0), \(t0), \(t0 + 60_000), 0, 0, next_seq FROM devices WHERE id = '\(a)'
+            """)
+        try db.enqueue(a, "a2", "a3")
+        #expect(try numbers(db, a) == [["0", "available"], ["1", "pending"], ["2", "pending"], ["3", "pending"]])
+        #expect(try db.kind.rawQuery(db.location, "SELECT live_jobs, next_seq FROM devices WHERE id = '\(a)'") == [["4", "4"]])
+        #expect(try db.kind.rawQuery(db.location, "SELECT count(*) FROM sqlite_master WHERE type = 'trigger'") == [["1"]])
+    }
+
     /// A head whose next numbers were settled with a digest hands over to the first job still waiting, and the
     /// device's waiting jobs are listed past the gap in order.
     @Test func theNextHeadIsFoundPastNumbersSettledWithADigest() throws {

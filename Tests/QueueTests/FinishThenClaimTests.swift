@@ -47,7 +47,10 @@ import Testing
         try db.enqueue(a, "a1", "a2")
         let head = try #require(try db.claim().first)
         try db.enqueue(c, "c1")
-        try refuse(db, "deletes", "BEFORE DELETE ON jobs", when: nil)
+        switch db.kind {
+        case .sqlite: try refuseRows(db, "promotions", where: "state = 'available' AND device_seq = 1")  // a2 made head
+        case .postgres: try refuse(db, "deletes", "BEFORE DELETE ON jobs", when: nil)
+        }
 
         #expect(throws: StoreError.self) {
             try db.store.finishThenClaim([.delivered(head)], worker: "w1", now: t0, claimLimit: 10, lease: .seconds(60))
@@ -90,25 +93,28 @@ import Testing
         (try FileManager.default.attributesOfItem(atPath: path + "-wal")[.size] as? Int) ?? 0
     }
 
-    /// A trigger that aborts any statement leasing a job, on the store's own database.
+    /// Makes the statements that lease a job fail, on the store's own database: on SQLite those leasing a device's second
+    /// job (a2 in these tests), on PostgreSQL any.
     private func refuseClaims(_ db: TestDatabase) throws {
-        try refuse(db, "claims", "BEFORE UPDATE OF state ON jobs", when: "NEW.state = 'running'")
+        switch db.kind {
+        case .sqlite: try refuseRows(db, "claims", where: "state = 'running' AND device_seq = 1")
+        case .postgres: try refuse(db, "claims", "BEFORE UPDATE OF state ON jobs", when: "NEW.state = 'running'")
+        }
     }
 
-    /// A trigger named `refuse_<what>` that aborts the statements `event` names (where `when` holds).
+    /// SQLite: a partial index whose key cannot be computed (`json` of text that is not JSON), so a statement that would
+    /// leave a job matching `condition` fails where it writes the row, inside the store's transaction. Not a trigger:
+    /// the store's writer fires none (`SQLiteStore.init`). No job may match yet, or creating the index fails.
+    private func refuseRows(_ db: TestDatabase, _ what: String, where condition: String) throws {
+        try db.kind.rawQuery(db.location, "CREATE INDEX refuse_\(what) ON jobs (json('\(what) refused')) WHERE \(condition)")
+    }
+
+    /// PostgreSQL: a trigger named `refuse_<what>` that aborts the statements `event` names (where `when` holds).
     private func refuse(_ db: TestDatabase, _ what: String, _ event: String, when condition: String?) throws {
-        switch db.kind {
-        case .sqlite:
-            try db.kind.rawQuery(
-                db.location,
-                "CREATE TRIGGER refuse_\(what) \(event) \(condition.map { "WHEN \($0)" } ?? "") BEGIN SELECT RAISE(ABORT, '\(what) refused'); END")
-        case .postgres:
-            try db.kind.rawQuery(
-                db.location,
-                "CREATE FUNCTION refuse_\(what)() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION '\(what) refused'; END $$")
-            try db.kind.rawQuery(
-                db.location,
-                "CREATE TRIGGER refuse_\(what) \(event) FOR EACH ROW \(condition.map { "WHEN (\($0))" } ?? "") EXECUTE FUNCTION refuse_\(what)()")
-        }
+        try db.kind.rawQuery(
+            db.location, "CREATE FUNCTION refuse_\(what)() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION '\(what) refused'; END $$")
+        try db.kind.rawQuery(
+            db.location,
+            "CREATE TRIGGER refuse_\(what) \(event) FOR EACH ROW \(condition.map { "WHEN (\($0))" } ?? "") EXECUTE FUNCTION refuse_\(what)()")
     }
 }

@@ -3,22 +3,23 @@ import SQLiteDriver
 
 extension SQLiteStore {
     /// The device's live jobs, whether it has a head (read from `jobs_one_head_per_device`), the number its next
-    /// job gets (SQLiteStore+DeviceJobs.swift) and its digest's seal (`DigestCarry`), then one row per monitor whose
+    /// job gets (SQLiteStore+DeviceJobs.swift), its digest's seal (`DigestCarry`) and its rowid (which `countJobs`
+    /// finds the row by, skipping the index on `id` within the same transaction), then one row per monitor whose
     /// last word within the retention (since ?2) was "down", with whether that row was written since ?3 (fresh,
     /// `EnqueuePlan.monitorRefresh`) in the third column; no row when the device is gone.
     static let readDevice = """
         SELECT 'device', d.live_jobs, EXISTS (SELECT 1 FROM jobs h WHERE h.device_id = d.id AND \(isHead("h"))), d.next_seq, NULL,
-               d.digest_sealed_through
+               d.digest_sealed_through, d.rowid
         FROM devices d WHERE d.id = ?1
         UNION ALL
-        SELECT 'down', 0, m.updated_at >= ?3, 0, m.monitor, 0 FROM monitor_states m
+        SELECT 'down', 0, m.updated_at >= ?3, 0, m.monitor, 0, 0 FROM monitor_states m
         WHERE m.device_id = ?1 AND m.down = 1 AND m.updated_at >= ?2
         """
 
     /// A new job: its state (head or pending), folded alerts and badge decided by `EnqueuePlan`. `VALUES`, not
     /// `INSERT … SELECT`: SQLite first copies a SELECT's rows into a temporary B-tree whenever the table has
-    /// triggers, which built one for every job. Its insert trigger counts the job live and moves the device's next
-    /// number past `device_seq` (?9).
+    /// triggers, which built one for every job. The writer's connection fires no trigger (`SQLiteStore.init`):
+    /// `countJobs` counts the batch's rows on their devices.
     static let insertJob = """
         INSERT INTO jobs (public_id, device_id, state, payload, created_at, scheduled_at, expires_at, reports_outcome, badge,
                           device_seq, folded, folded_count)
@@ -38,6 +39,9 @@ extension SQLiteStore {
         "(SELECT count(*) FROM monitor_states m WHERE m.device_id = \(device) AND m.down = 1 AND m.updated_at >= \(since))"
     }
 
+    /// A batch's new jobs on their device (?2 of them): counted live, and the device's next number (?3) past them.
+    static let countJobs = "UPDATE devices SET live_jobs = live_jobs + ?2, next_seq = ?3 WHERE rowid = ?1"
+
     /// Records a monitor's state for the badge.
     private static let recordMonitor = """
         INSERT INTO monitor_states (device_id, monitor, down, updated_at) VALUES (?1, ?2, ?3, ?4)
@@ -56,7 +60,7 @@ extension SQLiteStore {
         return try write { db in
             var devices: [String: EnqueuePlan.DeviceState] = [:]
             // The number each device's next job gets: its place in the device's queue, kept to this store.
-            var numbers: [String: Int64] = [:]
+            var numbers: [String: Numbering] = [:]
             devices.reserveCapacity(batch.count)
             numbers.reserveCapacity(batch.count)
             let read = try db.statement(Self.readDevice)
@@ -70,7 +74,7 @@ extension SQLiteStore {
                     let flag = row.int(2) == 1
                     if row.text(0) == "device" {
                         device = EnqueuePlan.DeviceState(storedLive: row.int(1), hasHead: flag, sealedThrough: row.int64(5))
-                        numbers[job.deviceID] = row.int64(3)
+                        numbers[job.deviceID] = Numbering(row: row.int64(6), stored: row.int64(3))
                     } else {
                         let monitor = row.isNull(4) ? "" : row.text(4)
                         device?.downMonitors.insert(monitor)
@@ -88,9 +92,22 @@ extension SQLiteStore {
         }
     }
 
-    /// The plan's writes: counts left high healed first (the insert trigger counts each row after), then the monitor
-    /// states, the rows numbered in their devices' queues, and the folds into stored tails.
-    private static func apply(_ plan: EnqueuePlan.Batch, numbers: [String: Int64], now: Int64, expiresAt: Int64, _ db: SQLiteConnection) throws {
+    /// A device's numbers in one batch: its row's, and its next job's as stored and as the batch's rows leave it.
+    struct Numbering {
+        let row: Int64
+        let stored: Int64
+        var next: Int64
+
+        init(row: Int64, stored: Int64) {
+            self.row = row
+            self.stored = stored
+            next = stored
+        }
+    }
+
+    /// The plan's writes: counts left high healed first (the rows are counted after), then the monitor states, the
+    /// rows numbered in their devices' queues and counted on them, and the folds into stored tails.
+    private static func apply(_ plan: EnqueuePlan.Batch, numbers: [String: Numbering], now: Int64, expiresAt: Int64, _ db: SQLiteConnection) throws {
         for device in plan.healed { try db.statement("UPDATE devices SET live_jobs = 0 WHERE id = ?").run([.text(device)]) }
         for state in plan.monitorStates {
             try db.statement(recordMonitor).run([.text(state.device), .text(state.monitor), .integer(state.down ? 1 : 0), .integer(now)])
@@ -99,13 +116,17 @@ extension SQLiteStore {
         let insert = try db.statement(insertJob)
         for row in plan.rows {
             guard let slot = numbers.index(forKey: row.job.deviceID) else { continue }  // every row's device was read
-            let number = numbers.values[slot]
-            numbers.values[slot] += 1
+            let number = numbers.values[slot].next
+            numbers.values[slot].next += 1
             try insert.run([
                 .text(row.job.publicID), .text(row.job.deviceID), .text(row.isHead ? JobState.available.rawValue : JobState.pending.rawValue),
                 .blob(row.job.payload), .integer(now), .integer(expiresAt), .integer(row.waits ? 1 : 0), .integer(Int64(row.badge)),
                 .integer(number), row.folded.isEmpty ? .null : .blob(row.folded.encoded), .integer(Int64(row.folded.count))
             ])
+        }
+        let count = try db.statement(countJobs)
+        for numbering in numbers.values where numbering.next > numbering.stored {
+            try count.run([.integer(numbering.row), .integer(numbering.next - numbering.stored), .integer(numbering.next)])
         }
         for fold in plan.tailFolds {
             // The tail's push now ends with these alerts: their badge, and their JOB_TTL.

@@ -79,6 +79,10 @@ public final class SQLiteStore: Sendable {
             // Each is as large as what one statement returns or changes: the statements that change a batch of jobs
             // keep no statement journal at all (`UPDATE OR FAIL`), and a claim returns at most DELIVER_CONCURRENCY jobs.
             if options.temporaryTablesInMemory { try opened.execute("PRAGMA temp_store = MEMORY") }
+            // The writer counts its jobs on their devices itself (`enqueue`, `requeue`), once a device a batch,
+            // instead of through `jobs_live_on_insert`, which ran as a sub-program for every row. The trigger stays
+            // in the schema for processes of the release before during a rolling upgrade, which rely on it.
+            try opened.disableTriggers()
             // Reads are point lookups and the occasional stats scan: a small cache keeps the process small.
             var readOptions = options.connection
             readOptions.cacheKiB = 4096

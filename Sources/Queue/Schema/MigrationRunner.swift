@@ -9,7 +9,8 @@ struct Migration: Sendable {
     /// adds (an index, a column with a default) so that processes of the release before go on beside it; nil when it
     /// changes what they read or write. Written into the ledger, where a binary that does not know this migration
     /// reads it: a process of the release before that restarts during a rolling upgrade then starts instead of
-    /// refusing the newer schema (SPEC §4 "Restarts and upgrades refuse nothing").
+    /// refusing the newer schema (SPEC §4 "Restarts and upgrades refuse nothing"). A new SQLite trigger keeps nothing
+    /// working: SQLite writers from this release on fire none (`SQLiteStore.init`), so an older one would skip its work.
     var keepsWorkingFrom: Int? = nil
 }
 
