@@ -22,6 +22,7 @@ static inline int CSQLite_disableMemoryStatistics(void) { return sqlite3_config(
 /// connection's prepared statements, so it is set once, right after the connection's migrations.
 /// https://www.sqlite.org/c3ref/c_dbconfig_defensive.html#sqlitedbconfigenabletrigger
 static inline int CSQLite_setTriggersEnabled(sqlite3 *db, int on) {
+    on = on != 0;  /* a negative value would only ask */
     int now = -1;
     int code = sqlite3_db_config(db, SQLITE_DBCONFIG_ENABLE_TRIGGER, on, &now);
     return code == SQLITE_OK && now != on ? SQLITE_ERROR : code;

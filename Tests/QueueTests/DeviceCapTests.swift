@@ -292,7 +292,7 @@ import Testing
         #expect(try kind.rawQuery(db.location, "SELECT live_jobs FROM devices WHERE id = '\(a)'") == [["2"]])
     }
 
-    /// The cap reads a count kept by an insert trigger and by the statements that end live jobs (migration 11); it
+    /// The cap reads a count kept by the statements that add live jobs and those that end them (migration 11); it
     /// must agree with the jobs through every way a job comes and goes: enqueue, delivery, dead letter, abandon,
     /// a digest delivered or dead-lettered with the jobs merged into it, replay, device deletion.
     @Test(arguments: StoreKind.allCases) func theLiveJobCountTheCapReadsAgreesWithTheJobs(_ kind: StoreKind) throws {

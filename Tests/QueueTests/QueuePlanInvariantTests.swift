@@ -168,7 +168,7 @@ struct ModelQueue {
             jobs[nextID] = Job(
                 id: nextID, device: row.job.deviceID, publicID: row.job.publicID, state: row.isHead ? .available : .pending,
                 folded: row.folded, reportsOutcome: row.waits, payload: row.job.payload)
-            devices[row.job.deviceID]?.live += 1  // the insert trigger
+            devices[row.job.deviceID]?.live += 1  // the store's count of the rows it inserts
             nextID += 1
         }
         for fold in plan.tailFolds {

@@ -157,7 +157,8 @@ func rawInserts(path: String, ids: [String], count: Int) throws -> Double {
         if index % 1000 == 0 { sqlite3_exec(db, "BEGIN IMMEDIATE", nil, nil, nil) }
         sqlite3_bind_text(statement, 1, "raw-\(index)", -1, CSQLite_transient())
         sqlite3_bind_text(statement, 2, ids[index % ids.count], -1, CSQLite_transient())
-        // Each device's job number, as the relay gives it (the insert trigger moves the device's counter on).
+        // Each device's job number, as the relay gives it (here the schema's insert trigger moves the device's counter
+        // on, which the relay's writer does in one update a device a batch instead).
         sqlite3_bind_int64(statement, 3, Int64(index / ids.count))
         _ = payload.withUnsafeBytes { sqlite3_bind_blob(statement, 4, $0.baseAddress, Int32($0.count), CSQLite_transient()) }
         guard sqlite3_step(statement) == SQLITE_DONE else { throw RawInsertFailed(message: String(cString: sqlite3_errmsg(db))) }

@@ -81,10 +81,10 @@ extension EnqueuePlan {
         /// One per job, in order.
         var results: [EnqueueResult] = []
         /// Devices whose stored count was left high (see `DeviceState.live`): set to 0 before the rows are inserted.
-        /// What a store whose insert trigger counts each row writes (SQLite).
+        /// What a store that raises the count by the rows it inserts writes (SQLite, `SQLiteStore.apply`).
         var healed: [String] = []
-        /// The live count of each device whose count the batch changes, as it leaves it: what a store without such
-        /// a trigger writes (PostgreSQL).
+        /// The live count of each device whose count the batch changes, as it leaves it: what a store that writes
+        /// the count whole writes (PostgreSQL).
         var liveCounts: [String: Int] = [:]
         /// The last state of each monitor the batch reported, one entry a monitor.
         var monitorStates: [MonitorState] = []

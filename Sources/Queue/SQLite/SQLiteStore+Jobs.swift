@@ -3,7 +3,7 @@ import SQLiteDriver
 
 extension SQLiteStore {
     /// The device's live jobs, whether it has a head (read from `jobs_one_head_per_device`), the number its next
-    /// job gets (SQLiteStore+DeviceJobs.swift), its digest's seal (`DigestCarry`) and its rowid (which `countJobs`
+    /// job gets (SQLiteStore+DeviceJobs.swift), its digest's seal (`DigestCarry`) and its rowid (which `countNewJobs`
     /// finds the row by, skipping the index on `id` within the same transaction), then one row per monitor whose
     /// last word within the retention (since ?2) was "down", with whether that row was written since ?3 (fresh,
     /// `EnqueuePlan.monitorRefresh`) in the third column; no row when the device is gone.
@@ -19,7 +19,7 @@ extension SQLiteStore {
     /// A new job: its state (head or pending), folded alerts and badge decided by `EnqueuePlan`. `VALUES`, not
     /// `INSERT … SELECT`: SQLite first copies a SELECT's rows into a temporary B-tree whenever the table has
     /// triggers, which built one for every job. The writer's connection fires no trigger (`SQLiteStore.init`):
-    /// `countJobs` counts the batch's rows on their devices.
+    /// `countNewJobs` counts the batch's rows on their devices.
     static let insertJob = """
         INSERT INTO jobs (public_id, device_id, state, payload, created_at, scheduled_at, expires_at, reports_outcome, badge,
                           device_seq, folded, folded_count)
@@ -40,7 +40,7 @@ extension SQLiteStore {
     }
 
     /// A batch's new jobs on their device (?2 of them): counted live, and the device's next number (?3) past them.
-    static let countJobs = "UPDATE devices SET live_jobs = live_jobs + ?2, next_seq = ?3 WHERE rowid = ?1"
+    static let countNewJobs = "UPDATE devices SET live_jobs = live_jobs + ?2, next_seq = ?3 WHERE rowid = ?1"
 
     /// Records a monitor's state for the badge.
     private static let recordMonitor = """
@@ -93,7 +93,7 @@ extension SQLiteStore {
     }
 
     /// A device's numbers in one batch: its row's, and its next job's as stored and as the batch's rows leave it.
-    struct Numbering {
+    private struct Numbering {
         let row: Int64
         let stored: Int64
         var next: Int64
@@ -124,7 +124,7 @@ extension SQLiteStore {
                 .integer(number), row.folded.isEmpty ? .null : .blob(row.folded.encoded), .integer(Int64(row.folded.count))
             ])
         }
-        let count = try db.statement(countJobs)
+        let count = try db.statement(countNewJobs)
         for numbering in numbers.values where numbering.next > numbering.stored {
             try count.run([.integer(numbering.row), .integer(numbering.next - numbering.stored), .integer(numbering.next)])
         }
